@@ -1,0 +1,49 @@
+# Everyday commands. The two a new user needs: `make run` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test install install-dev lint format bench clean help
+
+help:
+	@echo "make run     set up and start the lab (portal + worker + beat) on http://127.0.0.1:8000/"
+	@echo "make test    install test dependencies and run lint + the whole test suite"
+	@echo "make lint    ruff check + format check;  make format  reformat"
+	@echo "make bench   simulator benchmarks (python -m runners bench)"
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+# Reinstall only when a requirements file changes.
+$(VENV)/.installed: requirements.txt $(BIN)/python
+	$(BIN)/pip install --quiet -r requirements.txt
+	touch $@
+
+$(VENV)/.installed-dev: requirements.txt requirements-dev.txt $(VENV)/.installed
+	$(BIN)/pip install --quiet -r requirements-dev.txt
+	touch $@
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+run: install
+	scripts/run.sh
+
+lint: install-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install-dev
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+test: install-dev lint
+	scripts/test.sh
+
+bench: install
+	$(BIN)/python -m runners bench
+
+clean:
+	rm -rf var/broker var/static .pytest_cache .ruff_cache

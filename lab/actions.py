@@ -1,0 +1,316 @@
+"""Every state change of experiments and runs goes through here.
+
+Views, API, Celery tasks, management commands and tests call these functions; nothing else
+writes ``Run.state``. Transitions are conditional updates (``UPDATE ... WHERE state IN ...``), so
+two workers racing on the same run cannot both win, and every function is safe to call twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from lab.experiments.models import Experiment
+from lab.results.ingest import ingest_run
+from lab.runs.models import Run
+from runners import spec as run_spec
+from runners.executors import local
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """A validated experiment definition (what the form and the API produce)."""
+
+    name: str
+    system: str
+    workloads: tuple[str, ...]
+    seeds: tuple[int, ...]
+    baselines: tuple[str, ...] = ()
+    mode: str = "sim"
+    description: str = ""
+    cluster: dict[str, Any] = field(default_factory=dict, hash=False)
+    params: dict[str, Any] = field(default_factory=dict, hash=False)
+    iterations: int = 20
+
+    def raw_specs(self) -> list[dict[str, Any]]:
+        """One run spec per entry x workload x seed; params apply to the system only."""
+        return [
+            {
+                "system": entry,
+                "mode": self.mode,
+                "workload": workload,
+                "cluster": dict(self.cluster),
+                "params": dict(self.params) if entry == self.system else {},
+                "iterations": self.iterations,
+                "seed": seed,
+            }
+            for entry in (self.system, *self.baselines)
+            for workload in self.workloads
+            for seed in self.seeds
+        ]
+
+    @classmethod
+    def of(cls, experiment: Experiment) -> ExperimentConfig:
+        return cls(
+            name=experiment.name,
+            description=experiment.description,
+            system=experiment.system,
+            baselines=tuple(experiment.baselines),
+            workloads=tuple(experiment.workloads),
+            mode=experiment.mode,
+            seeds=tuple(experiment.seeds),
+            cluster=dict(experiment.cluster),
+            params=dict(experiment.params),
+            iterations=experiment.iterations,
+        )
+
+
+def create_experiment(
+    owner: Any, config: ExperimentConfig, rerun_of: Experiment | None = None
+) -> Experiment:
+    """Store the experiment and its runs, then queue the runs once the transaction commits.
+
+    Every spec is validated first (``runners.spec.SpecError`` propagates): nothing is stored or
+    queued when any run would be invalid.
+    """
+    specs = [run_spec.validate(raw) for raw in config.raw_specs()]
+    with transaction.atomic():
+        experiment = Experiment.objects.create(
+            owner=owner,
+            name=config.name,
+            description=config.description,
+            system=config.system,
+            baselines=list(config.baselines),
+            workloads=list(config.workloads),
+            mode=config.mode,
+            seeds=list(config.seeds),
+            cluster=dict(config.cluster),
+            params=dict(config.params),
+            iterations=config.iterations,
+            rerun_of=rerun_of,
+        )
+        runs = []
+        for spec in specs:
+            resolved = spec.as_dict()
+            resolved["labels"] = {"experiment": experiment.pk}
+            runs.append(
+                Run(
+                    experiment=experiment,
+                    system=spec.system,
+                    workload=spec.workload,
+                    seed=spec.seed,
+                    spec=resolved,
+                )
+            )
+        created = Run.objects.bulk_create(runs)
+        ids = [r.pk for r in created]
+        transaction.on_commit(lambda: _enqueue_launches(ids))
+    log.info("experiment %s created with %d runs", experiment.pk, len(ids))
+    return experiment
+
+
+def rerun_experiment(experiment: Experiment, owner: Any) -> Experiment:
+    """A fresh copy of ``experiment`` (same definition, new runs); the original is kept."""
+    config = ExperimentConfig.of(experiment)
+    copies = experiment.reruns.count() + 1
+    name = f"{experiment.name} (re-run {copies})"[:200]
+    return create_experiment(owner, _replace_name(config, name), rerun_of=experiment)
+
+
+def _replace_name(config: ExperimentConfig, name: str) -> ExperimentConfig:
+    data = {**config.__dict__, "name": name}
+    return ExperimentConfig(**data)
+
+
+def _enqueue_launches(run_ids: list[int]) -> None:
+    from lab.runs.tasks import launch_run
+
+    for run_id in run_ids:
+        launch_run.delay(run_id)
+
+
+# -- running ----------------------------------------------------------------------------------
+def _transition(run_id: int, sources: tuple[str, ...], target: str, **fields: Any) -> bool:
+    """Move a run from one of ``sources`` to ``target``; False if another actor got there."""
+    return Run.objects.filter(pk=run_id, state__in=sources).update(state=target, **fields) == 1
+
+
+def launch_run(run_id: int) -> bool:
+    """Start a queued run as a detached process if a slot is free. Idempotent."""
+    if Run.objects.filter(state=Run.RUNNING).count() >= settings.MAX_PARALLEL_RUNS:
+        return False  # the reconciler launches it when a slot frees up
+    if not _transition(
+        run_id,
+        (Run.QUEUED,),
+        Run.RUNNING,
+        started_at=timezone.now(),
+        pid=None,
+        pid_start_ticks=None,
+        executor="local",
+    ):
+        return False
+    run = Run.objects.get(pk=run_id)
+    try:
+        _prepare_home(run)
+        handle = local.launch(run.home, python=settings.RUNNER_PYTHON or _python())
+    except Exception as err:  # could not even start: the run fails with the reason
+        log.exception("launch of run %s failed", run_id)
+        _fail(run, f"could not launch: {type(err).__name__}: {err}")
+        return False
+    recorded = Run.objects.filter(pk=run_id, state=Run.RUNNING).update(
+        pid=handle.pid, pid_start_ticks=handle.start_ticks
+    )
+    if not recorded:  # cancelled while we were starting it
+        local.stop(handle)
+        return False
+    log.info("run %s launched as pid %s", run_id, handle.pid)
+    return True
+
+
+def _python() -> str:
+    import sys
+
+    return sys.executable
+
+
+def _prepare_home(run: Run) -> None:
+    """Fresh folder for this attempt; an earlier attempt's folder is kept beside it."""
+    home = run.home
+    if home.exists():
+        home.rename(home.with_name(f"{home.name}.attempt-{run.attempt - 1}-{_stamp()}"))
+    home.mkdir(parents=True)
+    run_spec_path = home / local.SPEC
+    run_spec_path.write_text(_json(run.spec))
+
+
+def _stamp() -> str:
+    return timezone.now().strftime("%Y%m%dT%H%M%S%f")
+
+
+def _json(data: Any) -> str:
+    import json
+
+    return json.dumps(data, indent=2, sort_keys=True)
+
+
+def reconcile() -> dict[str, int]:
+    """Periodic: bring running runs' states up to date, then start queued runs in free slots."""
+    counts = {"finished": 0, "requeued": 0, "launched": 0}
+    grace = timedelta(seconds=settings.LAUNCH_GRACE_S)
+    for run in Run.objects.filter(state=Run.RUNNING):
+        if run.pid is None:
+            if run.started_at and timezone.now() - run.started_at > grace:
+                counts["requeued"] += _requeue_or_fail(run, "launch did not complete")
+            continue
+        status = local.poll(run.home, local.Handle(run.pid, run.pid_start_ticks))
+        if status.state == "exited":
+            finish_run(run, status.exit_code)
+            counts["finished"] += 1
+        elif status.state == "lost":
+            reason = "the run's process vanished without an exit code (restart or kill -9)"
+            counts["requeued"] += _requeue_or_fail(run, reason)
+    free = settings.MAX_PARALLEL_RUNS - Run.objects.filter(state=Run.RUNNING).count()
+    if free > 0:
+        queued = Run.objects.filter(state=Run.QUEUED).order_by("created_at", "id")
+        for run_id in queued.values_list("pk", flat=True)[:free]:
+            counts["launched"] += launch_run(run_id)
+    return counts
+
+
+def _requeue_or_fail(run: Run, reason: str) -> int:
+    if run.attempt < settings.MAX_RUN_ATTEMPTS:
+        requeued = _transition(
+            run.pk,
+            (Run.RUNNING,),
+            Run.QUEUED,
+            attempt=run.attempt + 1,
+            pid=None,
+            pid_start_ticks=None,
+            error=f"attempt {run.attempt}: {reason}; re-queued",
+        )
+        log.warning("run %s: %s; re-queued", run.pk, reason)
+        return int(requeued)
+    _fail(run, f"{reason} (after {run.attempt} attempts)")
+    return 0
+
+
+def finish_run(run: Run, exit_code: int | None) -> None:
+    """Record the end of a run: ingest its results if it succeeded, else keep the error."""
+    if exit_code == 0 and (run.run_dir / "summary.json").exists():
+        try:
+            with transaction.atomic():
+                ingest_run(run)
+                if not _transition(
+                    run.pk, (Run.RUNNING,), Run.SUCCEEDED, finished_at=timezone.now(), error=""
+                ):
+                    transaction.set_rollback(True)  # cancelled meanwhile: keep it cancelled
+                    return
+        except (OSError, ValueError, KeyError) as err:
+            _fail(run, f"results could not be ingested: {err}")
+            return
+        _after_change(run.experiment_id)
+        return
+    _fail(run, f"exit code {exit_code}: {_last_error_line(run)}")
+
+
+def _fail(run: Run, error: str) -> None:
+    if _transition(run.pk, Run.ACTIVE, Run.FAILED, finished_at=timezone.now(), error=error):
+        log.warning("run %s failed: %s", run.pk, error)
+        _after_change(run.experiment_id)
+
+
+def _last_error_line(run: Run) -> str:
+    log_path = run.home / local.LOG
+    try:
+        lines = [ln.strip() for ln in log_path.read_text(errors="replace").splitlines()]
+    except OSError:
+        return "no log was written"
+    for line in reversed(lines):
+        if line.startswith(("run failed:", "invalid spec:", "--out:")) or "Error" in line:
+            return line[:500]
+    return next((ln[:500] for ln in reversed(lines) if ln), "the log is empty")
+
+
+def cancel_run(run: Run, by: str = "") -> bool:
+    """Cancel a queued or running run: state first, then stop its process group."""
+    note = f"cancelled by {by}" if by else "cancelled"
+    if not _transition(run.pk, Run.ACTIVE, Run.CANCELLED, finished_at=timezone.now(), error=note):
+        return False
+    if run.pid:
+        local.stop(local.Handle(run.pid, run.pid_start_ticks))
+    _after_change(run.experiment_id)
+    return True
+
+
+def cancel_experiment(experiment: Experiment, by: str = "") -> int:
+    runs = list(experiment.runs.filter(state__in=Run.ACTIVE))
+    return sum(cancel_run(run, by) for run in runs)
+
+
+def _after_change(experiment_id: int) -> None:
+    """Results changed: redraw the experiment's figures once the transaction commits."""
+    from lab.reports.tasks import render_figures
+
+    transaction.on_commit(lambda: render_figures.delay(experiment_id))
+
+
+def render_figures(experiment_id: int) -> list[str]:
+    from lab.reports import figures
+
+    experiment = Experiment.objects.filter(pk=experiment_id).first()
+    if experiment is None:
+        return []
+    return [str(p) for p in figures.render(experiment)]
+
+
+def delete_run_files(run: Run) -> None:
+    shutil.rmtree(run.home, ignore_errors=True)

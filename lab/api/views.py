@@ -1,0 +1,174 @@
+"""JSON API for scripts and nightly jobs; token authentication (see lab.accounts.auth)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods
+
+from lab import actions
+from lab.accounts.auth import token_required
+from lab.experiments.forms import CLUSTER_KEYS, ExperimentForm, api_field
+from lab.experiments.models import Experiment
+from lab.reports import figures
+from lab.runs.models import Run
+from runners import spec as run_spec
+
+FIELDS = {
+    "name",
+    "description",
+    "system",
+    "baselines",
+    "workloads",
+    "mode",
+    "seeds",
+    "repeats",
+    "iterations",
+    "cluster",
+    "params",
+}
+
+
+@token_required
+@require_http_methods(["GET", "POST"])
+def experiments(request: HttpRequest) -> HttpResponse:
+    if request.method == "GET":
+        latest = Experiment.objects.prefetch_related("runs")[:50]
+        return JsonResponse({"experiments": [_summary(request, e) for e in latest]})
+    try:
+        body = json.loads(request.body or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        return _errors({"body": [f"not valid JSON: {err}"]})
+    if not isinstance(body, dict):
+        return _errors({"body": ["must be a JSON object"]})
+    data, errors = _form_data(body)
+    form = ExperimentForm(data)
+    if errors or not form.is_valid():
+        form_errors = {api_field(k): list(v) for k, v in form.errors.items()}
+        return _errors({**form_errors, **errors})
+    experiment = actions.create_experiment(request.user, form.config)
+    return JsonResponse(_detail(request, experiment), status=201)
+
+
+def _form_data(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """Map the JSON body onto the form's fields (one validation path for both)."""
+    errors: dict[str, list[str]] = {}
+    for key in sorted(set(body) - FIELDS):
+        errors[key] = [f"unknown field (allowed: {', '.join(sorted(FIELDS))})"]
+    data = {k: v for k, v in body.items() if k in FIELDS - {"cluster", "seeds", "params"}}
+    if "params" in body:
+        data["params"] = json.dumps(body["params"])
+    seeds = body.get("seeds")
+    if seeds is not None:
+        if not isinstance(seeds, list) or not all(isinstance(s, int) for s in seeds):
+            errors["seeds"] = ["must be a list of integers"]
+        else:
+            data["seeds"] = ", ".join(map(str, seeds))
+    for key in ("baselines", "workloads"):
+        if key in body and not isinstance(body[key], list):
+            errors[key] = ["must be a list of names"]
+    cluster = body.get("cluster", {})
+    if not isinstance(cluster, dict):
+        errors["cluster"] = ["must be an object"]
+        cluster = {}
+    defaults = run_spec.CommCluster()
+    for key in CLUSTER_KEYS:
+        value = cluster.get(key, getattr(defaults, key))
+        if key == "stragglers":
+            if not isinstance(value, (list, tuple)) or not all(
+                isinstance(s, dict) and {"worker", "slowdown"} <= set(s) for s in value
+            ):
+                errors["cluster.stragglers"] = ["must be a list of {worker, slowdown}"]
+                continue
+            value = ", ".join(f"{s['worker']}:{s['slowdown']}" for s in value)
+        data[f"cluster_{key}"] = value
+    for key in sorted(set(cluster) - set(CLUSTER_KEYS)):
+        errors[f"cluster.{key}"] = [f"unknown field (allowed: {', '.join(CLUSTER_KEYS)})"]
+    for name, form_field in ExperimentForm.base_fields.items():
+        if name not in data and form_field.initial is not None:
+            initial = form_field.initial() if callable(form_field.initial) else form_field.initial
+            data[name] = json.dumps(initial) if name == "params" else initial
+    return data, errors
+
+
+def _errors(errors: dict[str, list[str]]) -> JsonResponse:
+    return JsonResponse({"errors": errors}, status=400)
+
+
+@token_required
+@require_http_methods(["GET"])
+def experiment(request: HttpRequest, pk: int) -> HttpResponse:
+    return JsonResponse(_detail(request, get_object_or_404(Experiment, pk=pk)))
+
+
+@token_required
+@require_http_methods(["POST"])
+def experiment_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    found = get_object_or_404(Experiment, pk=pk)
+    if not (request.user.is_staff or found.owner_id == request.user.pk):
+        return JsonResponse({"error": "only the owner or staff can cancel"}, status=403)
+    cancelled = actions.cancel_experiment(found, by=request.user.get_username())
+    return JsonResponse({**_detail(request, found), "cancelled_runs": cancelled})
+
+
+def _summary(request: HttpRequest, e: Experiment) -> dict[str, Any]:
+    return {
+        "id": e.pk,
+        "name": e.name,
+        "status": Run.combined_state([r.state for r in e.runs.all()]),
+        "url": request.build_absolute_uri(reverse("api-experiment", args=[e.pk])),
+    }
+
+
+def _detail(request: HttpRequest, e: Experiment) -> dict[str, Any]:
+    runs = list(e.runs.prefetch_related("measurements"))
+    directory = figures.figure_dir(e)
+
+    def file_url(name: str) -> str:
+        return request.build_absolute_uri(reverse("experiment-file", args=[e.pk, name]))
+
+    figure_urls = {
+        metric: {fmt: file_url(f"{figures.figure_stem(metric)}.{fmt}") for fmt in figures.FORMATS}
+        for metric in figures.METRICS
+        if (directory / f"{figures.figure_stem(metric)}.png").exists()
+    }
+    return {
+        "id": e.pk,
+        "name": e.name,
+        "description": e.description,
+        "owner": e.owner.get_username(),
+        "status": Run.combined_state([r.state for r in runs]),
+        "system": e.system,
+        "baselines": e.baselines,
+        "workloads": e.workloads,
+        "mode": e.mode,
+        "seeds": e.seeds,
+        "iterations": e.iterations,
+        "cluster": e.cluster,
+        "params": e.params,
+        "created_at": e.created_at.isoformat(),
+        "page": request.build_absolute_uri(e.get_absolute_url()),
+        "runs": [_run(r) for r in runs],
+        "figures": figure_urls,
+        "data_csv": file_url("data.csv") if (directory / "data.csv").exists() else None,
+    }
+
+
+def _run(r: Run) -> dict[str, Any]:
+    return {
+        "id": r.pk,
+        "system": r.system,
+        "workload": r.workload,
+        "seed": r.seed,
+        "status": r.state,
+        "attempt": r.attempt,
+        "error": r.error,
+        "started_at": r.started_at.isoformat() if r.started_at else None,
+        "finished_at": r.finished_at.isoformat() if r.finished_at else None,
+        "metrics": {m.metric: m.value for m in r.measurements.all()},
+        "units": {m.metric: m.unit for m in r.measurements.all()},
+    }

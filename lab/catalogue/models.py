@@ -1,0 +1,39 @@
+"""The catalogue of systems, baselines and workloads, loaded from runners' registry."""
+
+from django.db import models
+
+
+class CatalogueEntry(models.Model):
+    ROLE_CHOICES = [("system", "system"), ("baseline", "baseline")]
+
+    name = models.CharField(max_length=64, unique=True)
+    arena = models.CharField(max_length=16)
+    role = models.CharField(max_length=16, choices=ROLE_CHOICES)
+    modes = models.JSONField(default=list)
+    paper = models.TextField()
+    summary = models.TextField()
+    params = models.JSONField(default=list)
+    active = models.BooleanField(default=True, help_text="false once removed from the registry")
+
+    class Meta:
+        ordering = ["arena", "role", "name"]
+        verbose_name_plural = "catalogue entries"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Workload(models.Model):
+    name = models.CharField(max_length=64, unique=True)
+    layers = models.PositiveIntegerField()
+    total_param_bytes = models.BigIntegerField()
+    default_batch_size = models.PositiveIntegerField()
+    sample_unit = models.CharField(max_length=32)
+    source = models.JSONField(default=dict)
+    active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,73 @@
+"""The one place that reads environment variables (settings import from here).
+
+Every variable is documented in README.md ("Configuration"). Helpers fail loudly on values
+they cannot parse instead of silently falling back.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+class ConfigError(RuntimeError):
+    pass
+
+
+def text(name: str, default: str | None = None) -> str | None:
+    value = os.environ.get(name)
+    return default if value in (None, "") else value
+
+
+def required(name: str, hint: str) -> str:
+    value = os.environ.get(name)
+    if not value:
+        raise ConfigError(f"environment variable {name} is not set: {hint}")
+    return value
+
+
+def flag(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value in (None, ""):
+        return default
+    if value.lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={value!r}: expected one of 1/0, true/false, yes/no, on/off")
+
+
+def integer(name: str, default: int, minimum: int = 0) -> int:
+    value = os.environ.get(name)
+    if value in (None, ""):
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigError(f"{name}={value!r}: expected an integer") from None
+    if number < minimum:
+        raise ConfigError(f"{name}={number}: must be >= {minimum}")
+    return number
+
+
+def number(name: str, default: float, minimum: float = 0.0) -> float:
+    value = os.environ.get(name)
+    if value in (None, ""):
+        return default
+    try:
+        parsed = float(value)
+    except ValueError:
+        raise ConfigError(f"{name}={value!r}: expected a number") from None
+    if parsed < minimum:
+        raise ConfigError(f"{name}={parsed}: must be >= {minimum}")
+    return parsed
+
+
+def csv(name: str, default: str) -> list[str]:
+    return [item.strip() for item in (text(name, default) or "").split(",") if item.strip()]
+
+
+def path(name: str, default: Path) -> Path:
+    return Path(text(name) or default).resolve()

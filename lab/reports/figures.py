@@ -1,0 +1,146 @@
+"""Comparison figures of an experiment: load -> pure transform -> plot (no I/O) -> save.
+
+The bar is the mean over seeds; the error bar is seaborn's bootstrap 95% confidence interval
+(1000 resamples, fixed seed so a figure is reproducible). Method and n are printed under the
+figure.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pandas as pd
+import seaborn as sns
+from django.conf import settings
+from matplotlib.figure import Figure
+
+from lab.experiments.models import Experiment
+from lab.results.models import Measurement
+from lab.runs.models import Run
+
+METRICS = ("iteration_time_s", "throughput_samples_per_s")
+LABELS = {
+    "iteration_time_s": "iteration time (s), lower is better",
+    "throughput_samples_per_s": "throughput (samples/s), higher is better",
+}
+FORMATS = ("png", "pdf", "svg")
+HATCHES = ("", "//", "\\\\", "xx", "..", "++", "--", "oo")
+CI_SEED = 0
+COLUMNS = ["run", "system", "role", "workload", "seed", "metric", "value", "unit"]
+
+
+def figure_dir(experiment: Experiment) -> Path:
+    return Path(settings.RESULTS_DIR) / "figures" / f"experiment-{experiment.pk}"
+
+
+def figure_stem(metric: str) -> str:
+    return f"comparison-{metric}"
+
+
+def tidy_frame(experiment: Experiment) -> pd.DataFrame:
+    """Long-form table of every measurement of the experiment's succeeded runs."""
+    rows = Measurement.objects.filter(run__experiment=experiment, run__state=Run.SUCCEEDED)
+    values = rows.values_list(
+        "run_id", "run__system", "run__workload", "run__seed", "metric", "value", "unit"
+    )
+    frame = pd.DataFrame(list(values), columns=[c for c in COLUMNS if c != "role"])
+    frame.insert(
+        2, "role", ["system" if s == experiment.system else "baseline" for s in frame["system"]]
+    )
+    return frame
+
+
+def metric_frame(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
+    return frame[frame["metric"] == metric].sort_values(["workload", "system", "seed"])
+
+
+def plot_comparison(data: pd.DataFrame, metric: str, order: list[str]) -> Figure:
+    """Bars per workload, one per system (system under test first), 95% CI over seeds."""
+    order = [s for s in order if s in set(data["system"])]
+    fig = Figure(figsize=(6.4, 3.6), layout="constrained")
+    ax = fig.subplots()
+    sns.barplot(
+        data=data,
+        x="workload",
+        y="value",
+        hue="system",
+        hue_order=order,
+        ax=ax,
+        errorbar=("ci", 95),
+        n_boot=1000,
+        seed=CI_SEED,
+        capsize=0.1,
+        palette=sns.color_palette("colorblind", len(order)),
+        edgecolor="black",
+        linewidth=0.6,
+    )
+    for container, hatch in zip(ax.containers, HATCHES, strict=False):
+        for bar in getattr(container, "patches", container):
+            bar.set_hatch(hatch)
+    ax.set_xlabel("workload")
+    ax.set_ylabel(LABELS.get(metric, metric))
+    ax.legend(title=None, frameon=False, fontsize="small")
+    seeds = data.groupby(["system", "workload"])["seed"].nunique()
+    n = f"n={seeds.min()}" if seeds.min() == seeds.max() else f"n={seeds.min()}-{seeds.max()}"
+    fig.text(
+        0.01,
+        0.0,
+        f"bars: mean over seeds; error bars: bootstrap 95% CI "
+        f"(1000 resamples, seed {CI_SEED}), {n} seeds per bar",
+        fontsize="x-small",
+        ha="left",
+        va="bottom",
+    )
+    fig.get_layout_engine().set(h_pad=0.15)
+    return fig
+
+
+def save(fig: Figure, directory: Path, stem: str) -> list[Path]:
+    """Write the figure in every format; each file appears atomically."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    with matplotlib.rc_context({"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none"}):
+        for fmt in FORMATS:
+            target = directory / f"{stem}.{fmt}"
+            _atomic(target, lambda tmp, fmt=fmt: fig.savefig(tmp, format=fmt, dpi=150))
+            paths.append(target)
+    return paths
+
+
+def _atomic(target: Path, write) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def render(experiment: Experiment) -> list[Path]:
+    """Redraw every figure of the experiment and the CSV behind them."""
+    directory = figure_dir(experiment)
+    frame = tidy_frame(experiment)
+    if frame.empty:
+        for old in directory.glob("*"):
+            old.unlink()
+        return []
+    directory.mkdir(parents=True, exist_ok=True)
+    csv_path = directory / "data.csv"
+    _atomic(csv_path, lambda tmp: frame.to_csv(tmp, index=False))
+    paths = [csv_path]
+    for metric in METRICS:
+        data = metric_frame(frame, metric)
+        if data.empty:
+            continue
+        paths += save(
+            plot_comparison(data, metric, experiment.entries), directory, figure_stem(metric)
+        )
+    return paths

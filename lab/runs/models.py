@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.conf import settings
+from django.db import models
+
+
+class Run(models.Model):
+    """One system x workload x seed of an experiment.
+
+    State machine: queued -> running -> succeeded | failed | cancelled (queued -> cancelled too).
+    Every transition goes through ``lab.actions``.
+    """
+
+    QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = (
+        "queued",
+        "running",
+        "succeeded",
+        "failed",
+        "cancelled",
+    )
+    STATE_CHOICES = [(s, s) for s in (QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED)]
+    ACTIVE = (QUEUED, RUNNING)
+    TERMINAL = (SUCCEEDED, FAILED, CANCELLED)
+
+    experiment = models.ForeignKey(
+        "experiments.Experiment", on_delete=models.CASCADE, related_name="runs"
+    )
+    system = models.CharField(max_length=64)
+    workload = models.CharField(max_length=64)
+    seed = models.BigIntegerField()
+    spec = models.JSONField(help_text="resolved run spec (runners contract)")
+    state = models.CharField(max_length=16, choices=STATE_CHOICES, default=QUEUED, db_index=True)
+    attempt = models.PositiveIntegerField(default=1)
+    executor = models.CharField(max_length=32, default="local")
+    pid = models.IntegerField(null=True, blank=True)
+    pid_start_ticks = models.BigIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["state", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} {self.system}/{self.workload}/seed {self.seed}"
+
+    @property
+    def home(self) -> Path:
+        """Folder of this run: spec.json, process.log, exit_code and the run directory."""
+        return Path(settings.RESULTS_DIR) / "runs" / str(self.pk)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.home / "run"
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started_at and self.finished_at:
+            return (self.finished_at - self.started_at).total_seconds()
+        return None
+
+    @staticmethod
+    def combined_state(states: list[str]) -> str:
+        """An experiment's status from its runs' states."""
+        if not states:
+            return Run.QUEUED
+        if Run.RUNNING in states:
+            return Run.RUNNING
+        if Run.QUEUED in states:
+            return Run.QUEUED
+        if Run.FAILED in states:
+            return Run.FAILED
+        if all(s == Run.SUCCEEDED for s in states):
+            return Run.SUCCEEDED
+        return Run.CANCELLED

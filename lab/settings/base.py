@@ -1,0 +1,167 @@
+"""Settings of the lab portal. Every value that varies comes from ``lab.env``."""
+
+from __future__ import annotations
+
+import os
+
+import dj_database_url
+
+from lab import env
+
+BASE_DIR = env.BASE_DIR
+VAR_DIR = env.path("LAB_VAR_DIR", BASE_DIR / "var")
+RESULTS_DIR = env.path("LAB_RESULTS_DIR", BASE_DIR / "results")
+
+SECRET_KEY = env.required(
+    "DJANGO_SECRET_KEY", "`make run` writes one to .env; in production set it yourself"
+)
+DEBUG = env.flag("DJANGO_DEBUG", False)
+ALLOWED_HOSTS = env.csv("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+CSRF_TRUSTED_ORIGINS = env.csv("DJANGO_CSRF_TRUSTED_ORIGINS", "")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_celery_beat",
+    "lab.accounts",
+    "lab.catalogue",
+    "lab.experiments",
+    "lab.runs",
+    "lab.results",
+    "lab.reports",
+    "lab.api",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "lab.urls"
+WSGI_APPLICATION = "lab.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "lab" / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# SQLite (embedded default) or whatever DATABASE_URL names (e.g. postgres://...).
+_SQLITE_PATH = VAR_DIR / "lab.sqlite3"
+DATABASES = {
+    "default": dj_database_url.parse(
+        env.text("DATABASE_URL") or f"sqlite:///{_SQLITE_PATH}", conn_max_age=60
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Web, worker and beat share one file: wait for locks, take write locks up front, WAL.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 30,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "experiment-list"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env.text("LAB_TIME_ZONE", "UTC")
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False  # the live-status script reads it for POSTs
+SESSION_COOKIE_SECURE = env.flag("DJANGO_SECURE_COOKIES", False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+X_FRAME_OPTIONS = "DENY"
+
+# --- Queue -----------------------------------------------------------------------------------
+# Redis when REDIS_URL is set; otherwise kombu's filesystem transport, which needs no server.
+REDIS_URL = env.text("REDIS_URL")
+BROKER_DIR = VAR_DIR / "broker"
+if REDIS_URL:
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": 3600}
+else:
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(BROKER_DIR / "queue"),
+        "data_folder_out": str(BROKER_DIR / "queue"),
+        "processed_folder": str(BROKER_DIR / "processed"),
+        "control_folder": str(BROKER_DIR / "control"),
+        "store_processed": False,
+    }
+    for _folder in ("queue", "processed", "control"):
+        (BROKER_DIR / _folder).mkdir(parents=True, exist_ok=True)
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_SERIALIZER = "json"
+CELERY_TASK_ACKS_LATE = True  # tasks are idempotent; a worker killed mid-task loses nothing
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SOFT_TIME_LIMIT = 120  # tasks are short: runs are detached, never a blocking task
+CELERY_TASK_TIME_LIMIT = 180
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+RECONCILE_INTERVAL_S = env.number("LAB_RECONCILE_INTERVAL_S", 3.0, minimum=0.5)
+CELERY_BEAT_SCHEDULE = {
+    "reconcile-runs": {
+        "task": "lab.runs.tasks.reconcile_runs",
+        "schedule": RECONCILE_INTERVAL_S,
+        "options": {"expires": RECONCILE_INTERVAL_S * 2},
+    },
+}
+
+# --- Runs ------------------------------------------------------------------------------------
+MAX_PARALLEL_RUNS = env.integer("LAB_MAX_PARALLEL_RUNS", os.cpu_count() or 1, minimum=1)
+MAX_RUN_ATTEMPTS = env.integer("LAB_MAX_RUN_ATTEMPTS", 3, minimum=1)
+LAUNCH_GRACE_S = env.number("LAB_LAUNCH_GRACE_S", 60.0, minimum=1.0)
+RUNNER_PYTHON = env.text("LAB_RUNNER_PYTHON")  # default: the interpreter running Django
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.text("LAB_LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
+
+# --- First administrator (see `manage.py ensure_admin`) ---------------------------------------
+LAB_ADMIN_USER = env.text("LAB_ADMIN_USER", "admin")
+LAB_ADMIN_PASSWORD = env.text("LAB_ADMIN_PASSWORD")  # None: generate one and print it once

@@ -1,0 +1,79 @@
+"""Run one validated spec and write its run directory (the only place that looks at mode)."""
+
+from __future__ import annotations
+
+import csv
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from . import manifest, rundir
+from .sim import allreduce
+from .sim.iteration import SimResult
+from .spec import RunSpec
+
+log = logging.getLogger("runners")
+
+SIMULATORS = {"allreduce": allreduce.run}
+
+
+def simulate(spec: RunSpec) -> SimResult:
+    try:
+        simulator = SIMULATORS[spec.arena]
+    except KeyError:
+        raise NotImplementedError(f"no simulator for the '{spec.arena}' arena yet") from None
+    return simulator(spec)
+
+
+def run_to_directory(spec: RunSpec, out: Path, argv: list[str]) -> dict[str, Any]:
+    """Execute ``spec`` and write the complete run directory at ``out``; return the summary."""
+    with rundir.staging(out) as tmp:
+        handler = logging.FileHandler(tmp / rundir.LOG)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
+        try:
+            rundir.write_json(tmp / rundir.MANIFEST, manifest.build(spec, argv))
+            log.info(
+                "run %s on %s, mode %s, seed %d", spec.system, spec.workload, spec.mode, spec.seed
+            )
+            started = time.perf_counter()
+            result = simulate(spec)
+            wall_s = time.perf_counter() - started
+            log.info(
+                "simulated %d iterations in %.3f s (%d events)",
+                spec.iterations,
+                wall_s,
+                int(result.metrics["sim_events"]),
+            )
+            summary = _write_results(tmp, spec, result, wall_s)
+            log.info("iteration_time_s=%.6f", result.metrics["iteration_time_s"])
+        finally:
+            log.removeHandler(handler)
+            handler.close()
+    return summary
+
+
+def _write_results(tmp: Path, spec: RunSpec, result: SimResult, wall_s: float) -> dict[str, Any]:
+    rundir.write_jsonl(tmp / rundir.METRICS, result.series)
+    with (tmp / "timeline.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(SimResult.TIMELINE_COLUMNS)
+        writer.writerows(result.timeline)
+    summary = {
+        "run": {
+            "system": spec.system,
+            "workload": spec.workload,
+            "mode": spec.mode,
+            "seed": spec.seed,
+            "arena": spec.arena,
+        },
+        "metrics": {**result.metrics, "sim_wall_s": wall_s},
+        "units": {**result.units, "sim_wall_s": "s"},
+        "artifacts": [
+            {"kind": "timeline", "path": "timeline.csv"},
+            {"kind": "series", "path": rundir.METRICS},
+        ],
+    }
+    rundir.write_json(tmp / rundir.SUMMARY, summary)
+    return summary

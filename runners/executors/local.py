@@ -1,0 +1,118 @@
+"""Local executor: run ``python -m runners run`` as a detached process on this machine.
+
+The run lives in its own session/process group, outlives the process that launched it (a Celery
+worker may restart meanwhile), and records its exit code in ``exit_code`` next to its log when it
+ends. Whoever polls later (another process) learns the state from the files and the process
+table only, so nothing is held in memory:
+
+    <home>/spec.json     the spec to run (written by the caller)
+    <home>/process.log   stdout + stderr of the runner
+    <home>/exit_code     written when the runner exits
+    <home>/run/          the run directory (appears atomically on success)
+
+No user-provided string reaches a shell: the command is a fixed argument vector; only paths we
+generate are passed, as positional arguments.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+SPEC = "spec.json"
+LOG = "process.log"
+EXIT_CODE = "exit_code"
+RUN_DIR = "run"
+
+# $1 = python, $2 = home. The inner shell waits for the runner and records its status.
+_WRAPPER = (
+    'cd "$2" && "$1" -m runners run spec.json --out run >process.log 2>&1; '
+    "echo $? >exit_code.tmp && mv exit_code.tmp exit_code"
+)
+# Detach: a new session (own process group), stdin closed; print the session leader's pid.
+_LAUNCH = 'setsid sh -c "$0" runner "$@" </dev/null >/dev/null 2>&1 & echo $!'
+
+
+@dataclass(frozen=True)
+class Handle:
+    pid: int
+    start_ticks: int | None  # from /proc/<pid>/stat, to tell a reused pid from ours
+
+
+@dataclass(frozen=True)
+class Status:
+    state: str  # "running" | "exited" | "lost"
+    exit_code: int | None = None
+
+
+def launch(home: Path, python: str = sys.executable, project_root: Path | None = None) -> Handle:
+    """Start the run in ``home`` (which must contain spec.json); return at once."""
+    home = Path(home).resolve()
+    if not (home / SPEC).is_file():
+        raise FileNotFoundError(f"{home / SPEC} is missing")
+    for stale in (EXIT_CODE, "exit_code.tmp"):
+        (home / stale).unlink(missing_ok=True)
+    root = project_root or Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": _pythonpath(root)}
+    out = subprocess.run(
+        ["sh", "-c", _LAUNCH, _WRAPPER, python, str(home)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=30,
+    )
+    pid = int(out.stdout.strip())
+    return Handle(pid=pid, start_ticks=_start_ticks(pid))
+
+
+def poll(home: Path, handle: Handle) -> Status:
+    """State of a launched run, from its files and the process table."""
+    code_file = Path(home) / EXIT_CODE
+    if code_file.exists():
+        return Status("exited", int(code_file.read_text().strip() or -1))
+    if _alive(handle):
+        return Status("running")
+    # The exit code may have been written between the two checks.
+    if code_file.exists():
+        return Status("exited", int(code_file.read_text().strip() or -1))
+    return Status("lost")
+
+
+def stop(handle: Handle, sig: int = signal.SIGTERM) -> bool:
+    """Signal the run's whole process group; False if it is already gone."""
+    if not _alive(handle):
+        return False
+    try:
+        os.killpg(handle.pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _alive(handle: Handle) -> bool:
+    ticks = _start_ticks(handle.pid)
+    if ticks is None:
+        return False
+    return handle.start_ticks is None or ticks == handle.start_ticks
+
+
+def _start_ticks(pid: int) -> int | None:
+    """Process start time in clock ticks, or None if no such live (non-zombie) process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def _pythonpath(root: Path) -> str:
+    existing = os.environ.get("PYTHONPATH")
+    return f"{root}{os.pathsep}{existing}" if existing else str(root)

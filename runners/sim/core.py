@@ -1,0 +1,49 @@
+"""A small deterministic discrete-event core (SimPy-sized, no processes).
+
+Time is in seconds. Events at the same time run in the order they were scheduled (a sequence
+number breaks ties), so a simulation is a pure function of its inputs. The core knows nothing
+about scheduling, networks or jobs; models build on ``EventLoop.at`` / ``EventLoop.after``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+Callback = Callable[..., None]
+
+
+class EventLoop:
+    def __init__(self) -> None:
+        self.now: float = 0.0
+        self.events_processed: int = 0
+        self._queue: list[tuple[float, int, Callback, tuple[Any, ...]]] = []
+        self._seq = itertools.count()
+
+    def at(self, time: float, callback: Callback, *args: Any) -> None:
+        """Run ``callback(*args)`` at absolute ``time`` (never in the past)."""
+        if time < self.now:
+            raise ValueError(f"cannot schedule at {time} before now={self.now}")
+        heapq.heappush(self._queue, (time, next(self._seq), callback, args))
+
+    def after(self, delay: float, callback: Callback, *args: Any) -> None:
+        self.at(self.now + delay, callback, *args)
+
+    def run(self, until: float | None = None) -> None:
+        """Process events in time order until none are left (or ``until`` is reached)."""
+        queue = self._queue
+        while queue:
+            time, _, callback, args = queue[0]
+            if until is not None and time > until:
+                self.now = until
+                return
+            heapq.heappop(queue)
+            self.now = time
+            self.events_processed += 1
+            callback(*args)
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue)

@@ -1,0 +1,278 @@
+"""The run-spec contract: one JSON/YAML document describing one run.
+
+``validate(raw)`` checks everything up front and returns a frozen ``RunSpec`` with every
+default filled in (the "resolved spec" recorded in the manifest), or raises ``SpecError`` whose
+``field`` names the offending entry with a dotted path (``cluster.workers``,
+``params.credit_bytes``, ``cluster.stragglers[1].slowdown``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+import workloads
+from workloads import devices
+
+from . import registry
+
+SPEC_VERSION = 1
+
+
+class SpecError(ValueError):
+    """An invalid spec. ``str(err)`` is one line that names the field."""
+
+    def __init__(self, field_path: str, message: str) -> None:
+        super().__init__(f"{field_path}: {message}")
+        self.field = field_path
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Straggler:
+    worker: int
+    slowdown: float
+
+
+@dataclass(frozen=True)
+class CommCluster:
+    """Cluster of a communication arena (one training job)."""
+
+    workers: int = 8
+    bandwidth_gbps: float = 10.0
+    latency_us: float = 10.0
+    gpu: str = "v100"
+    compute_efficiency: float = 0.5
+    compute_jitter_cv: float = 0.02
+    stragglers: tuple[Straggler, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    system: str
+    mode: str
+    workload: str
+    cluster: CommCluster
+    params: dict[str, Any] = field(hash=False)
+    iterations: int = 20
+    warmup_iterations: int = 2
+    batch_size: int = 0  # per worker; 0 never survives validation (the workload default)
+    seed: int = 0
+    labels: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    @property
+    def arena(self) -> str:
+        return registry.get(self.system).arena
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["spec_version"] = SPEC_VERSION
+        return data
+
+
+# Per key: (type, default-from-dataclass, check, description for the error message).
+_CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
+    "workers": (int, lambda v: 1 <= v <= 100_000, "an integer between 1 and 100000"),
+    "bandwidth_gbps": (float, lambda v: 0 < v <= 100_000, "a number > 0 (Gbit/s per worker NIC)"),
+    "latency_us": (float, lambda v: 0 <= v <= 1e6, "a number >= 0 (microseconds per message)"),
+    "gpu": (str, lambda v: v in devices.DEVICES, "a known device"),
+    "compute_efficiency": (float, lambda v: 0 < v <= 1, "a fraction in (0, 1]"),
+    "compute_jitter_cv": (float, lambda v: 0 <= v < 1, "a fraction in [0, 1)"),
+}
+_TOP_KEYS = {
+    "system",
+    "mode",
+    "workload",
+    "cluster",
+    "params",
+    "iterations",
+    "warmup_iterations",
+    "batch_size",
+    "seed",
+    "labels",
+    "spec_version",
+}
+
+
+def load_file(path: str | Path) -> dict[str, Any]:
+    """Read a JSON or YAML spec file into a mapping (not yet validated)."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as err:
+        raise SpecError("SPEC", f"cannot read {p}: {err.strerror}") from None
+    try:
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as err:
+        first_line = str(err).splitlines()[0]
+        raise SpecError("SPEC", f"{p} is not valid JSON/YAML: {first_line}") from None
+    if not isinstance(data, dict):
+        raise SpecError("SPEC", f"{p} must contain a mapping (got {type(data).__name__})")
+    return data
+
+
+def validate(raw: Any) -> RunSpec:
+    """Check ``raw`` against the contract and return the resolved spec."""
+    if not isinstance(raw, dict):
+        raise SpecError("SPEC", f"must be a mapping (got {type(raw).__name__})")
+    unknown = sorted(set(raw) - _TOP_KEYS)
+    if unknown:
+        raise SpecError(unknown[0], f"unknown field (allowed: {', '.join(sorted(_TOP_KEYS))})")
+    entry = _entry(raw)
+    mode = raw.get("mode", "sim")
+    if mode not in registry.MODES:
+        raise SpecError("mode", f"must be one of {', '.join(registry.MODES)} (got {mode!r})")
+    if mode not in entry.modes:
+        raise SpecError("mode", f"'{entry.name}' supports {', '.join(entry.modes)} only")
+    workload = _workload(raw)
+    profile = workloads.load_profile(workload)
+    iterations = _int(raw, "iterations", 20, 3, 100_000)
+    warmup = _int(raw, "warmup_iterations", 2, 0, iterations - 1)
+    labels = raw.get("labels", {})
+    if not isinstance(labels, dict):
+        raise SpecError("labels", "must be a mapping")
+    return RunSpec(
+        system=entry.name,
+        mode=mode,
+        workload=workload,
+        cluster=_cluster(raw.get("cluster", {})),
+        params=validate_params(entry, raw.get("params", {})),
+        iterations=iterations,
+        warmup_iterations=warmup,
+        batch_size=_int(raw, "batch_size", profile.default_batch_size, 1, 1_000_000),
+        seed=_int(raw, "seed", 0, 0, 2**63 - 1),
+        labels=dict(labels),
+    )
+
+
+def validate_params(entry: registry.Entry, raw: Any, prefix: str = "params") -> dict[str, Any]:
+    """Check system parameters against the entry's schema; fill defaults."""
+    if not isinstance(raw, dict):
+        raise SpecError(prefix, "must be a mapping of parameter names to values")
+    schema = {p.name: p for p in entry.params}
+    unknown = sorted(set(raw) - set(schema))
+    if unknown:
+        allowed = ", ".join(schema) or "none"
+        raise SpecError(
+            f"{prefix}.{unknown[0]}",
+            f"'{entry.name}' has no such parameter (parameters: {allowed})",
+        )
+    out = entry.defaults()
+    for name, value in raw.items():
+        p = schema[name]
+        field_path = f"{prefix}.{name}"
+        value = _coerce(field_path, value, p.kind)
+        if p.minimum is not None and value < p.minimum:
+            raise SpecError(field_path, f"must be >= {p.minimum:g} (got {value})")
+        if p.maximum is not None and value > p.maximum:
+            raise SpecError(field_path, f"must be <= {p.maximum:g} (got {value})")
+        out[name] = value
+    return out
+
+
+def _entry(raw: dict[str, Any]) -> registry.Entry:
+    name = raw.get("system")
+    if not isinstance(name, str) or not name:
+        raise SpecError("system", "required: a registry name (see `python -m runners list`)")
+    try:
+        entry = registry.get(name)
+    except registry.UnknownEntry as err:
+        raise SpecError("system", err.args[0]) from None
+    if entry.arena == "cluster":
+        raise SpecError("system", f"'{name}' is in the cluster arena, which is not available yet")
+    return entry
+
+
+def _workload(raw: dict[str, Any]) -> str:
+    name = raw.get("workload")
+    if not isinstance(name, str) or not name:
+        raise SpecError("workload", f"required: one of {', '.join(workloads.names())}")
+    if name not in workloads.names():
+        raise SpecError(
+            "workload", f"unknown workload '{name}' (known: {', '.join(workloads.names())})"
+        )
+    return name
+
+
+def _cluster(raw: Any) -> CommCluster:
+    if not isinstance(raw, dict):
+        raise SpecError("cluster", "must be a mapping")
+    allowed = set(_CLUSTER_RULES) | {"stragglers"}
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise SpecError(
+            f"cluster.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(allowed))})"
+        )
+    values: dict[str, Any] = {}
+    for key, (kind, check, what) in _CLUSTER_RULES.items():
+        if key not in raw:
+            continue
+        value = _coerce(f"cluster.{key}", raw[key], kind)
+        if not check(value):
+            if key == "gpu":
+                what = f"one of {', '.join(sorted(devices.DEVICES))}"
+            raise SpecError(f"cluster.{key}", f"must be {what} (got {raw[key]!r})")
+        values[key] = value
+    workers = values.get("workers", CommCluster.workers)
+    values["stragglers"] = _stragglers(raw.get("stragglers", []), workers)
+    return CommCluster(**values)
+
+
+def _stragglers(raw: Any, workers: int) -> tuple[Straggler, ...]:
+    if not isinstance(raw, list):
+        raise SpecError("cluster.stragglers", "must be a list of {worker, slowdown}")
+    out = []
+    seen = set()
+    for i, item in enumerate(raw):
+        where = f"cluster.stragglers[{i}]"
+        if not isinstance(item, dict) or set(item) != {"worker", "slowdown"}:
+            raise SpecError(where, "must be a mapping with exactly 'worker' and 'slowdown'")
+        worker = _coerce(f"{where}.worker", item["worker"], int)
+        if not 0 <= worker < workers or worker in seen:
+            raise SpecError(
+                f"{where}.worker",
+                f"must be a distinct worker index in 0..{workers - 1} (got {worker})",
+            )
+        slowdown = _coerce(f"{where}.slowdown", item["slowdown"], float)
+        if not 1.0 <= slowdown <= 1000:
+            raise SpecError(f"{where}.slowdown", f"must be a factor in [1, 1000] (got {slowdown})")
+        seen.add(worker)
+        out.append(Straggler(worker, slowdown))
+    return tuple(out)
+
+
+def _int(raw: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
+    if key not in raw:
+        return default
+    value = _coerce(key, raw[key], int)
+    if not low <= value <= high:
+        raise SpecError(key, f"must be between {low} and {high} (got {value})")
+    return value
+
+
+def _coerce(field_path: str, value: Any, kind: type) -> Any:
+    """Accept JSON-ish values of the right kind; never silently truncate."""
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise SpecError(field_path, f"must be true or false (got {value!r})")
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+            raise SpecError(field_path, f"must be an integer (got {value!r})")
+        return int(value)
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SpecError(field_path, f"must be a number (got {value!r})")
+        if not math.isfinite(value):
+            raise SpecError(field_path, f"must be finite (got {value!r})")
+        return float(value)
+    if kind is str:
+        if not isinstance(value, str):
+            raise SpecError(field_path, f"must be a string (got {value!r})")
+        return value
+    raise TypeError(f"unsupported parameter type {kind}")
