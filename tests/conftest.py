@@ -1,0 +1,40 @@
+"""Shared test helpers.
+
+Tests that need an external program (redis-server, PostgreSQL, Chromium) skip when it is
+missing on a developer machine, but fail when LAB_REQUIRE_SERVICES=1 (set by .ci/run), so CI can
+never pass by skipping them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+
+def require_binary(name: str, *candidates: str) -> str:
+    for candidate in (name, *candidates):
+        found = shutil.which(candidate) or (candidate if os.path.isfile(candidate) else None)
+        if found:
+            return found
+    message = f"{name} is not installed (apt-get install it, or run .ci/run)"
+    if os.environ.get("LAB_REQUIRE_SERVICES") == "1":
+        pytest.fail(message + "; LAB_REQUIRE_SERVICES=1 forbids skipping")
+    pytest.skip(message)
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float = 60, interval_s: float = 0.2,
+             what: str = "condition") -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(interval_s)

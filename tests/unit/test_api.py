@@ -1,0 +1,111 @@
+"""The JSON API with token authentication."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.core.management import call_command
+
+from lab.accounts.models import ApiToken
+from lab.experiments.models import Experiment
+from lab.runs.models import Run
+
+pytestmark = pytest.mark.django_db
+
+BODY = {
+    "name": "api experiment",
+    "system": "bytescheduler",
+    "baselines": ["wfbp"],
+    "workloads": ["resnet50-debug"],
+    "mode": "sim",
+    "seeds": [0, 1, 2],
+    "cluster": {"workers": 4, "bandwidth_gbps": 10},
+    "params": {"credit_bytes": 1_000_000},
+}
+
+
+@pytest.fixture
+def token(user) -> str:
+    return ApiToken.issue(user)
+
+
+def post(client, url, body, token):
+    data = body if isinstance(body, str) else json.dumps(body)
+    return client.post(url, data, content_type="application/json",
+                       HTTP_AUTHORIZATION=f"Token {token}")
+
+
+@pytest.mark.parametrize("header", ["", "Token nope", "Bearer x", "Token "])
+def test_it_refuses_requests_without_a_valid_token(client, header):
+    response = client.get("/api/experiments/", HTTP_AUTHORIZATION=header)
+    assert response.status_code == 401
+    assert "apitoken" in response.json()["error"]
+
+
+def test_only_a_digest_of_the_token_is_stored(token):
+    stored = ApiToken.objects.get()
+    assert token not in (stored.key_digest, stored.prefix) and len(stored.key_digest) == 64
+
+
+def test_creating_an_experiment_returns_201_with_its_id(client, token, user):
+    response = post(client, "/api/experiments/", BODY, token)
+    assert response.status_code == 201
+    data = response.json()
+    experiment = Experiment.objects.get(pk=data["id"])
+    assert experiment.owner == user
+    assert data["status"] == "queued"
+    assert len(data["runs"]) == 6 and {r["status"] for r in data["runs"]} == {"queued"}
+    assert data["cluster"]["workers"] == 4 and data["iterations"] == 20
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"cluster": {"workers": 0}}, "cluster.workers"),
+        ({"cluster": {"nics": 2}}, "cluster.nics"),
+        ({"cluster": {"stragglers": [{"worker": 1}]}}, "cluster.stragglers"),
+        ({"params": {"nope": 1}}, "params"),
+        ({"workloads": ["mnist"]}, "workloads"),
+        ({"workloads": "resnet50"}, "workloads"),
+        ({"system": "pace-not-yet"}, "system"),
+        ({"seeds": ["a"]}, "seeds"),
+        ({"baselines": ["bytescheduler", "nope"]}, "baselines"),
+        ({"colour": "red"}, "colour"),
+        ({"name": ""}, "name"),
+    ],
+)
+def test_bad_bodies_get_400_with_the_field_named_and_nothing_queued(client, token, change, field):
+    response = post(client, "/api/experiments/", {**BODY, **change}, token)
+    assert response.status_code == 400
+    assert field in response.json()["errors"], response.json()
+    assert not Run.objects.exists()
+
+
+@pytest.mark.parametrize("body", ["{not json", "[1, 2]"])
+def test_a_body_that_is_not_a_json_object_is_refused(client, token, body):
+    response = post(client, "/api/experiments/", body, token)
+    assert response.status_code == 400 and "body" in response.json()["errors"]
+
+
+def test_get_shows_status_runs_metrics_and_figures(client, token):
+    created = post(client, "/api/experiments/", BODY, token).json()
+    response = client.get(f"/api/experiments/{created['id']}/", HTTP_AUTHORIZATION=f"Token {token}")
+    data = response.json()
+    assert data["status"] == "queued"
+    assert set(data["runs"][0]) >= {"id", "status", "metrics", "system", "workload", "seed"}
+    assert data["figures"] == {}  # none yet: nothing has finished
+
+
+def test_cancel_cancels_every_active_run(client, token):
+    created = post(client, "/api/experiments/", BODY, token).json()
+    response = post(client, f"/api/experiments/{created['id']}/cancel/", {}, token)
+    assert response.status_code == 200
+    assert response.json()["status"] == "cancelled" and response.json()["cancelled_runs"] == 6
+
+
+def test_the_apitoken_command_creates_the_user_and_prints_a_working_token(client, capsys):
+    call_command("apitoken", "nightly-bot")
+    token = capsys.readouterr().out.strip()
+    response = client.get("/api/experiments/", HTTP_AUTHORIZATION=f"Token {token}")
+    assert response.status_code == 200 and response.json() == {"experiments": []}

@@ -1,0 +1,174 @@
+"""Portal pages through Django's test client: login, CSRF, form validation, pages, files."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from lab import actions
+from lab.experiments.models import Experiment
+from lab.runs.models import Run
+
+pytestmark = pytest.mark.django_db
+
+FORM = {
+    "name": "first",
+    "system": "bytescheduler",
+    "baselines": ["wfbp"],
+    "workloads": ["resnet50-debug"],
+    "mode": "sim",
+    "seeds": "0, 1",
+    "repeats": "3",
+    "iterations": "5",
+    "cluster_workers": "4",
+    "cluster_bandwidth_gbps": "10",
+    "cluster_latency_us": "10",
+    "cluster_gpu": "v100",
+    "cluster_compute_efficiency": "0.5",
+    "cluster_compute_jitter_cv": "0.02",
+    "cluster_stragglers": "",
+    "params": "{}",
+}
+
+
+@pytest.fixture
+def browser(client, user) -> Client:
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.parametrize("name", ["experiment-list", "experiment-new", "catalogue"])
+def test_every_page_requires_login(client, name):
+    response = client.get(reverse(name))
+    assert response.status_code == 302
+    assert response.url.startswith(reverse("login"))
+
+
+def test_the_login_page_is_public(client):
+    assert client.get(reverse("login")).status_code == 200
+
+
+def test_posts_without_a_csrf_token_are_refused(user, config):
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(user)
+    response = strict.post(reverse("experiment-new"), FORM)
+    assert response.status_code == 403
+    assert not Experiment.objects.exists()
+
+
+def test_a_valid_form_creates_the_experiment_and_its_runs(browser, user):
+    response = browser.post(reverse("experiment-new"), FORM)
+    experiment = Experiment.objects.get()
+    assert response.status_code == 302 and response.url == experiment.get_absolute_url()
+    assert experiment.owner == user
+    assert experiment.seeds == [0, 1]
+    assert experiment.runs.count() == 4
+
+
+def test_repeats_give_seeds_when_no_seeds_are_given(browser):
+    browser.post(reverse("experiment-new"), {**FORM, "seeds": "", "repeats": "3"})
+    assert Experiment.objects.get().seeds == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "text"),
+    [
+        ({"cluster_workers": "0"}, "cluster_workers", "cluster.workers"),
+        ({"cluster_bandwidth_gbps": "-1"}, "cluster_bandwidth_gbps", "cluster.bandwidth_gbps"),
+        ({"params": '{"credit": 4}'}, "params", "params.credit"),
+        ({"params": '{"credit_bytes": 1}'}, "params", "params.credit_bytes: must be"),
+        ({"params": "[1, 2]"}, "params", "JSON object"),
+        ({"params": "{nope"}, "params", "Enter a valid JSON"),
+        ({"seeds": "1, x"}, "seeds", "integers"),
+        ({"seeds": "1, 1"}, "seeds", "distinct"),
+        ({"cluster_stragglers": "9:2"}, "cluster_stragglers", "cluster.stragglers[0].worker"),
+        ({"cluster_stragglers": "1-2"}, "cluster_stragglers", "worker:slowdown"),
+        ({"workloads": []}, "workloads", "required"),
+        ({"system": "nope"}, "system", "Select a valid choice"),
+        ({"mode": "real"}, "mode", "supports sim only"),
+        ({"name": ""}, "name", "required"),
+    ],
+)
+def test_invalid_input_is_shown_next_to_its_field_and_nothing_is_queued(browser, change, field,
+                                                                         text):
+    response = browser.post(reverse("experiment-new"), {**FORM, **change})
+    assert response.status_code == 200
+    html = response.content.decode()
+    block = html.split(f'id="field-{field}"', 1)[1].split('<div class="field', 1)[0]
+    assert 'class="error"' in block and text in block, block
+    assert not Experiment.objects.exists()
+    assert not Run.objects.exists()
+
+
+def test_too_many_runs_are_refused(browser):
+    seeds = ", ".join(str(s) for s in range(70))  # 2 entries x 4 workloads x 70 seeds = 560
+    workloads = ["resnet50", "vgg16", "resnet50-debug", "vgg16-debug"]
+    response = browser.post(reverse("experiment-new"), {**FORM, "seeds": seeds,
+                                                        "workloads": workloads})
+    assert "limit is 500" in response.content.decode()
+
+
+def test_the_form_preselects_the_baselines_of_the_systems_arena(browser):
+    form = browser.get(reverse("experiment-new")).context["form"]
+    assert form.initial["system"] == "bytescheduler"
+    assert form.initial["baselines"] == ["wfbp"]
+
+
+def test_copy_prefills_the_form_from_an_experiment(browser, user, config):
+    source = actions.create_experiment(user, config)
+    form = browser.get(reverse("experiment-new") + f"?copy={source.pk}").context["form"]
+    assert form.initial["name"] == "bs vs wfbp (copy)"
+    assert form.initial["cluster_workers"] == 4
+    assert form.initial["params"] == {"credit_bytes": 100_000}
+
+
+def test_the_catalogue_lists_every_entry_with_its_paper_and_parameters(browser):
+    html = browser.get(reverse("catalogue")).content.decode()
+    assert 'id="entry-wfbp"' in html and 'id="entry-bytescheduler"' in html
+    assert "SOSP 2019" in html and "USENIX ATC 2017" in html
+    assert "credit_bytes" in html and "partition_bytes" in html
+    assert "resnet50" in html and "vgg16" in html
+
+
+def test_the_experiment_page_shows_runs_and_live_fragment(browser, user, config):
+    experiment = actions.create_experiment(user, config)
+    page = browser.get(experiment.get_absolute_url()).content.decode()
+    assert 'data-live-url="' in page and page.count('id="run-') == 4
+    live = browser.get(reverse("experiment-live", args=[experiment.pk])).content.decode()
+    assert 'data-active="true"' in live and "queued" in live
+    assert "<html" not in live
+
+
+def test_cancel_and_rerun_buttons_change_state(browser, user, config):
+    experiment = actions.create_experiment(user, config)
+    browser.post(reverse("experiment-cancel", args=[experiment.pk]))
+    assert experiment.status == Run.CANCELLED
+    response = browser.post(reverse("experiment-rerun", args=[experiment.pk]))
+    copy = Experiment.objects.exclude(pk=experiment.pk).get()
+    assert response.url == copy.get_absolute_url() and copy.status == Run.QUEUED
+
+
+def test_only_the_owner_or_staff_may_cancel(client, django_user_model, user, config):
+    experiment = actions.create_experiment(user, config)
+    other = django_user_model.objects.create_user("bob", password="b" * 12)
+    client.force_login(other)
+    client.post(reverse("experiment-cancel", args=[experiment.pk]))
+    assert experiment.status == Run.QUEUED
+
+
+def test_the_run_log_page_shows_the_process_output(browser, user, config):
+    experiment = actions.create_experiment(user, config)
+    run = experiment.runs.first()
+    run.home.mkdir(parents=True)
+    (run.home / "process.log").write_text("hello from the runner\n")
+    assert "hello from the runner" in browser.get(reverse("run-log", args=[run.pk])).content.decode()
+    raw = browser.get(reverse("run-log", args=[run.pk]) + "?raw=1")
+    assert raw["Content-Type"].startswith("text/plain")
+
+
+@pytest.mark.parametrize("name", ["../../secret", "settings.py", "comparison-x.png", "data.csv"])
+def test_only_known_figure_files_are_served(browser, user, config, name):
+    experiment = actions.create_experiment(user, config)
+    response = browser.get(reverse("experiment-file", args=[experiment.pk, "x"]).replace("x", name))
+    assert response.status_code == 404
