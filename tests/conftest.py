@@ -27,8 +27,12 @@ def require_binary(name: str, *candidates: str) -> str:
     pytest.skip(message)
 
 
-def wait_for(predicate: Callable[[], Any], timeout_s: float = 60, interval_s: float = 0.2,
-             what: str = "condition") -> Any:
+def wait_for(
+    predicate: Callable[[], Any],
+    timeout_s: float = 60,
+    interval_s: float = 0.2,
+    what: str = "condition",
+) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while True:

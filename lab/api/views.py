@@ -154,6 +154,7 @@ def _detail(request: HttpRequest, e: Experiment) -> dict[str, Any]:
         "page": request.build_absolute_uri(e.get_absolute_url()),
         "runs": [_run(r) for r in runs],
         "figures": figure_urls,
+        "figures_current": figures.is_current(e),
         "data_csv": file_url("data.csv") if (directory / "data.csv").exists() else None,
     }
 

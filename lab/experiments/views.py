@@ -4,7 +4,7 @@ from pathlib import Path
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db.models import Max, Prefetch
+from django.db.models import Prefetch
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
@@ -114,10 +114,7 @@ def _figures(experiment: Experiment, runs: list[Run]) -> tuple[list[dict[str, ob
                     "version": int(png.stat().st_mtime),
                 }
             )
-    last = experiment.runs.filter(state=Run.SUCCEEDED).aggregate(t=Max("finished_at"))["t"]
-    data_csv = directory / "data.csv"
-    settled = last is None or (data_csv.exists() and data_csv.stat().st_mtime >= last.timestamp())
-    return out, settled
+    return out, figures.is_current(experiment)
 
 
 @require_POST

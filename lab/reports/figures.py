@@ -7,8 +7,11 @@ figure.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import matplotlib
@@ -18,6 +21,7 @@ matplotlib.use("Agg")
 import pandas as pd
 import seaborn as sns
 from django.conf import settings
+from django.db.models import Count, Max
 from matplotlib.figure import Figure
 
 from lab.experiments.models import Experiment
@@ -124,23 +128,54 @@ def _atomic(target: Path, write) -> None:
         raise
 
 
+FINGERPRINT = "fingerprint.txt"
+
+
+def results_fingerprint(experiment: Experiment) -> str:
+    """Identifies the set of results a figure is drawn from (succeeded runs only)."""
+    done = experiment.runs.filter(state=Run.SUCCEEDED).aggregate(
+        n=Count("id"), t=Max("finished_at")
+    )
+    return f"{done['n']}:{done['t'].isoformat() if done['t'] else '-'}"
+
+
+def is_current(experiment: Experiment) -> bool:
+    """True when the figures on disk show every succeeded run (nothing left to redraw)."""
+    expected = results_fingerprint(experiment)
+    if expected.startswith("0:"):
+        return True
+    fingerprint = figure_dir(experiment) / FINGERPRINT
+    return fingerprint.exists() and fingerprint.read_text() == expected
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """One render per experiment at a time, so an older render never overwrites a newer."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def render(experiment: Experiment) -> list[Path]:
     """Redraw every figure of the experiment and the CSV behind them."""
     directory = figure_dir(experiment)
-    frame = tidy_frame(experiment)
-    if frame.empty:
-        for old in directory.glob("*"):
-            old.unlink()
-        return []
-    directory.mkdir(parents=True, exist_ok=True)
-    csv_path = directory / "data.csv"
-    _atomic(csv_path, lambda tmp: frame.to_csv(tmp, index=False))
-    paths = [csv_path]
-    for metric in METRICS:
-        data = metric_frame(frame, metric)
-        if data.empty:
-            continue
-        paths += save(
-            plot_comparison(data, metric, experiment.entries), directory, figure_stem(metric)
-        )
+    with _locked(directory):
+        fingerprint = results_fingerprint(experiment)  # inside the lock, before the data
+        frame = tidy_frame(experiment)
+        if frame.empty:
+            for old in directory.glob("*"):
+                if old.name != ".lock":
+                    old.unlink()
+            return []
+        csv_path = directory / "data.csv"
+        _atomic(csv_path, lambda tmp: frame.to_csv(tmp, index=False))
+        paths = [csv_path]
+        for metric in METRICS:
+            data = metric_frame(frame, metric)
+            if data.empty:
+                continue
+            figure = plot_comparison(data, metric, experiment.entries)
+            paths += save(figure, directory, figure_stem(metric))
+        _atomic(directory / FINGERPRINT, lambda tmp: Path(tmp).write_text(fingerprint))
     return paths

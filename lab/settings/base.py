@@ -75,6 +75,7 @@ DATABASES = {
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Web, worker and beat share one file: wait for locks, take write locks up front, WAL.
+    _SQLITE_PATH.parent.mkdir(parents=True, exist_ok=True)
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"]["OPTIONS"] = {
         "timeout": 30,

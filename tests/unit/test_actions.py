@@ -35,7 +35,11 @@ def test_it_creates_one_run_per_entry_workload_and_seed(user, config):
     runs = list(experiment.runs.all())
     assert len(runs) == 2 * 1 * 2
     assert {(r.system, r.seed) for r in runs} == {
-        ("bytescheduler", 0), ("bytescheduler", 1), ("wfbp", 0), ("wfbp", 1)}
+        ("bytescheduler", 0),
+        ("bytescheduler", 1),
+        ("wfbp", 0),
+        ("wfbp", 1),
+    }
     assert all(r.state == Run.QUEUED for r in runs)
     by_system = {r.system: r.spec for r in runs}
     assert by_system["bytescheduler"]["params"]["credit_bytes"] == 100_000
@@ -96,9 +100,15 @@ def test_cancelling_a_queued_run_keeps_it_from_starting(user, config):
 
 
 def test_cancelling_a_running_run_stops_its_process(user, config):
-    slow = actions.ExperimentConfig(**{**config.__dict__, "workloads": ("vgg16",),
-                                       "seeds": (0,), "iterations": 100_000,
-                                       "cluster": {"workers": 64}})
+    slow = actions.ExperimentConfig(
+        **{
+            **config.__dict__,
+            "workloads": ("vgg16",),
+            "seeds": (0,),
+            "iterations": 100_000,
+            "cluster": {"workers": 64},
+        }
+    )
     experiment = actions.create_experiment(user, slow)
     run = experiment.runs.get(system="wfbp")
     assert actions.launch_run(run.pk)
@@ -133,8 +143,7 @@ def test_a_run_whose_process_vanished_is_requeued_then_succeeds(user, config):
     experiment = actions.create_experiment(user, config)
     run = experiment.runs.first()
     # As after a machine restart: the database says running, but no such process exists.
-    Run.objects.filter(pk=run.pk).update(state=Run.RUNNING, pid=2**22 + 12345,
-                                         pid_start_ticks=1)
+    Run.objects.filter(pk=run.pk).update(state=Run.RUNNING, pid=2**22 + 12345, pid_start_ticks=1)
     run.home.mkdir(parents=True)
     (run.home / "process.log").write_text("partial output of attempt 1\n")
     counts = actions.reconcile()
@@ -164,8 +173,9 @@ def test_a_launch_that_never_recorded_its_process_is_requeued(user, config, sett
     settings.LAUNCH_GRACE_S = 0.0
     experiment = actions.create_experiment(user, config)
     run = experiment.runs.first()
-    Run.objects.filter(pk=run.pk).update(state=Run.RUNNING, pid=None,
-                                         started_at="2020-01-01T00:00:00Z")
+    Run.objects.filter(pk=run.pk).update(
+        state=Run.RUNNING, pid=None, started_at="2020-01-01T00:00:00Z"
+    )
     assert actions.reconcile()["requeued"] == 1
 
 
@@ -191,15 +201,25 @@ def test_figures_are_drawn_from_succeeded_runs(user, config):
     experiment = actions.create_experiment(user, config)
     finish_all(experiment)
     paths = {p.rsplit("/", 1)[1] for p in actions.render_figures(experiment.pk)}
-    assert {"data.csv", "comparison-iteration_time_s.png", "comparison-iteration_time_s.pdf",
-            "comparison-iteration_time_s.svg"} <= paths
+    assert {
+        "data.csv",
+        "comparison-iteration_time_s.png",
+        "comparison-iteration_time_s.pdf",
+        "comparison-iteration_time_s.svg",
+    } <= paths
 
 
 def test_signals_reach_the_whole_process_group(user, config):
     """Cancel stops the runner and its wrapper shell, not just one process."""
-    slow = actions.ExperimentConfig(**{**config.__dict__, "workloads": ("vgg16",),
-                                       "seeds": (0,), "iterations": 100_000,
-                                       "cluster": {"workers": 64}})
+    slow = actions.ExperimentConfig(
+        **{
+            **config.__dict__,
+            "workloads": ("vgg16",),
+            "seeds": (0,),
+            "iterations": 100_000,
+            "cluster": {"workers": 64},
+        }
+    )
     experiment = actions.create_experiment(user, slow)
     run = experiment.runs.get(system="wfbp")
     actions.launch_run(run.pk)

@@ -32,8 +32,9 @@ def token(user) -> str:
 
 def post(client, url, body, token):
     data = body if isinstance(body, str) else json.dumps(body)
-    return client.post(url, data, content_type="application/json",
-                       HTTP_AUTHORIZATION=f"Token {token}")
+    return client.post(
+        url, data, content_type="application/json", HTTP_AUTHORIZATION=f"Token {token}"
+    )
 
 
 @pytest.mark.parametrize("header", ["", "Token nope", "Bearer x", "Token "])

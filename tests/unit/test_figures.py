@@ -13,10 +13,19 @@ from lab.reports import figures
 
 def frame() -> pd.DataFrame:
     rows = [
-        (i, system, "system" if system == "a" else "baseline", "resnet50", seed,
-         "iteration_time_s", base + 0.01 * seed, "s")
+        (
+            i,
+            system,
+            "system" if system == "a" else "baseline",
+            "resnet50",
+            seed,
+            "iteration_time_s",
+            base + 0.01 * seed,
+            "s",
+        )
         for i, (system, base, seed) in enumerate(
-            (s, b, k) for s, b in (("a", 1.0), ("b", 2.0)) for k in range(3))
+            (s, b, k) for s, b in (("a", 1.0), ("b", 2.0)) for k in range(3)
+        )
     ]
     return pd.DataFrame(rows, columns=figures.COLUMNS)
 
@@ -45,8 +54,9 @@ def test_save_writes_every_format_with_truetype_fonts_in_the_pdf(tmp_path):
     pdf = (tmp_path / "cmp.pdf").read_bytes()
     assert b"/FontFile2" in pdf and b"/Type3" not in pdf
     if shutil.which("pdffonts"):
-        out = subprocess.run(["pdffonts", str(tmp_path / "cmp.pdf")], capture_output=True,
-                             text=True, check=True).stdout
+        out = subprocess.run(
+            ["pdffonts", str(tmp_path / "cmp.pdf")], capture_output=True, text=True, check=True
+        ).stdout
         assert "TrueType" in out and "Type 3" not in out
     assert not list(tmp_path.glob(".*")), "no temporary files are left behind"
 

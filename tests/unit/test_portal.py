@@ -90,8 +90,9 @@ def test_repeats_give_seeds_when_no_seeds_are_given(browser):
         ({"name": ""}, "name", "required"),
     ],
 )
-def test_invalid_input_is_shown_next_to_its_field_and_nothing_is_queued(browser, change, field,
-                                                                         text):
+def test_invalid_input_is_shown_next_to_its_field_and_nothing_is_queued(
+    browser, change, field, text
+):
     response = browser.post(reverse("experiment-new"), {**FORM, **change})
     assert response.status_code == 200
     html = response.content.decode()
@@ -104,8 +105,9 @@ def test_invalid_input_is_shown_next_to_its_field_and_nothing_is_queued(browser,
 def test_too_many_runs_are_refused(browser):
     seeds = ", ".join(str(s) for s in range(70))  # 2 entries x 4 workloads x 70 seeds = 560
     workloads = ["resnet50", "vgg16", "resnet50-debug", "vgg16-debug"]
-    response = browser.post(reverse("experiment-new"), {**FORM, "seeds": seeds,
-                                                        "workloads": workloads})
+    response = browser.post(
+        reverse("experiment-new"), {**FORM, "seeds": seeds, "workloads": workloads}
+    )
     assert "limit is 500" in response.content.decode()
 
 
@@ -162,7 +164,8 @@ def test_the_run_log_page_shows_the_process_output(browser, user, config):
     run = experiment.runs.first()
     run.home.mkdir(parents=True)
     (run.home / "process.log").write_text("hello from the runner\n")
-    assert "hello from the runner" in browser.get(reverse("run-log", args=[run.pk])).content.decode()
+    page = browser.get(reverse("run-log", args=[run.pk])).content.decode()
+    assert "hello from the runner" in page
     raw = browser.get(reverse("run-log", args=[run.pk]) + "?raw=1")
     assert raw["Content-Type"].startswith("text/plain")
 
