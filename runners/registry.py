@@ -135,7 +135,7 @@ def get(name: str) -> Entry:
         return _BY_NAME[name]
     except KeyError:
         known = ", ".join(sorted(_BY_NAME))
-        raise UnknownEntry(f"unknown system '{name}' (known: {known})") from None
+        raise UnknownEntry(f"unknown system {name!r} (known: {known})") from None
 
 
 def entries(arena: str | None = None) -> list[Entry]:

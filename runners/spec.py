@@ -70,7 +70,9 @@ class RunSpec:
         return registry.get(self.system).arena
 
     def as_dict(self) -> dict[str, Any]:
+        """The resolved spec as JSON-ready data; ``validate(spec.as_dict()) == spec``."""
         data = asdict(self)
+        data["cluster"]["stragglers"] = [dict(s) for s in data["cluster"]["stragglers"]]
         data["spec_version"] = SPEC_VERSION
         return data
 
@@ -120,7 +122,7 @@ def validate(raw: Any) -> RunSpec:
     """Check ``raw`` against the contract and return the resolved spec."""
     if not isinstance(raw, dict):
         raise SpecError("SPEC", f"must be a mapping (got {type(raw).__name__})")
-    unknown = sorted(set(raw) - _TOP_KEYS)
+    unknown = _unknown_keys(raw, _TOP_KEYS)
     if unknown:
         raise SpecError(unknown[0], f"unknown field (allowed: {', '.join(sorted(_TOP_KEYS))})")
     entry = _entry(raw)
@@ -155,7 +157,7 @@ def validate_params(entry: registry.Entry, raw: Any, prefix: str = "params") -> 
     if not isinstance(raw, dict):
         raise SpecError(prefix, "must be a mapping of parameter names to values")
     schema = {p.name: p for p in entry.params}
-    unknown = sorted(set(raw) - set(schema))
+    unknown = _unknown_keys(raw, set(schema))
     if unknown:
         allowed = ", ".join(schema) or "none"
         raise SpecError(
@@ -194,7 +196,7 @@ def _workload(raw: dict[str, Any]) -> str:
         raise SpecError("workload", f"required: one of {', '.join(workloads.names())}")
     if name not in workloads.names():
         raise SpecError(
-            "workload", f"unknown workload '{name}' (known: {', '.join(workloads.names())})"
+            "workload", f"unknown workload {name!r} (known: {', '.join(workloads.names())})"
         )
     return name
 
@@ -203,7 +205,7 @@ def _cluster(raw: Any) -> CommCluster:
     if not isinstance(raw, dict):
         raise SpecError("cluster", "must be a mapping")
     allowed = set(_CLUSTER_RULES) | {"stragglers"}
-    unknown = sorted(set(raw) - allowed)
+    unknown = _unknown_keys(raw, allowed)
     if unknown:
         raise SpecError(
             f"cluster.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(allowed))})"
@@ -246,6 +248,11 @@ def _stragglers(raw: Any, workers: int) -> tuple[Straggler, ...]:
     return tuple(out)
 
 
+def _unknown_keys(raw: dict[Any, Any], allowed: set[str]) -> list[str]:
+    """Keys not in ``allowed``, as sortable strings (YAML allows non-string keys)."""
+    return sorted(repr(k) if not isinstance(k, str) else k for k in raw if k not in allowed)
+
+
 def _int(raw: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
     if key not in raw:
         return default
@@ -262,7 +269,12 @@ def _coerce(field_path: str, value: Any, kind: type) -> Any:
             return value
         raise SpecError(field_path, f"must be true or false (got {value!r})")
     if kind is int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value != int(value)
+        ):
             raise SpecError(field_path, f"must be an integer (got {value!r})")
         return int(value)
     if kind is float:

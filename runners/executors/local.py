@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,7 +68,22 @@ def launch(home: Path, python: str = sys.executable, project_root: Path | None =
         timeout=30,
     )
     pid = int(out.stdout.strip())
+    _wait_for_own_group(pid)
     return Handle(pid=pid, start_ticks=_start_ticks(pid))
+
+
+def _wait_for_own_group(pid: int, timeout_s: float = 5.0) -> None:
+    """Return once ``pid`` leads its own process group (setsid has run), so that ``stop``
+    right after ``launch`` reaches the whole run; or once the process has already ended."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if os.getpgid(pid) == pid:
+                return
+        except ProcessLookupError:
+            return
+        time.sleep(0.005)
+    raise RuntimeError(f"run process {pid} did not start its own session within {timeout_s} s")
 
 
 def poll(home: Path, handle: Handle) -> Status:

@@ -1,0 +1,62 @@
+"""A lab member in a real browser (Playwright driving Debian's Chromium): log in, define an
+experiment through the form, watch it run without reloading, and find the plot."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.browser.conftest import login
+
+pytestmark = pytest.mark.browser
+
+
+def test_a_member_creates_an_experiment_and_sees_its_plot(page, portal):
+    login(page, portal)
+    page.click("text=New experiment")
+    page.fill("#id_name", "browser run")
+    page.select_option("#id_system", "bytescheduler")
+    # Baselines of the system's arena are preselected by the page.
+    assert page.is_checked("input[name=baselines][value=wfbp]")
+    assert page.is_disabled("input[name=baselines][value=bytescheduler]")
+    page.check("input[name=workloads][value=resnet50-debug]")
+    page.fill("#id_seeds", "0, 1")
+    page.fill("#id_iterations", "5")
+    page.fill("#id_cluster_workers", "4")
+    page.click("text=Queue experiment")
+    page.wait_for_url("**/experiments/*/")
+    assert page.locator(".message").inner_text().startswith("Queued 4 runs")
+
+    page.evaluate("window.__noReload = true")  # survives only if the page never reloads
+    page.wait_for_function(
+        "document.getElementById('experiment-status').textContent === 'succeeded'", timeout=120_000
+    )
+    plot = page.locator("img.plot").first
+    plot.wait_for(state="visible", timeout=60_000)
+    page.wait_for_function(
+        "[...document.querySelectorAll('img.plot')].every(i => i.complete && i.naturalWidth > 0)"
+    )
+    assert page.evaluate("window.__noReload === true"), "status must refresh without a reload"
+    assert page.locator("tr[id^=run-] .state.succeeded").count() == 4
+    assert page.locator("a", has_text="PDF").count() >= 1
+
+    page.locator("tr[id^=run-] a", has_text="log").first.click()
+    assert "iteration_time_s" in page.locator("pre.log").first.inner_text()
+
+
+def test_invalid_input_is_explained_next_to_the_field(page, portal):
+    login(page, portal)
+    page.goto(portal.url + "/experiments/new/")
+    page.fill("#id_name", "bad one")
+    page.check("input[name=workloads][value=resnet50-debug]")
+    page.fill("#id_cluster_workers", "0")
+    page.click("text=Queue experiment")
+    error = page.locator("#field-cluster_workers .error")
+    assert "cluster.workers" in error.inner_text()
+    assert page.url.endswith("/experiments/new/")
+
+
+def test_the_catalogue_lists_systems_with_papers(page, portal):
+    login(page, portal)
+    page.click("text=Catalogue")
+    assert "SOSP 2019" in page.locator("#entry-bytescheduler").inner_text()
+    assert "credit_bytes" in page.locator("#entry-bytescheduler").inner_text()

@@ -1,0 +1,349 @@
+"""runners.sim: the event core, the ring all-reduce cost model and the iteration simulator."""
+
+from collections import Counter, defaultdict
+
+import pytest
+
+import workloads
+from runners import registry
+from runners.execute import simulate
+from runners.sim.core import EventLoop
+from runners.sim.network import RingAllReduce
+from runners.spec import validate
+
+ALLREDUCE_ENTRIES = [e.name for e in registry.entries("allreduce")]
+WORKLOADS = ["resnet50", "vgg16"]
+# Headroom for float rounding: iteration and busy times are sums of differences of timestamps.
+REL = 1e-9
+
+
+def sim(system, workload, *, params=None, iterations=8, warmup=2, seed=0, **cluster):
+    raw = {
+        "system": system,
+        "workload": workload,
+        "iterations": iterations,
+        "warmup_iterations": warmup,
+        "seed": seed,
+        "cluster": cluster,
+    }
+    if params is not None:
+        raw["params"] = params
+    spec = validate(raw)
+    return spec, simulate(spec)
+
+
+def rows(result, resource=None, op=None):
+    return [
+        dict(zip(result.TIMELINE_COLUMNS, row, strict=True))
+        for row in result.timeline
+        if (resource is None or row[1] == resource) and (op is None or row[2] == op)
+    ]
+
+
+each_entry_and_workload = pytest.mark.parametrize(
+    ("system", "workload"), [(s, w) for s in ALLREDUCE_ENTRIES for w in WORKLOADS]
+)
+
+
+# --- event core --------------------------------------------------------------------------
+
+
+def test_events_run_in_time_order_and_equal_times_in_scheduling_order():
+    loop = EventLoop()
+    ran = []
+    loop.at(1.0, ran.append, "a")
+    loop.at(1.0, ran.append, "b")
+    loop.at(0.5, ran.append, "c")
+    loop.after(1.0, ran.append, "d")
+    loop.at(2.0, ran.append, "e")
+
+    loop.run()
+
+    assert ran == ["c", "a", "b", "d", "e"]
+    assert loop.now == 2.0
+    assert loop.events_processed == 5
+    assert loop.pending == 0
+
+
+def test_an_event_scheduled_now_runs_after_events_already_due_now():
+    loop = EventLoop()
+    ran = []
+
+    def first():
+        ran.append("first")
+        loop.after(0.0, ran.append, "scheduled-by-first")
+
+    loop.at(1.0, first)
+    loop.at(1.0, ran.append, "second")
+    loop.run()
+
+    assert ran == ["first", "second", "scheduled-by-first"]
+
+
+def test_callbacks_get_their_arguments_and_see_the_current_time():
+    loop = EventLoop()
+    seen = []
+    loop.at(3.5, lambda a, b: seen.append((loop.now, a, b)), 1, "x")
+
+    loop.run()
+
+    assert seen == [(3.5, 1, "x")]
+
+
+def test_scheduling_in_the_past_raises():
+    loop = EventLoop()
+    loop.at(2.0, lambda: None)
+    loop.run()
+
+    with pytest.raises(ValueError, match="before now"):
+        loop.at(1.0, lambda: None)
+    with pytest.raises(ValueError):
+        loop.after(-0.1, lambda: None)
+    assert loop.pending == 0
+
+
+def test_run_until_stops_and_leaves_later_events_pending():
+    loop = EventLoop()
+    ran = []
+    for t in (1.0, 2.0, 3.0, 4.0):
+        loop.at(t, ran.append, t)
+
+    loop.run(until=2.5)
+
+    assert ran == [1.0, 2.0]
+    assert loop.now == 2.5
+    assert loop.pending == 2
+    assert loop.events_processed == 2
+
+    loop.run(until=3.0)  # an event exactly at `until` still runs
+    assert ran == [1.0, 2.0, 3.0]
+    assert loop.pending == 1
+
+    loop.run()
+    assert ran == [1.0, 2.0, 3.0, 4.0]
+    assert loop.now == 4.0
+    assert loop.pending == 0
+
+
+# --- ring all-reduce ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("workers", "size", "bandwidth", "latency"),
+    [
+        (2, 1e9, 1e9, 0.0),
+        (4, 8e6, 1.25e9, 1e-5),
+        (8, 102_228_128, 1.25e9, 1e-5),
+        (64, 1, 1e12, 1e-6),
+    ],
+)
+def test_ring_allreduce_matches_the_alpha_beta_formula(workers, size, bandwidth, latency):
+    ring = RingAllReduce(workers, bandwidth, latency)
+    n = workers
+    expected = 2 * (n - 1) * latency + 2 * (n - 1) / n * size / bandwidth
+
+    assert ring.time_s(size) == pytest.approx(expected, rel=1e-12)
+
+
+def test_ring_allreduce_of_a_gigabyte_between_two_ranks_at_a_gigabyte_per_second_is_a_second():
+    assert RingAllReduce(2, 1e9, 0.0).time_s(10**9) == pytest.approx(1.0)
+
+
+def test_ring_allreduce_takes_no_time_for_one_worker_or_zero_bytes():
+    assert RingAllReduce(1, 1e9, 1e-3).time_s(10**9) == 0.0
+    assert RingAllReduce(8, 1e9, 1e-3).time_s(0) == 0.0
+
+
+def test_ring_allreduce_from_gbps_converts_bits_and_microseconds():
+    ring = RingAllReduce.from_gbps(8, 10.0, 25.0)
+
+    assert ring.workers == 8
+    assert ring.bandwidth_bytes_per_s == pytest.approx(1.25e9)
+    assert ring.latency_s == pytest.approx(25e-6)
+
+
+# --- iteration simulator: invariants over every all-reduce entry ---------------------------
+
+
+@each_entry_and_workload
+@pytest.mark.parametrize("jitter", [0.0, 0.05])
+def test_iteration_time_is_at_least_compute_time_and_at_least_comm_time(system, workload, jitter):
+    _, result = sim(system, workload, compute_jitter_cv=jitter)
+    m = result.metrics
+
+    assert m["compute_time_s"] > 0
+    assert m["comm_time_s"] > 0
+    assert m["iteration_time_s"] >= m["compute_time_s"] * (1 - REL)
+    # One network channel: the channel cannot be busy for longer than an iteration lasts.
+    assert m["iteration_time_s"] >= m["comm_time_s"] * (1 - REL)
+
+
+@each_entry_and_workload
+def test_with_a_near_infinite_network_iteration_time_is_compute_time(system, workload):
+    _, result = sim(system, workload, bandwidth_gbps=100_000, latency_us=0, compute_jitter_cv=0)
+    m = result.metrics
+
+    assert m["iteration_time_s"] == pytest.approx(m["compute_time_s"], rel=1e-6)
+    assert m["exposed_comm_s"] == pytest.approx(0.0, abs=1e-6 * m["compute_time_s"])
+
+
+@each_entry_and_workload
+@pytest.mark.parametrize("bandwidth", [1.0, 10.0, 10_000.0])
+def test_exposed_comm_is_iteration_minus_compute_time_floored_at_zero(system, workload, bandwidth):
+    _, result = sim(system, workload, bandwidth_gbps=bandwidth)
+    m = result.metrics
+
+    assert m["exposed_comm_s"] == max(0.0, m["iteration_time_s"] - m["compute_time_s"])
+    assert m["exposed_comm_s"] >= 0
+
+
+@each_entry_and_workload
+def test_throughput_is_the_global_batch_over_iteration_time(system, workload):
+    spec, result = sim(system, workload, workers=4)
+    m = result.metrics
+
+    expected = 4 * spec.batch_size / m["iteration_time_s"]
+    assert m["throughput_samples_per_s"] == pytest.approx(expected, rel=1e-12)
+    assert result.units["throughput_samples_per_s"] == "samples/s"
+    assert result.units["iteration_time_s"] == "s"
+
+
+@each_entry_and_workload
+def test_without_jitter_every_iteration_takes_the_same_time_and_the_seed_does_not_matter(
+    system, workload
+):
+    _, a = sim(system, workload, seed=0, compute_jitter_cv=0)
+    _, b = sim(system, workload, seed=12345, compute_jitter_cv=0)
+
+    # The intervals are differences of absolute timestamps, so "equal" means equal up to float
+    # rounding of those timestamps (a few ulp), not bit-identical.
+    assert a.metrics["iteration_time_std_s"] == pytest.approx(
+        0.0, abs=1e-12 * a.metrics["iteration_time_s"]
+    )
+    assert a.metrics == b.metrics
+    assert a.timeline == b.timeline
+
+
+@each_entry_and_workload
+def test_with_jitter_the_seed_changes_the_result_and_the_same_seed_repeats_it(system, workload):
+    _, a = sim(system, workload, seed=1, compute_jitter_cv=0.05)
+    _, again = sim(system, workload, seed=1, compute_jitter_cv=0.05)
+    _, other = sim(system, workload, seed=2, compute_jitter_cv=0.05)
+
+    assert a.metrics == again.metrics
+    assert a.timeline == again.timeline
+    assert a.series == again.series
+    assert a.metrics["iteration_time_std_s"] > 0
+    assert a.metrics["compute_time_s"] != other.metrics["compute_time_s"]
+    assert a.metrics["iteration_time_s"] != other.metrics["iteration_time_s"]
+
+
+@each_entry_and_workload
+def test_the_timeline_has_one_forward_and_one_backward_row_per_layer_per_iteration(
+    system, workload
+):
+    spec, result = sim(system, workload, iterations=4, warmup=1)
+    names = [layer.name for layer in workloads.load_profile(workload).layers]
+    n_iter = spec.warmup_iterations + spec.iterations + 1  # +1 times the last interval
+    expected = Counter({(it, name): 1 for it in range(n_iter) for name in names})
+
+    for op in ("forward", "backward"):
+        got = Counter((r["iteration"], r["layer"]) for r in rows(result, "compute", op))
+        assert got == expected, op
+    assert {row[1] for row in result.timeline} == {"compute", "network"}
+    assert all(r["end_s"] >= r["start_s"] >= 0 for r in rows(result))
+
+
+@each_entry_and_workload
+def test_the_network_rows_of_each_iteration_carry_the_models_gradient_bytes(system, workload):
+    spec, result = sim(system, workload, iterations=4, warmup=1)
+    total = workloads.load_profile(workload).total_param_bytes
+    n_iter = spec.warmup_iterations + spec.iterations + 1
+
+    per_iteration = defaultdict(int)
+    for r in rows(result, "network", "allreduce"):
+        per_iteration[r["iteration"]] += r["bytes"]
+
+    assert dict(per_iteration) == {it: total for it in range(n_iter)}
+
+
+@each_entry_and_workload
+def test_the_compute_stream_runs_one_op_at_a_time(system, workload):
+    _, result = sim(system, workload, iterations=3, warmup=1)
+    ops = sorted((r["start_s"], r["end_s"]) for r in rows(result, "compute"))
+    channel = sorted((r["start_s"], r["end_s"]) for r in rows(result, "network"))
+
+    for timeline in (ops, channel):
+        for (_, end), (start, _) in zip(timeline, timeline[1:], strict=False):
+            assert start >= end * (1 - REL)
+
+
+@each_entry_and_workload
+def test_a_straggler_with_slowdown_two_doubles_compute_time(system, workload):
+    _, base = sim(system, workload, compute_jitter_cv=0)
+    _, slow = sim(
+        system,
+        workload,
+        compute_jitter_cv=0,
+        stragglers=[{"worker": 3, "slowdown": 2}, {"worker": 5, "slowdown": 1.5}],
+    )
+
+    assert slow.metrics["compute_time_s"] == pytest.approx(
+        2 * base.metrics["compute_time_s"], rel=REL
+    )
+    assert slow.metrics["iteration_time_s"] > base.metrics["iteration_time_s"]
+
+
+@each_entry_and_workload
+def test_more_workers_at_the_same_bandwidth_increase_comm_time(system, workload):
+    comm = [
+        sim(system, workload, workers=n, compute_jitter_cv=0)[1].metrics["comm_time_s"]
+        for n in (2, 4, 8, 16)
+    ]
+
+    assert comm == sorted(comm)
+    assert len(set(comm)) == len(comm)
+
+
+@each_entry_and_workload
+@pytest.mark.parametrize("workers", [2, 3, 8])
+def test_without_latency_comm_time_is_the_ring_factor_times_model_bytes_over_bandwidth(
+    system, workload, workers
+):
+    _, result = sim(system, workload, workers=workers, latency_us=0, bandwidth_gbps=10)
+    total = workloads.load_profile(workload).total_param_bytes
+
+    expected = 2 * (workers - 1) / workers * total / 1.25e9
+    assert result.metrics["comm_time_s"] == pytest.approx(expected, rel=REL)
+
+
+def test_one_worker_never_communicates():
+    _, result = sim("wfbp", "resnet50", workers=1, compute_jitter_cv=0)
+
+    assert result.metrics["comm_time_s"] == 0.0
+    assert result.metrics["iteration_time_s"] == pytest.approx(
+        result.metrics["compute_time_s"], rel=REL
+    )
+
+
+@pytest.mark.parametrize("system", ALLREDUCE_ENTRIES)
+def test_a_simulation_is_a_pure_function_of_its_spec(system):
+    _, a = sim(system, "resnet50", compute_jitter_cv=0.1, seed=7, stragglers=[])
+    _, b = sim(system, "resnet50", compute_jitter_cv=0.1, seed=7, stragglers=[])
+
+    assert a.metrics == b.metrics
+    assert a.units == b.units
+    assert a.series == b.series
+    assert a.timeline == b.timeline
+
+
+def test_the_series_has_one_row_per_warmup_and_measured_iteration():
+    spec, result = sim("bytescheduler", "vgg16", iterations=6, warmup=3)
+
+    assert [r["iteration"] for r in result.series] == list(range(9))
+    assert [r["warmup"] for r in result.series] == [True] * 3 + [False] * 6
+    measured = [r["iteration_time_s"] for r in result.series if not r["warmup"]]
+    assert sum(measured) / len(measured) == pytest.approx(
+        result.metrics["iteration_time_s"], rel=REL
+    )
+    assert result.metrics["sim_events"] > 0

@@ -1,0 +1,380 @@
+"""runners.spec: the run-spec contract (defaults, round trip, errors with dotted fields, files)."""
+
+import copy
+import json
+import math
+
+import pytest
+
+import workloads
+from runners import registry
+from runners.spec import SPEC_VERSION, CommCluster, SpecError, Straggler, load_file, validate
+
+MINIMAL = {"system": "wfbp", "workload": "resnet50"}
+
+
+def with_changes(base=None, **changes):
+    """A copy of ``base`` (default: the minimal spec) with top-level keys replaced."""
+    raw = copy.deepcopy(MINIMAL if base is None else base)
+    raw.update(changes)
+    return raw
+
+
+def with_cluster(**cluster):
+    return with_changes(cluster=cluster)
+
+
+def bytescheduler(**params):
+    return with_changes(system="bytescheduler", params=params)
+
+
+def without(key):
+    raw = copy.deepcopy(MINIMAL)
+    del raw[key]
+    return raw
+
+
+# --- defaults ----------------------------------------------------------------------------
+
+
+def test_a_minimal_spec_gets_every_default_filled():
+    spec = validate(MINIMAL)
+
+    assert spec.system == "wfbp"
+    assert spec.mode == "sim"
+    assert spec.workload == "resnet50"
+    assert spec.cluster == CommCluster()
+    assert spec.cluster.workers == 8
+    assert spec.cluster.bandwidth_gbps == 10.0
+    assert spec.cluster.latency_us == 10.0
+    assert spec.cluster.gpu == "v100"
+    assert spec.cluster.compute_efficiency == 0.5
+    assert spec.cluster.compute_jitter_cv == 0.02
+    assert spec.cluster.stragglers == ()
+    assert spec.params == {}
+    assert spec.iterations == 20
+    assert spec.warmup_iterations == 2
+    assert spec.seed == 0
+    assert spec.labels == {}
+    assert spec.arena == "allreduce"
+
+
+@pytest.mark.parametrize("workload", ["resnet50", "vgg16"])
+def test_batch_size_defaults_to_the_workloads_default_batch_size(workload):
+    spec = validate(with_changes(workload=workload))
+
+    assert spec.batch_size == workloads.load_profile(workload).default_batch_size
+    assert spec.batch_size > 0
+
+
+def test_params_default_to_the_registry_entrys_defaults():
+    spec = validate(bytescheduler())
+
+    assert spec.params == registry.get("bytescheduler").defaults()
+    assert set(spec.params) == {"partition_bytes", "credit_bytes"}
+
+
+def test_a_given_param_overrides_only_its_own_default():
+    spec = validate(bytescheduler(credit_bytes=4_000_000))
+
+    defaults = registry.get("bytescheduler").defaults()
+    assert spec.params == {**defaults, "credit_bytes": 4_000_000}
+
+
+def test_integral_floats_become_ints_and_ints_become_floats():
+    spec = validate(
+        with_changes(cluster={"workers": 16.0, "bandwidth_gbps": 25}, iterations=30.0, seed=7)
+    )
+
+    assert spec.cluster.workers == 16 and type(spec.cluster.workers) is int
+    assert spec.cluster.bandwidth_gbps == 25.0 and type(spec.cluster.bandwidth_gbps) is float
+    assert spec.iterations == 30 and type(spec.iterations) is int
+
+
+def test_stragglers_are_resolved_into_a_tuple_of_stragglers():
+    spec = validate(with_cluster(workers=4, stragglers=[{"worker": 3, "slowdown": 2}]))
+
+    assert spec.cluster.stragglers == (Straggler(worker=3, slowdown=2.0),)
+
+
+def test_validate_does_not_modify_its_input():
+    raw = with_changes(cluster={"workers": 4, "stragglers": [{"worker": 0, "slowdown": 1.5}]})
+    before = copy.deepcopy(raw)
+
+    validate(raw)
+
+    assert raw == before
+
+
+def test_as_dict_carries_the_spec_version():
+    data = validate(MINIMAL).as_dict()
+
+    assert data["spec_version"] == SPEC_VERSION
+    assert data["batch_size"] == 32
+
+
+# --- round trip --------------------------------------------------------------------------
+
+ROUND_TRIP_SPECS = [
+    MINIMAL,
+    with_changes(workload="vgg16", iterations=5, warmup_iterations=4, seed=3, labels={"a": 1}),
+    {
+        "system": "bytescheduler",
+        "workload": "resnet50",
+        "params": {"credit_bytes": 4_000_000},
+        "cluster": {
+            "workers": 4,
+            "gpu": "a100",
+            "compute_jitter_cv": 0,
+            "stragglers": [{"worker": 1, "slowdown": 2}, {"worker": 3, "slowdown": 1.5}],
+        },
+    },
+]
+
+
+@pytest.mark.parametrize("raw", ROUND_TRIP_SPECS, ids=["minimal", "vgg16-labels", "stragglers"])
+def test_the_resolved_spec_stored_as_json_validates_to_itself(raw):
+    spec = validate(raw)
+    stored = json.loads(json.dumps(spec.as_dict()))  # what manifest.json holds
+
+    assert validate(stored) == spec
+
+
+@pytest.mark.parametrize("raw", ROUND_TRIP_SPECS, ids=["minimal", "vgg16-labels", "stragglers"])
+def test_the_resolved_spec_as_a_dict_validates_to_itself(raw):
+    spec = validate(raw)
+
+    assert validate(spec.as_dict()) == spec
+
+
+# --- errors ------------------------------------------------------------------------------
+
+BAD_SPECS = [
+    # (id, raw, field)
+    ("not-a-mapping", ["wfbp"], "SPEC"),
+    ("missing-system", without("system"), "system"),
+    ("empty-system", with_changes(system=""), "system"),
+    ("system-not-a-string", with_changes(system=3), "system"),
+    ("unknown-system", with_changes(system="horovod-magic"), "system"),
+    ("unknown-top-level-key", with_changes(nodes=4), "nodes"),
+    ("real-mode-for-sim-only-entry", with_changes(mode="real"), "mode"),
+    ("bad-mode", with_changes(mode="turbo"), "mode"),
+    ("missing-workload", without("workload"), "workload"),
+    ("unknown-workload", with_changes(workload="alexnet"), "workload"),
+    ("cluster-not-a-mapping", with_changes(cluster=[8]), "cluster"),
+    ("workers-0", with_cluster(workers=0), "cluster.workers"),
+    ("workers-string", with_cluster(workers="x"), "cluster.workers"),
+    ("workers-fraction", with_cluster(workers=2.5), "cluster.workers"),
+    ("workers-bool", with_cluster(workers=True), "cluster.workers"),
+    ("workers-too-many", with_cluster(workers=100_001), "cluster.workers"),
+    ("bandwidth-negative", with_cluster(bandwidth_gbps=-1), "cluster.bandwidth_gbps"),
+    ("bandwidth-zero", with_cluster(bandwidth_gbps=0), "cluster.bandwidth_gbps"),
+    ("bandwidth-nan", with_cluster(bandwidth_gbps=math.nan), "cluster.bandwidth_gbps"),
+    ("bandwidth-inf", with_cluster(bandwidth_gbps=math.inf), "cluster.bandwidth_gbps"),
+    ("bandwidth-string", with_cluster(bandwidth_gbps="fast"), "cluster.bandwidth_gbps"),
+    ("latency-negative", with_cluster(latency_us=-0.5), "cluster.latency_us"),
+    ("gpu-unknown", with_cluster(gpu="tpu-v9"), "cluster.gpu"),
+    ("gpu-not-a-string", with_cluster(gpu=100), "cluster.gpu"),
+    ("efficiency-zero", with_cluster(compute_efficiency=0), "cluster.compute_efficiency"),
+    ("efficiency-above-one", with_cluster(compute_efficiency=1.5), "cluster.compute_efficiency"),
+    ("jitter-one", with_cluster(compute_jitter_cv=1), "cluster.compute_jitter_cv"),
+    ("unknown-cluster-key", with_cluster(nodes=2), "cluster.nodes"),
+    ("stragglers-not-a-list", with_cluster(stragglers={"worker": 0}), "cluster.stragglers"),
+    ("straggler-not-a-mapping", with_cluster(stragglers=[3]), "cluster.stragglers[0]"),
+    (
+        "straggler-missing-slowdown",
+        with_cluster(stragglers=[{"worker": 0}]),
+        "cluster.stragglers[0]",
+    ),
+    (
+        "straggler-extra-key",
+        with_cluster(stragglers=[{"worker": 0, "slowdown": 2, "why": "x"}]),
+        "cluster.stragglers[0]",
+    ),
+    (
+        "straggler-worker-out-of-range",
+        with_cluster(workers=4, stragglers=[{"worker": 4, "slowdown": 2}]),
+        "cluster.stragglers[0].worker",
+    ),
+    (
+        "straggler-worker-negative",
+        with_cluster(stragglers=[{"worker": -1, "slowdown": 2}]),
+        "cluster.stragglers[0].worker",
+    ),
+    (
+        "straggler-worker-out-of-default-range",
+        with_cluster(stragglers=[{"worker": 8, "slowdown": 2}]),
+        "cluster.stragglers[0].worker",
+    ),
+    (
+        "straggler-duplicate-worker",
+        with_cluster(stragglers=[{"worker": 1, "slowdown": 2}, {"worker": 1, "slowdown": 3}]),
+        "cluster.stragglers[1].worker",
+    ),
+    (
+        "straggler-slowdown-below-one",
+        with_cluster(stragglers=[{"worker": 0, "slowdown": 0.5}]),
+        "cluster.stragglers[0].slowdown",
+    ),
+    (
+        "straggler-slowdown-nan",
+        with_cluster(stragglers=[{"worker": 0, "slowdown": math.nan}]),
+        "cluster.stragglers[0].slowdown",
+    ),
+    ("params-not-a-mapping", with_changes(params=[1, 2]), "params"),
+    ("unknown-param", bytescheduler(credit=1), "params.credit"),
+    (
+        "param-for-a-system-without-params",
+        with_changes(params={"credit_bytes": 1}),
+        "params.credit_bytes",
+    ),
+    ("param-below-minimum", bytescheduler(credit_bytes=1023), "params.credit_bytes"),
+    ("param-bool-for-int", bytescheduler(partition_bytes=True), "params.partition_bytes"),
+    ("param-fraction-for-int", bytescheduler(partition_bytes=4096.5), "params.partition_bytes"),
+    ("param-string-for-int", bytescheduler(credit_bytes="4MB"), "params.credit_bytes"),
+    ("iterations-below-3", with_changes(iterations=2), "iterations"),
+    ("iterations-bool", with_changes(iterations=True), "iterations"),
+    (
+        "warmup-equal-to-iterations",
+        with_changes(iterations=5, warmup_iterations=5),
+        "warmup_iterations",
+    ),
+    ("warmup-above-iterations", with_changes(warmup_iterations=20), "warmup_iterations"),
+    ("warmup-negative", with_changes(warmup_iterations=-1), "warmup_iterations"),
+    ("batch-size-zero", with_changes(batch_size=0), "batch_size"),
+    ("seed-negative", with_changes(seed=-1), "seed"),
+    ("labels-not-a-mapping", with_changes(labels="nightly"), "labels"),
+]
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"), [(raw, field) for _, raw, field in BAD_SPECS], ids=[i for i, *_ in BAD_SPECS]
+)
+def test_it_rejects_a_bad_spec_naming_the_field(raw, field):
+    with pytest.raises(SpecError) as info:
+        validate(raw)
+
+    err = info.value
+    assert err.field == field
+    text = str(err)
+    assert "\n" not in text
+    assert text.startswith(f"{field}: ")
+    assert err.message and err.message in text
+
+
+def test_an_unknown_system_error_lists_the_known_systems():
+    with pytest.raises(SpecError) as info:
+        validate(with_changes(system="nope"))
+
+    assert "wfbp" in str(info.value) and "bytescheduler" in str(info.value)
+
+
+def test_an_unknown_gpu_error_lists_the_known_devices():
+    with pytest.raises(SpecError) as info:
+        validate(with_cluster(gpu="tpu-v9"))
+
+    assert "v100" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        (with_changes(iterations=math.nan), "iterations"),
+        (with_changes(seed=math.inf), "seed"),
+        (with_cluster(workers=math.inf), "cluster.workers"),
+        (bytescheduler(credit_bytes=math.nan), "params.credit_bytes"),
+    ],
+    ids=["iterations-nan", "seed-inf", "workers-inf", "param-nan"],
+)
+def test_a_non_finite_number_for_an_integer_field_is_a_spec_error(raw, field):
+    with pytest.raises(SpecError) as info:
+        validate(raw)
+
+    assert info.value.field == field
+
+
+def test_unknown_keys_of_mixed_types_are_a_spec_error():
+    with pytest.raises(SpecError):
+        validate(with_changes(**{"nodes": 1}) | {1: "one"})
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [with_changes(system="wf\nbp"), with_changes(workload="res\nnet")],
+    ids=["system", "workload"],
+)
+def test_the_error_stays_on_one_line_when_the_bad_value_contains_a_newline(raw):
+    with pytest.raises(SpecError) as info:
+        validate(raw)
+
+    assert "\n" not in str(info.value)
+
+
+# --- files -------------------------------------------------------------------------------
+
+
+def test_load_file_reads_json(tmp_path):
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps({"system": "wfbp", "workload": "vgg16", "cluster": {"workers": 4}}))
+
+    assert load_file(path) == {"system": "wfbp", "workload": "vgg16", "cluster": {"workers": 4}}
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".yml"])
+def test_load_file_reads_yaml(tmp_path, suffix):
+    path = tmp_path / f"spec{suffix}"
+    path.write_text(
+        "system: bytescheduler\n"
+        "workload: resnet50\n"
+        "params:\n"
+        "  credit_bytes: 4000000\n"
+        "cluster:\n"
+        "  stragglers:\n"
+        "    - {worker: 1, slowdown: 2.5}\n"
+    )
+
+    raw = load_file(str(path))
+
+    assert raw == {
+        "system": "bytescheduler",
+        "workload": "resnet50",
+        "params": {"credit_bytes": 4_000_000},
+        "cluster": {"stragglers": [{"worker": 1, "slowdown": 2.5}]},
+    }
+    assert validate(raw).params["credit_bytes"] == 4_000_000
+
+
+BAD_FILES = [
+    ("missing", None),
+    ("invalid-yaml", ("spec.yaml", "system: [wfbp\nworkload: {\n")),
+    ("invalid-json", ("spec.json", '{"system": "wfbp",')),
+    ("yaml-list", ("spec.yaml", "- system\n- workload\n")),
+    ("yaml-scalar", ("spec.yaml", "wfbp\n")),
+    ("empty-yaml", ("spec.yaml", "")),
+    ("json-list", ("spec.json", '["wfbp"]')),
+]
+
+
+@pytest.mark.parametrize("content", [c for _, c in BAD_FILES], ids=[i for i, _ in BAD_FILES])
+def test_load_file_reports_an_unusable_file_as_field_spec(tmp_path, content):
+    if content is None:
+        path = tmp_path / "nowhere.json"
+    else:
+        name, text = content
+        path = tmp_path / name
+        path.write_text(text)
+
+    with pytest.raises(SpecError) as info:
+        load_file(path)
+
+    assert info.value.field == "SPEC"
+    assert "\n" not in str(info.value)
+    assert str(info.value).startswith("SPEC: ")
+    assert str(path) in str(info.value)
+
+
+def test_load_file_on_a_directory_is_a_spec_error(tmp_path):
+    with pytest.raises(SpecError) as info:
+        load_file(tmp_path)
+
+    assert info.value.field == "SPEC"
