@@ -7,8 +7,10 @@ two workers racing on the same run cannot both win, and every function is safe t
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
-import shutil
+import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -123,12 +125,7 @@ def rerun_experiment(experiment: Experiment, owner: Any) -> Experiment:
     config = ExperimentConfig.of(experiment)
     copies = experiment.reruns.count() + 1
     name = f"{experiment.name} (re-run {copies})"[:200]
-    return create_experiment(owner, _replace_name(config, name), rerun_of=experiment)
-
-
-def _replace_name(config: ExperimentConfig, name: str) -> ExperimentConfig:
-    data = {**config.__dict__, "name": name}
-    return ExperimentConfig(**data)
+    return create_experiment(owner, dataclasses.replace(config, name=name), rerun_of=experiment)
 
 
 def _enqueue_launches(run_ids: list[int]) -> None:
@@ -161,7 +158,7 @@ def launch_run(run_id: int) -> bool:
     run = Run.objects.get(pk=run_id)
     try:
         _prepare_home(run)
-        handle = local.launch(run.home, python=settings.RUNNER_PYTHON or _python())
+        handle = local.launch(run.home, python=settings.RUNNER_PYTHON or sys.executable)
     except Exception as err:  # could not even start: the run fails with the reason
         log.exception("launch of run %s failed", run_id)
         _fail(run, f"could not launch: {type(err).__name__}: {err}")
@@ -176,30 +173,17 @@ def launch_run(run_id: int) -> bool:
     return True
 
 
-def _python() -> str:
-    import sys
-
-    return sys.executable
-
-
 def _prepare_home(run: Run) -> None:
     """Fresh folder for this attempt; an earlier attempt's folder is kept beside it."""
     home = run.home
     if home.exists():
         home.rename(home.with_name(f"{home.name}.attempt-{run.attempt - 1}-{_stamp()}"))
     home.mkdir(parents=True)
-    run_spec_path = home / local.SPEC
-    run_spec_path.write_text(_json(run.spec))
+    (home / local.SPEC).write_text(json.dumps(run.spec, indent=2, sort_keys=True))
 
 
 def _stamp() -> str:
     return timezone.now().strftime("%Y%m%dT%H%M%S%f")
-
-
-def _json(data: Any) -> str:
-    import json
-
-    return json.dumps(data, indent=2, sort_keys=True)
 
 
 def reconcile() -> dict[str, int]:
@@ -310,7 +294,3 @@ def render_figures(experiment_id: int) -> list[str]:
     if experiment is None:
         return []
     return [str(p) for p in figures.render(experiment)]
-
-
-def delete_run_files(run: Run) -> None:
-    shutil.rmtree(run.home, ignore_errors=True)
