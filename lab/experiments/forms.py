@@ -75,7 +75,10 @@ class ExperimentForm(forms.Form):
         label="stragglers", required=False, help_text="worker:slowdown pairs, e.g. 0:1.5, 3:2"
     )
     params = forms.JSONField(
-        required=False, initial=dict, help_text="parameters of the system under test, as JSON"
+        required=False,
+        initial=dict,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="parameters of the system under test, as JSON",
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -111,7 +111,7 @@ def _figures(experiment: Experiment, runs: list[Run]) -> tuple[list[dict[str, ob
                 {
                     "metric": metric,
                     "stem": figures.figure_stem(metric),
-                    "version": int(png.stat().st_mtime),
+                    "version": png.stat().st_mtime_ns,
                 }
             )
     return out, figures.is_current(experiment)

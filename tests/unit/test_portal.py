@@ -175,3 +175,19 @@ def test_only_known_figure_files_are_served(browser, user, config, name):
     experiment = actions.create_experiment(user, config)
     response = browser.get(reverse("experiment-file", args=[experiment.pk, "x"]).replace("x", name))
     assert response.status_code == 404
+
+
+def test_a_redrawn_figure_gets_a_new_url_even_within_the_same_second(browser, user, config):
+    """Browsers cache figure URLs: the version must change whenever the file does."""
+    from lab.reports import figures
+
+    experiment = actions.create_experiment(user, config)
+    directory = figures.figure_dir(experiment)
+    directory.mkdir(parents=True)
+    png = directory / "comparison-iteration_time_s.png"
+    live = reverse("experiment-live", args=[experiment.pk])
+    png.write_bytes(b"first")
+    first = browser.get(live).context["figures"][0]["version"]
+    png.write_bytes(b"second")
+    second = browser.get(live).context["figures"][0]["version"]
+    assert first != second
