@@ -60,20 +60,18 @@ class ExperimentConfig:
             for seed in self.seeds
         ]
 
+    def model_fields(self) -> dict[str, Any]:
+        """The Experiment model's fields for this definition (JSON-ready: lists, dicts)."""
+        return {
+            f.name: list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, dict) else v
+            for f in dataclasses.fields(self)
+            for v in [getattr(self, f.name)]
+        }
+
     @classmethod
     def of(cls, experiment: Experiment) -> ExperimentConfig:
-        return cls(
-            name=experiment.name,
-            description=experiment.description,
-            system=experiment.system,
-            baselines=tuple(experiment.baselines),
-            workloads=tuple(experiment.workloads),
-            mode=experiment.mode,
-            seeds=tuple(experiment.seeds),
-            cluster=dict(experiment.cluster),
-            params=dict(experiment.params),
-            iterations=experiment.iterations,
-        )
+        values = {f.name: getattr(experiment, f.name) for f in dataclasses.fields(cls)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
 
 
 def create_experiment(
@@ -87,18 +85,7 @@ def create_experiment(
     specs = [run_spec.validate(raw) for raw in config.raw_specs()]
     with transaction.atomic():
         experiment = Experiment.objects.create(
-            owner=owner,
-            name=config.name,
-            description=config.description,
-            system=config.system,
-            baselines=list(config.baselines),
-            workloads=list(config.workloads),
-            mode=config.mode,
-            seeds=list(config.seeds),
-            cluster=dict(config.cluster),
-            params=dict(config.params),
-            iterations=config.iterations,
-            rerun_of=rerun_of,
+            owner=owner, rerun_of=rerun_of, **config.model_fields()
         )
         runs = []
         for spec in specs:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -17,6 +18,13 @@ from runners.spec import SpecError
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.django_db
+
+
+def slow(config):
+    """A run that lasts long enough to be cancelled while it runs."""
+    return dataclasses.replace(
+        config, workloads=("vgg16",), seeds=(0,), iterations=100_000, cluster={"workers": 64}
+    )
 
 
 def finish_all(experiment: Experiment, timeout_s: float = 60) -> list[Run]:
@@ -100,16 +108,7 @@ def test_cancelling_a_queued_run_keeps_it_from_starting(user, config):
 
 
 def test_cancelling_a_running_run_stops_its_process(user, config):
-    slow = actions.ExperimentConfig(
-        **{
-            **config.__dict__,
-            "workloads": ("vgg16",),
-            "seeds": (0,),
-            "iterations": 100_000,
-            "cluster": {"workers": 64},
-        }
-    )
-    experiment = actions.create_experiment(user, slow)
+    experiment = actions.create_experiment(user, slow(config))
     run = experiment.runs.get(system="wfbp")
     assert actions.launch_run(run.pk)
     run.refresh_from_db()
@@ -211,16 +210,7 @@ def test_figures_are_drawn_from_succeeded_runs(user, config):
 
 def test_signals_reach_the_whole_process_group(user, config):
     """Cancel stops the runner and its wrapper shell, not just one process."""
-    slow = actions.ExperimentConfig(
-        **{
-            **config.__dict__,
-            "workloads": ("vgg16",),
-            "seeds": (0,),
-            "iterations": 100_000,
-            "cluster": {"workers": 64},
-        }
-    )
-    experiment = actions.create_experiment(user, slow)
+    experiment = actions.create_experiment(user, slow(config))
     run = experiment.runs.get(system="wfbp")
     actions.launch_run(run.pk)
     run.refresh_from_db()
