@@ -192,12 +192,11 @@ def _entry(raw: dict[str, Any]) -> registry.Entry:
 
 def _workload(raw: dict[str, Any]) -> str:
     name = raw.get("workload")
+    known = workloads.names()
     if not isinstance(name, str) or not name:
-        raise SpecError("workload", f"required: one of {', '.join(workloads.names())}")
-    if name not in workloads.names():
-        raise SpecError(
-            "workload", f"unknown workload {name!r} (known: {', '.join(workloads.names())})"
-        )
+        raise SpecError("workload", f"required: one of {', '.join(known)}")
+    if name not in known:
+        raise SpecError("workload", f"unknown workload {name!r} (known: {', '.join(known)})")
     return name
 
 

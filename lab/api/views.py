@@ -133,8 +133,7 @@ def _detail(request: HttpRequest, e: Experiment) -> dict[str, Any]:
 
     figure_urls = {
         metric: {fmt: file_url(f"{figures.figure_stem(metric)}.{fmt}") for fmt in figures.FORMATS}
-        for metric in figures.METRICS
-        if (directory / f"{figures.figure_stem(metric)}.png").exists()
+        for metric in figures.available(e)
     }
     return {
         "id": e.pk,

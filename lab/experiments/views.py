@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from pathlib import Path
-
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.db.models import Prefetch
@@ -89,7 +87,7 @@ def _live_context(experiment: Experiment) -> dict[str, object]:
     for run in runs:
         run.metrics = {m.metric: m for m in run.measurements.all()}
     status = Run.combined_state([r.state for r in runs])
-    figure_list, settled = _figures(experiment, runs)
+    figure_list, settled = _figures(experiment)
     return {
         "experiment": experiment,
         "runs": runs,
@@ -100,20 +98,12 @@ def _live_context(experiment: Experiment) -> dict[str, object]:
     }
 
 
-def _figures(experiment: Experiment, runs: list[Run]) -> tuple[list[dict[str, object]], bool]:
+def _figures(experiment: Experiment) -> tuple[list[dict[str, object]], bool]:
     """Figures on disk, and whether they are up to date with the latest finished run."""
-    directory = figures.figure_dir(experiment)
-    out = []
-    for metric in figures.METRICS:
-        png = directory / f"{figures.figure_stem(metric)}.png"
-        if png.exists():
-            out.append(
-                {
-                    "metric": metric,
-                    "stem": figures.figure_stem(metric),
-                    "version": png.stat().st_mtime_ns,
-                }
-            )
+    out = [
+        {"metric": metric, "stem": figures.figure_stem(metric), "version": png.stat().st_mtime_ns}
+        for metric, png in figures.available(experiment).items()
+    ]
     return out, figures.is_current(experiment)
 
 
@@ -144,11 +134,8 @@ def _may_change(request: HttpRequest, experiment: Experiment) -> bool:
 def experiment_file(request: HttpRequest, pk: int, filename: str) -> HttpResponse:
     """A figure (PNG/PDF/SVG) or the CSV behind it, downloadable."""
     experiment = get_object_or_404(Experiment, pk=pk)
-    allowed = {"data.csv"} | {
-        f"{figures.figure_stem(m)}.{fmt}" for m in figures.METRICS for fmt in figures.FORMATS
-    }
-    path = Path(figures.figure_dir(experiment)) / filename
-    if filename not in allowed or not path.exists():
+    path = figures.figure_dir(experiment) / filename
+    if filename not in figures.FILES or not path.exists():
         raise Http404("no such file (yet)")
     attachment = request.GET.get("download") == "1"
     return FileResponse(

@@ -47,6 +47,16 @@ def figure_stem(metric: str) -> str:
     return f"comparison-{metric}"
 
 
+FILES = frozenset({"data.csv"} | {f"{figure_stem(m)}.{fmt}" for m in METRICS for fmt in FORMATS})
+
+
+def available(experiment: Experiment) -> dict[str, Path]:
+    """The metrics that have a figure on disk, with the path of its PNG."""
+    directory = figure_dir(experiment)
+    pngs = {metric: directory / f"{figure_stem(metric)}.png" for metric in METRICS}
+    return {metric: png for metric, png in pngs.items() if png.exists()}
+
+
 def tidy_frame(experiment: Experiment) -> pd.DataFrame:
     """Long-form table of every measurement of the experiment's succeeded runs."""
     rows = Measurement.objects.filter(run__experiment=experiment, run__state=Run.SUCCEEDED)
