@@ -1,12 +1,14 @@
 """Per-layer profiles of DNN training workloads, read from stored JSON.
 
-The profiles under workloads/profiles/ are generated from the torch definitions in
-workloads/models/ by `python -m workloads profile`. This module only reads them, so
-importing it does not import torch.
+The analytic profiles under workloads/profiles/ are generated from the torch definitions in
+workloads/models/ by `python -m workloads profile`; the measured ones under
+workloads/profiles/measured/ by `python -m workloads profile NAME --measure`. This module
+only reads them, so importing it does not import torch.
 """
 
 import functools
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,20 +16,31 @@ from types import MappingProxyType
 from typing import Any
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
+MEASURED_DIR = PROFILES_DIR / "measured"
+# What a measured profile's label may look like ("cpu", "h100", "a100-40gb", ...).
+LABEL_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 
 
 @dataclass(frozen=True)
 class LayerProfile:
     """One module that owns parameters directly, e.g. a Conv2d.
 
+    param_count: its parameters; a parameter shared with an earlier layer (tied weights)
+        counts only there, so this can be 0.
     param_bytes: fp32 bytes of its parameters (4 per parameter).
-    fwd_flops: forward-pass FLOPs for ONE sample (2 x multiply-accumulates).
+    fwd_flops: forward-pass FLOPs for ONE sample (2 x multiply-accumulates), including
+        parameter-free matmuls attributed to it (see the profile's source.flops_rule).
+    deps: indices (into the profile's layers, each < this layer's own) of the layers whose
+        outputs reach this layer's input through parameter-free ops only: its nearest
+        parameter-owning ancestors in the forward data-flow graph. () = fed only by the
+        model input. The forward DAG; gradients flow along the reversed edges.
     """
 
     name: str
     param_count: int
     param_bytes: int
     fwd_flops: float
+    deps: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -37,6 +50,7 @@ class WorkloadProfile:
     layers: execution order of the forward pass (the first call of each module).
     default_batch_size: per-worker batch size in samples of `sample_unit`.
     input_shape: one sample's shape, without the batch dimension.
+    input_dtype: "float32" (images) or "int64" (token ids).
     source: read-only provenance (how and from what the numbers were made).
     """
 
@@ -45,6 +59,7 @@ class WorkloadProfile:
     default_batch_size: int
     sample_unit: str
     input_shape: tuple[int, ...]
+    input_dtype: str
     source: Mapping[str, Any] = field(hash=False)
 
     @property
@@ -62,8 +77,28 @@ class WorkloadProfile:
 
 
 def names() -> list[str]:
-    """Sorted names of the workloads that have a stored profile."""
+    """Sorted names of the workloads that have a stored (analytic) profile."""
     return sorted(path.stem for path in PROFILES_DIR.glob("*.json"))
+
+
+def _deps(profile_name: str, index: int, layer: Mapping[str, Any]) -> tuple[int, ...]:
+    """A stored layer's deps, validated: distinct ints, each in [0, index)."""
+    where = f"profile '{profile_name}' layer {index} ({layer.get('name')!r})"
+    if "deps" not in layer:
+        raise ValueError(
+            f"{where} has no deps (regenerate: python -m workloads profile {profile_name})"
+        )
+    raw = layer["deps"]
+    if not isinstance(raw, list) or not all(type(d) is int for d in raw):
+        raise ValueError(f"{where}: deps must be a list of integers, got {raw!r}")
+    bad = [d for d in raw if not 0 <= d < index]
+    if bad:
+        raise ValueError(
+            f"{where}: deps {bad} out of range (each must be >= 0 and < its own index {index})"
+        )
+    if len(set(raw)) != len(raw):
+        raise ValueError(f"{where}: deps {raw} repeat an index")
+    return tuple(raw)
 
 
 @functools.cache
@@ -71,12 +106,18 @@ def load_profile(name: str) -> WorkloadProfile:
     """The stored profile for `name` (cached; the result is immutable).
 
     Raises ValueError("unknown workload 'x' (known: ...)") if there is no stored profile,
-    and ValueError if the stored layers do not add up to its total_param_count.
+    ValueError if the stored layers do not add up to its total_param_count, and ValueError
+    naming the profile and layer if a layer's deps are missing, not integers, repeated, or
+    not each below the layer's own index.
     """
     known = names()
     if name not in known:
         raise ValueError(f"unknown workload '{name}' (known: {', '.join(known)})")
-    raw = json.loads((PROFILES_DIR / f"{name}.json").read_text())
+    return _parse_profile(name, json.loads((PROFILES_DIR / f"{name}.json").read_text()))
+
+
+def _parse_profile(name: str, raw: Mapping[str, Any]) -> WorkloadProfile:
+    """Build and validate a WorkloadProfile from the parsed JSON of profile `name`."""
     profile = WorkloadProfile(
         name=raw["name"],
         layers=tuple(
@@ -85,12 +126,14 @@ def load_profile(name: str) -> WorkloadProfile:
                 param_count=int(layer["param_count"]),
                 param_bytes=int(layer["param_bytes"]),
                 fwd_flops=float(layer["fwd_flops"]),
+                deps=_deps(name, i, layer),
             )
-            for layer in raw["layers"]
+            for i, layer in enumerate(raw["layers"])
         ),
         default_batch_size=int(raw["default_batch_size"]),
         sample_unit=raw["sample_unit"],
         input_shape=tuple(raw["input_shape"]),
+        input_dtype=raw["input_dtype"],
         source=MappingProxyType(raw["source"]),
     )
     if profile.total_param_count != raw["total_param_count"]:
@@ -99,3 +142,119 @@ def load_profile(name: str) -> WorkloadProfile:
             f"parameters, total_param_count says {raw['total_param_count']}"
         )
     return profile
+
+
+# --- measured profiles -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MeasuredProfile:
+    """Per-layer training-step times measured on one machine, for an analytic profile.
+
+    workload: the analytic profile's name; fwd_s/bwd_s are in its layer order (same length).
+    label: which machine/device, e.g. "cpu" or "h100" (file <workload>@<label>.json).
+    batch_size: samples per step the times were measured with (times are for the whole
+        batch, not per sample).
+    fwd_s, bwd_s: median seconds per layer for the forward and the backward pass, with the
+        time of parameter-free ops attributed as source.method says.
+    source: read-only provenance (torch version, device, CPU, method, date, command).
+    """
+
+    workload: str
+    label: str
+    batch_size: int
+    fwd_s: tuple[float, ...]
+    bwd_s: tuple[float, ...]
+    source: Mapping[str, Any] = field(hash=False)
+
+    @property
+    def total_fwd_s(self) -> float:
+        return sum(self.fwd_s)
+
+    @property
+    def total_bwd_s(self) -> float:
+        return sum(self.bwd_s)
+
+
+def measured_path(name: str, label: str, measured_dir: Path = MEASURED_DIR) -> Path:
+    """Where the measured profile of workload `name` on `label` is stored."""
+    return Path(measured_dir) / f"{name}@{label}.json"
+
+
+def measured_labels(name: str, measured_dir: Path = MEASURED_DIR) -> list[str]:
+    """Sorted labels of the measured profiles stored for workload `name` (maybe none).
+
+    Raises ValueError("unknown workload 'x' (known: ...)") if `name` has no analytic
+    profile.
+    """
+    known = names()
+    if name not in known:
+        raise ValueError(f"unknown workload '{name}' (known: {', '.join(known)})")
+    prefix = f"{name}@"
+    directory = Path(measured_dir)
+    if not directory.is_dir():
+        return []
+    return sorted(
+        path.stem.removeprefix(prefix)
+        for path in directory.glob("*.json")
+        if path.stem.startswith(prefix)
+    )
+
+
+def load_measured(name: str, label: str, measured_dir: Path = MEASURED_DIR) -> MeasuredProfile:
+    """The measured profile `<measured_dir>/<name>@<label>.json` (not cached).
+
+    Raises ValueError naming the workload if it has no analytic profile, naming the label
+    (and the stored ones) if there is no such measured file, and naming the file if its
+    contents are inconsistent: workload/label fields that differ from the file name, a layer
+    count or layer names that differ from the analytic profile's, a batch size that is not
+    a positive integer, or a time that is not a finite number >= 0.
+    """
+    labels = measured_labels(name, measured_dir)  # raises for an unknown workload
+    if label not in labels:
+        raise ValueError(
+            f"no measured profile '{label}' for workload '{name}' "
+            f"(measured: {', '.join(labels) or 'none'}) in {measured_dir}"
+        )
+    analytic = load_profile(name)
+    path = measured_path(name, label, measured_dir)
+    where = f"measured profile '{name}@{label}'"
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where} is not valid JSON ({exc})") from None
+    if (raw.get("workload"), raw.get("label")) != (name, label):
+        raise ValueError(
+            f"{where} says it is '{raw.get('workload')}@{raw.get('label')}' inside the file"
+        )
+    layers = raw.get("layers")
+    if not isinstance(layers, list) or len(layers) != len(analytic.layers):
+        count = len(layers) if isinstance(layers, list) else "no"
+        raise ValueError(
+            f"{where} has {count} layers, the analytic profile '{name}' has "
+            f"{len(analytic.layers)} (re-measure: python -m workloads profile {name} --measure)"
+        )
+    for i, (got, want) in enumerate(zip(layers, analytic.layers, strict=True)):
+        if got.get("name") != want.name:
+            raise ValueError(
+                f"{where} layer {i} is {got.get('name')!r}, the analytic profile's is {want.name!r}"
+            )
+        for key in ("fwd_s", "bwd_s"):
+            value = got.get(key)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not (math.isfinite(value) and value >= 0)
+            ):
+                raise ValueError(f"{where} layer {i} ({want.name}): {key} = {value!r}")
+    batch_size = raw.get("batch_size")
+    if type(batch_size) is not int or batch_size < 1:
+        raise ValueError(f"{where}: batch_size must be a positive integer, got {batch_size!r}")
+    return MeasuredProfile(
+        workload=name,
+        label=label,
+        batch_size=batch_size,
+        fwd_s=tuple(float(layer["fwd_s"]) for layer in layers),
+        bwd_s=tuple(float(layer["bwd_s"]) for layer in layers),
+        source=MappingProxyType(raw.get("source", {})),
+    )

@@ -1,4 +1,5 @@
-"""Make a workload profile from a torch model definition: one forward pass, forward hooks.
+"""Make a workload profile from a torch model definition: one forward pass, forward hooks,
+plus a torch.fx trace for the data-flow dependencies between layers.
 
 Only shapes are used, never values, so the model is built and run on torch's "meta"
 device by default: no memory for VGG-16's 528 MB of weights, no random init, and the same
@@ -10,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
+from torch import fx, nn
+from torch.overrides import TorchFunctionMode
 
 from workloads import PROFILES_DIR
 from workloads.models import build_model, get_spec
@@ -18,12 +20,25 @@ from workloads.models import build_model, get_spec
 BYTES_PER_PARAM = 4  # fp32 training
 
 FLOPS_RULE = (
-    "fwd_flops per sample, FLOPs = 2 x MACs; counted only for modules that own parameters: "
+    "fwd_flops per sample, FLOPs = 2 x MACs; counted for modules that own parameters: "
     "Conv1d/2d/3d = 2*Cin/groups*prod(kernel)*numel(out) (+numel(out) for bias) "
     "[= 2*Cin/groups*kh*kw*Cout*Hout*Wout for 2D], Linear = 2*in*numel(out) (+numel(out) "
     "for bias), BatchNorm/LayerNorm/GroupNorm/InstanceNorm = 2*numel(out) (eval-mode affine), "
-    "any other module with parameters = 2*numel(out) (marked flops_rule='fallback'); "
-    "parameter-free ops (ReLU, pooling, dropout, residual adds, flatten) are not counted"
+    "Embedding = 0 (a lookup), any other module with parameters = 2*numel(out) (marked "
+    "flops_rule='fallback'); plus parameter-free matrix products run outside those modules "
+    "(matmul/@, bmm, mm: 2*prod(batch)*n*k*m, e.g. attention's QK^T and AV) = 2 x their MACs, "
+    "attributed to the NEXT parameter-owning module called (for attention: its output "
+    "projection; marked flops_rule='<rule>+matmul'; any left after the last module go to the "
+    "last one); other parameter-free ops (ReLU, softmax, pooling, dropout, residual adds, "
+    "concatenation, flatten) are not counted"
+)
+DEPS_RULE = (
+    "deps: indices into layers of the parameter-owning modules whose outputs reach this "
+    "module's input through parameter-free ops only (its nearest parameter-owning ancestors "
+    "in the data-flow graph), from a torch.fx symbolic trace (eval mode) with "
+    "parameter-owning modules as leaves; [] = fed only by the model input and constants; "
+    "a module called several times gets the union over its calls, without itself; a "
+    "parameter read outside its module counts as that module's output"
 )
 
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
@@ -55,17 +70,140 @@ def _fwd_flops(module: nn.Module, output: Any) -> tuple[int, str]:
     if isinstance(module, _NORMS):
         # Eval-mode norm folds to one multiply and one add per output element.
         return 2 * out, "norm"
+    if isinstance(module, nn.Embedding):
+        return 0, "embedding"
     return 2 * out, "fallback"
 
 
-def profile_layers(model: nn.Module, input_shape: tuple[int, ...]) -> list[dict[str, Any]]:
+# Parameter-free matrix products that the FLOPs rule counts, by torch function name
+# (`a @ b` reaches __torch_function__ as Tensor.matmul).
+_MATMULS = {"matmul", "__matmul__", "__rmatmul__", "bmm", "mm"}
+
+
+def _matmul_flops(name: str, args: tuple[Any, ...]) -> int:
+    """2 x MACs of a matmul-like call on (..., n, k) @ (..., k, m) tensors, else 0.
+
+    Follows torch.matmul's broadcasting: a 1-D operand is a vector; batch dims broadcast.
+    """
+    if name not in _MATMULS or len(args) < 2:
+        return 0
+    a, b = (args[1], args[0]) if name == "__rmatmul__" else (args[0], args[1])
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return 0
+    a_shape = a.shape if a.dim() > 1 else (1, *a.shape)
+    b_shape = b.shape if b.dim() > 1 else (*b.shape, 1)
+    batch = torch.broadcast_shapes(a_shape[:-2], b_shape[:-2])
+    n, k, m = a_shape[-2], a_shape[-1], b_shape[-1]
+    return 2 * torch.Size(batch).numel() * n * k * m
+
+
+class _MatmulCounter(TorchFunctionMode):
+    """Adds up the FLOPs of matmul-like calls made while `outside()` is true."""
+
+    def __init__(self, outside: Any) -> None:
+        super().__init__()
+        self.outside = outside
+        self.pending = 0
+
+    def __torch_function__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        if self.outside():
+            self.pending += _matmul_flops(getattr(func, "__name__", ""), tuple(args))
+        return func(*args, **(kwargs or {}))
+
+
+class _LayerTracer(fx.Tracer):
+    """Keeps parameter-owning modules (and parameter-free torch.nn modules) as graph leaves;
+    traces through everything else, so every parameter-owning module is one call_module."""
+
+    def __init__(self, layers: set[nn.Module]) -> None:
+        super().__init__()
+        self.layers = layers
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        if m in self.layers:
+            return True
+        has_params = next(m.parameters(), None) is not None
+        return not has_params and super().is_leaf_module(m, module_qualified_name)
+
+
+def layer_deps(model: nn.Module, index_of: dict[nn.Module, int]) -> list[list[int]]:
+    """For each layer (module -> index in `index_of`), the sorted indices of its deps.
+
+    See DEPS_RULE. Traces `model.forward` with torch.fx (in the model's current mode), so the
+    forward must be symbolically traceable: no Python control flow on tensor values or
+    shapes, no slicing of constant tensors by a symbolic length (use narrow). Raises
+    RuntimeError if the trace fails, if a layer does not appear as its own call (e.g. a
+    module owning parameters directly that also has parameter-owning children), or if a
+    dep's index is not below the layer's own (a module called again after later layers).
+    """
+    names = {module: name or "(root)" for name, module in model.named_modules()}
+    try:
+        graph = _LayerTracer(set(index_of)).trace(model)
+    except Exception as exc:  # fx raises TraceError, TypeError, ... on untraceable code
+        raise RuntimeError(f"torch.fx cannot trace {type(model).__name__}: {exc}") from exc
+    param_owner = {
+        id(param): module for module in index_of for param in module.parameters(recurse=False)
+    }
+    deps: list[set[int]] = [set() for _ in index_of]
+    seen: set[int] = set()
+    sources: dict[fx.Node, frozenset[int]] = {}
+    for node in graph.nodes:
+        inputs = frozenset().union(*(sources[n] for n in node.all_input_nodes))
+        if node.op == "call_module" and model.get_submodule(node.target) in index_of:
+            i = index_of[model.get_submodule(node.target)]
+            deps[i] |= inputs - {i}
+            seen.add(i)
+            sources[node] = frozenset({i})
+        elif node.op == "get_attr":
+            value = _get_attr(model, str(node.target))
+            owner = param_owner.get(id(value))
+            sources[node] = frozenset() if owner is None else frozenset({index_of[owner]})
+        else:
+            sources[node] = inputs
+    by_index = {i: names[m] for m, i in index_of.items()}
+    unseen = [by_index[i] for i in sorted(set(range(len(index_of))) - seen)]
+    if unseen:
+        raise RuntimeError(
+            f"torch.fx does not see {', '.join(unseen)} as module calls (a module that owns "
+            "parameters must not also have parameter-owning children)"
+        )
+    for i, ds in enumerate(deps):
+        late = sorted(d for d in ds if d >= i)
+        if late:
+            raise RuntimeError(
+                f"layer {i} ({by_index[i]}) depends on later layer(s) "
+                f"{', '.join(by_index[d] for d in late)}: a module reused after them"
+            )
+    return [sorted(ds) for ds in deps]
+
+
+def _get_attr(model: nn.Module, target: str) -> Any:
+    """The object at dotted path `target` under `model` (a parameter, buffer or constant)."""
+    obj: Any = model
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def profile_layers(
+    model: nn.Module, input_shape: tuple[int, ...], input_dtype: str = "float32"
+) -> list[dict[str, Any]]:
     """One entry per module that owns parameters directly, in order of first call.
 
     Runs one eval-mode forward pass of `model` with a batch of 1 zero sample of
-    `input_shape`, on the device the model's parameters are on. A module called more than
-    once has its FLOPs summed; a parameter shared by two modules counts at its first use.
+    `input_shape` and dtype `input_dtype` ("float32", or "int64" for token ids: 0 is a
+    valid id), on the device the model's parameters are on, then a torch.fx trace for the
+    `deps` of each entry (see layer_deps). A module called more than once has its FLOPs
+    summed; a parameter shared by two modules counts at its first use. Parameter-free
+    matmuls run outside the modules count towards the next module called (FLOPS_RULE).
     Raises RuntimeError if a parameter-owning module is never called (its parameters
-    would be missing from the layers).
+    would be missing from the layers), or as layer_deps does.
     """
     owners = {
         module: mod_name or "(root)"
@@ -75,15 +213,25 @@ def profile_layers(model: nn.Module, input_shape: tuple[int, ...]) -> list[dict[
     order: list[nn.Module] = []  # first-call order
     flops: dict[nn.Module, int] = {}
     rules: dict[nn.Module, str] = {}
+    matmul_flops: dict[nn.Module, int] = {}
+    depth = 0  # how many parameter-owning modules are running (nested calls)
+    counter = _MatmulCounter(outside=lambda: depth == 0)
 
     # Pre-hook for the order: a module is "executed" when it starts, which matters for
     # modules that own parameters and also have children.
     def pre_hook(module: nn.Module, args: Any) -> None:
+        nonlocal depth
         if module not in flops:
             order.append(module)
             flops[module] = 0
+        if counter.pending:  # parameter-free matmuls since the previous module: this one's
+            matmul_flops[module] = matmul_flops.get(module, 0) + counter.pending
+            counter.pending = 0
+        depth += 1
 
     def post_hook(module: nn.Module, args: Any, output: Any) -> None:
+        nonlocal depth
+        depth -= 1
         call_flops, rules[module] = _fwd_flops(module, output)
         flops[module] += call_flops
 
@@ -95,31 +243,36 @@ def profile_layers(model: nn.Module, input_shape: tuple[int, ...]) -> list[dict[
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad():
-            model(torch.zeros((1, *input_shape), device=device))
+        sample = torch.zeros((1, *input_shape), dtype=getattr(torch, input_dtype), device=device)
+        with torch.no_grad(), counter:
+            model(sample)
+        if counter.pending and order:  # matmuls after the last module: the last one's
+            matmul_flops[order[-1]] = matmul_flops.get(order[-1], 0) + counter.pending
+        missing = [owners[m] for m in owners if m not in flops]
+        if missing:
+            raise RuntimeError(f"forward pass never called {', '.join(missing)}")
+        deps = layer_deps(model, {module: i for i, module in enumerate(order)})
     finally:
         model.train(was_training)
         for handle in handles:
             handle.remove()
 
-    missing = [owners[m] for m in owners if m not in flops]
-    if missing:
-        raise RuntimeError(f"forward pass never called {', '.join(missing)}")
-
     layers = []
     seen: set[int] = set()
-    for module in order:
+    for module, module_deps in zip(order, deps, strict=True):
         params = [p for p in module.parameters(recurse=False) if id(p) not in seen]
         seen.update(id(p) for p in params)
         count = sum(p.numel() for p in params)
+        extra = matmul_flops.get(module, 0)
         layers.append(
             {
                 "name": owners[module],
                 "module_type": type(module).__name__,
                 "param_count": count,
                 "param_bytes": count * BYTES_PER_PARAM,
-                "fwd_flops": flops[module],
-                "flops_rule": rules[module],
+                "fwd_flops": flops[module] + extra,
+                "flops_rule": rules[module] + ("+matmul" if extra else ""),
+                "deps": module_deps,
             }
         )
     return layers
@@ -134,7 +287,7 @@ def profile_model(name: str, device: str = "meta") -> dict[str, Any]:
     spec = get_spec(name)
     with torch.device(device):
         model = build_model(name)
-    layers = profile_layers(model, spec.input_shape)
+    layers = profile_layers(model, spec.input_shape, spec.input_dtype)
     total = sum(p.numel() for p in model.parameters())
     if total != sum(layer["param_count"] for layer in layers):
         raise RuntimeError(f"{name}: layers do not add up to the model's {total} parameters")
@@ -143,13 +296,17 @@ def profile_model(name: str, device: str = "meta") -> dict[str, Any]:
         "default_batch_size": spec.default_batch_size,
         "sample_unit": spec.sample_unit,
         "input_shape": list(spec.input_shape),
+        "input_dtype": spec.input_dtype,
         "total_param_count": total,
         "source": {
             "kind": "torch-definition+analytic-flops",
             "model": spec.builder,
+            "notes": spec.notes,
             "torch_version": torch.__version__,
             "flops_rule": FLOPS_RULE,
-            "param_bytes_rule": f"{BYTES_PER_PARAM} bytes per parameter (fp32)",
+            "deps_rule": DEPS_RULE,
+            "param_bytes_rule": f"{BYTES_PER_PARAM} bytes per parameter (fp32); a parameter "
+            "shared by several modules (tied weights) counts once, at the first that uses it",
             "generated_by": f"python -m workloads profile {name}",
         },
         "layers": layers,

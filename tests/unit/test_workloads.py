@@ -1,6 +1,7 @@
 """workloads/: model definitions, stored profiles, profiler CLI, devices."""
 
 import dataclasses
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ import torch
 from torch import nn
 
 import workloads
-from workloads import devices, profiler
+from workloads import devices, measure, profiler
 from workloads.__main__ import main
 from workloads.models import MODELS, build_model
 
@@ -18,11 +19,27 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # torchvision.models.resnet50 / vgg16 with 1000 classes, as documented by torchvision.
 TORCHVISION_PARAM_COUNTS = {"resnet50": 25_557_032, "vgg16": 138_357_544}
+# Reference counts of the newer workloads: torchvision inception_v3(aux_logits=False),
+# Hugging Face BertModel (bert-base-uncased, with pooler), GPT-2 small (tied LM head); the
+# Transformer base count is our own (37,000 shared vocabulary, tied output projection).
+REFERENCE_PARAM_COUNTS = {
+    "inception3": 23_834_568,
+    "bert-base": 109_482_240,
+    "gpt2": 124_439_808,
+    "transformer": 63_082_496,
+}
+ALL_PARAM_COUNTS = TORCHVISION_PARAM_COUNTS | REFERENCE_PARAM_COUNTS
 DEBUG_NAMES = ["resnet50-debug", "vgg16-debug"]
 
 
 def param_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def meta_model(name: str) -> nn.Module:
+    """The model built on torch's meta device: shapes only, no memory, no init cost."""
+    with torch.device("meta"):
+        return build_model(name)
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +57,39 @@ def test_resnet50_has_the_torchvision_parameter_count(full_models):
 
 def test_vgg16_has_the_torchvision_parameter_count(full_models):
     assert param_count(full_models["vgg16"]) == 138_357_544
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE_PARAM_COUNTS))
+def test_new_models_have_their_reference_parameter_counts(name):
+    assert param_count(meta_model(name)) == REFERENCE_PARAM_COUNTS[name]
+
+
+def test_tied_weights_are_one_parameter():
+    gpt2, transformer = meta_model("gpt2"), meta_model("transformer")
+    assert gpt2.lm_head.weight is gpt2.transformer.wte.weight
+    assert transformer.generator.weight is transformer.embed.weight
+
+
+@pytest.mark.parametrize(
+    "name, batch",
+    [
+        ("inception3", 2),
+        ("bert-base", 2),
+        ("gpt2", 2),
+        ("transformer", 2),
+    ],
+)
+def test_new_models_map_their_input_to_the_documented_output_shape(name, batch):
+    spec = MODELS[name]
+    dtype = getattr(torch, spec.input_dtype)
+    out = meta_model(name)(torch.zeros((batch, *spec.input_shape), dtype=dtype, device="meta"))
+    if name == "bert-base":
+        sequence, pooled = out
+        assert sequence.shape == (batch, 128, 768) and pooled.shape == (batch, 768)
+    elif name == "inception3":
+        assert out.shape == (batch, 1000)
+    else:  # language models: logits over the vocabulary at every target position
+        assert out.shape == (batch, spec.input_shape[-1], spec.num_classes)
 
 
 @pytest.mark.parametrize("name", DEBUG_NAMES)
@@ -74,16 +124,16 @@ def test_every_registered_model_has_a_stored_profile():
     assert workloads.names() == sorted(MODELS)
 
 
-@pytest.mark.parametrize("name", sorted(TORCHVISION_PARAM_COUNTS))
-def test_stored_profile_has_the_torchvision_parameter_count(name):
+@pytest.mark.parametrize("name", sorted(ALL_PARAM_COUNTS))
+def test_stored_profile_has_the_reference_parameter_count(name):
     profile = workloads.load_profile(name)
-    assert profile.total_param_count == TORCHVISION_PARAM_COUNTS[name]
-    assert profile.total_param_bytes == 4 * TORCHVISION_PARAM_COUNTS[name]
+    assert profile.total_param_count == ALL_PARAM_COUNTS[name]
+    assert profile.total_param_bytes == 4 * ALL_PARAM_COUNTS[name]
 
 
 def test_stored_layer_param_counts_sum_to_the_torch_models_total(full_models):
     for name in workloads.names():
-        model = full_models.get(name) or build_model(name)
+        model = full_models.get(name) or meta_model(name)
         profile = workloads.load_profile(name)
         assert sum(layer.param_count for layer in profile.layers) == param_count(model), name
 
@@ -100,7 +150,10 @@ def test_stored_profiles_match_their_registry_entries():
         assert profile.input_shape == spec.input_shape
         assert profile.default_batch_size == spec.default_batch_size
         assert profile.sample_unit == spec.sample_unit
+        assert len(profile.sample_unit) <= 32  # the lab catalogue's column
+        assert profile.input_dtype == spec.input_dtype
         assert profile.source["model"] == spec.builder
+        assert profile.source["notes"] == spec.notes
         assert profile.source["kind"] == "torch-definition+analytic-flops"
         assert profile.source["generated_by"] == f"python -m workloads profile {name}"
 
@@ -112,6 +165,10 @@ def test_stored_profiles_match_their_registry_entries():
         ("resnet50-debug", "conv1", "fc"),
         ("vgg16", "features.0", "classifier.6"),
         ("vgg16-debug", "features.0", "classifier.6"),
+        ("inception3", "Conv2d_1a_3x3.conv", "fc"),
+        ("bert-base", "embeddings.word_embeddings", "pooler.dense"),
+        ("gpt2", "transformer.wte", "lm_head"),
+        ("transformer", "embed", "generator"),
     ],
 )
 def test_layers_start_and_end_where_the_forward_pass_does(name, first, last):
@@ -139,6 +196,259 @@ def test_stored_flops_follow_the_documented_rule():
     assert vgg["classifier.0"].fwd_flops == 2 * 25088 * 4096 + 4096
 
 
+def test_attention_matmul_flops_are_attributed_to_the_output_projection():
+    # QK^T and AV: 2 matmuls of T x T x d MACs each over all heads = 4 * T^2 * d FLOPs.
+    bert = {layer.name: layer for layer in workloads.load_profile("bert-base").layers}
+    t, d = 128, 768
+    dense = bert["encoder.layer.0.attention.output.dense"]
+    assert dense.fwd_flops == (2 * d * d * t + d * t) + 4 * t * t * d
+    assert bert["encoder.layer.0.attention.self.query"].fwd_flops == 2 * d * d * t + d * t
+    assert bert["embeddings.word_embeddings"].fwd_flops == 0  # a lookup
+    gpt2 = {layer.name: layer for layer in workloads.load_profile("gpt2").layers}
+    t = 1024
+    assert gpt2["transformer.h.5.attn.c_proj"].fwd_flops == (2 * d * d + d) * t + 4 * t * t * d
+    assert gpt2["lm_head"].fwd_flops == 2 * d * 50257 * t  # tied: no bias
+    profile = workloads.load_profile("gpt2")
+    assert "attributed to the NEXT parameter-owning module" in profile.source["flops_rule"]
+
+
+def test_tied_weights_count_once_at_their_first_use():
+    gpt2 = {layer.name: layer for layer in workloads.load_profile("gpt2").layers}
+    assert gpt2["transformer.wte"].param_count == 50257 * 768
+    assert gpt2["lm_head"].param_count == gpt2["lm_head"].param_bytes == 0
+    transformer = {layer.name: layer for layer in workloads.load_profile("transformer").layers}
+    assert transformer["embed"].param_count == 37000 * 512
+    assert transformer["generator"].param_count == 0
+
+
+def test_layer_counts():
+    counts = {name: len(workloads.load_profile(name).layers) for name in ALL_PARAM_COUNTS}
+    assert counts == {
+        "resnet50": 107,  # 53 convs + 53 batch norms + fc
+        "vgg16": 16,  # 13 convs + 3 linear
+        "inception3": 189,  # 94 convs + 94 batch norms + fc
+        "bert-base": 101,  # 4 embedding + 12 x 8 + pooler
+        "gpt2": 76,  # 2 embeddings + 12 x 6 + ln_f + lm_head
+        "transformer": 128,  # embed + 6 x 8 + 6 x 13 + generator
+    }
+
+
+# --- deps (the forward DAG) --------------------------------------------------------------
+
+
+def deps_by_name(name: str) -> dict[str, set[str]]:
+    layers = workloads.load_profile(name).layers
+    return {layer.name: {layers[d].name for d in layer.deps} for layer in layers}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_deps_form_a_dag_in_forward_order_that_reaches_the_last_layer(name):
+    layers = workloads.load_profile(name).layers
+    assert layers[0].deps == ()
+    used: set[int] = set()
+    for i, layer in enumerate(layers):
+        assert isinstance(layer.deps, tuple)
+        assert all(isinstance(d, int) and 0 <= d < i for d in layer.deps), layer.name
+        assert len(set(layer.deps)) == len(layer.deps)
+        used.update(layer.deps)
+    # Every layer but the last feeds a later one: no dangling branch.
+    assert used == set(range(len(layers) - 1))
+
+
+@pytest.mark.parametrize("name", ["vgg16", "vgg16-debug"])
+def test_a_chain_model_depends_on_its_previous_layer_only(name):
+    layers = workloads.load_profile(name).layers
+    assert [layer.deps for layer in layers] == [()] + [(i - 1,) for i in range(1, len(layers))]
+
+
+def test_resnet50_deps_follow_the_residual_joins():
+    deps = deps_by_name("resnet50")
+    assert deps["conv1"] == set()
+    assert deps["bn1"] == {"conv1"}
+    assert deps["layer1.0.bn1"] == {"layer1.0.conv1"}
+    # The projection shortcut reads the block input, as the main branch does.
+    assert deps["layer1.0.conv1"] == deps["layer1.0.downsample.0"] == {"bn1"}
+    # The next block sees main branch + shortcut, added: a join of two layers.
+    assert deps["layer1.1.conv1"] == {"layer1.0.bn3", "layer1.0.downsample.1"}
+    # An identity shortcut passes the earlier producers through the add.
+    assert deps["layer1.2.conv1"] == {"layer1.1.bn3", "layer1.0.bn3", "layer1.0.downsample.1"}
+    assert deps["fc"] == {f"layer4.{b}.bn3" for b in range(3)} | {"layer4.0.downsample.1"}
+    assert any(len(layer.deps) == 2 for layer in workloads.load_profile("resnet50").layers)
+
+
+def test_inception3_deps_join_the_branches_of_each_block():
+    deps = deps_by_name("inception3")
+    mixed_5b_out = {
+        f"Mixed_5b.{b}.bn" for b in ("branch1x1", "branch5x5_2", "branch3x3dbl_3", "branch_pool")
+    }
+    # Every branch of the next block reads the concatenation of the four branches.
+    for branch in ("branch1x1", "branch5x5_1", "branch3x3dbl_1", "branch_pool"):
+        assert deps[f"Mixed_5c.{branch}.conv"] == mixed_5b_out
+    # InceptionE concatenates 6 convs (two of them split pairs).
+    assert len(deps["fc"]) == 6
+    # A grid reduction passes its input through the max-pool branch.
+    assert "Mixed_6e.branch_pool.bn" in deps["Mixed_7b.branch1x1.conv"]
+    assert sum(len(d) >= 3 for d in deps.values()) >= 10
+
+
+def test_transformer_deps_connect_the_encoder_to_every_cross_attention():
+    deps = deps_by_name("transformer")
+    assert deps["encoder.0.self_attn.q_proj"] == {"embed"}
+    assert deps["decoder.0.self_attn.q_proj"] == {"embed"}  # the target lookup
+    for layer in range(6):
+        for proj in ("k_proj", "v_proj"):
+            assert deps[f"decoder.{layer}.cross_attn.{proj}"] == {"encoder.5.norm2"}
+        assert deps[f"decoder.{layer}.cross_attn.q_proj"] == {f"decoder.{layer}.norm1"}
+    assert deps["encoder.0.self_attn.out_proj"] == {f"encoder.0.self_attn.{p}_proj" for p in "qkv"}
+
+
+def test_bert_and_gpt2_deps():
+    bert = deps_by_name("bert-base")
+    assert bert["embeddings.LayerNorm"] == {
+        "embeddings.word_embeddings",
+        "embeddings.position_embeddings",
+        "embeddings.token_type_embeddings",
+    }
+    assert bert["encoder.layer.0.attention.output.LayerNorm"] == {
+        "embeddings.LayerNorm",
+        "encoder.layer.0.attention.output.dense",
+    }
+    gpt2 = deps_by_name("gpt2")
+    assert gpt2["lm_head"] == {"transformer.ln_f"}
+    # Pre-LN: the residual stream carries every earlier block's outputs to ln_f.
+    assert len(gpt2["transformer.ln_f"]) == 2 + 2 * 12
+
+
+class Diamond(nn.Module):
+    """stem -> (left, right) -> add -> relu -> head: a join of two parameter-owning layers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Linear(4, 4)
+        self.left = nn.Linear(4, 4)
+        self.right = nn.Linear(4, 4)
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.stem(x))
+        return self.head(torch.relu(self.left(x) + self.right(x)))
+
+
+def test_profiler_deps_see_through_parameter_free_ops():
+    layers = profiler.profile_layers(Diamond(), (4,))
+    assert [(layer["name"], layer["deps"]) for layer in layers] == [
+        ("stem", []),
+        ("left", [0]),
+        ("right", [0]),
+        ("head", [1, 2]),
+    ]
+
+
+def test_profiler_deps_of_a_module_called_twice_are_the_union_without_itself():
+    layers = profiler.profile_layers(DefinedBackwards(), (2, 4, 4))
+    assert [layer["deps"] for layer in layers] == [[], [0], [1]]
+
+
+class ReusedLater(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(3, 3)
+        self.b = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a(self.b(self.a(x)))  # a's second call reads b, which comes after a
+
+
+def test_profiler_refuses_deps_that_point_forward():
+    with pytest.raises(RuntimeError, match=r"layer 0 \(a\) depends on later layer\(s\) b"):
+        profiler.profile_layers(ReusedLater(), (3,))
+
+
+class Branchy(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(3, 3)
+        self.b = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.a(x)
+        if y.sum() > 0:  # data-dependent control flow: not traceable
+            return self.b(y)
+        return y
+
+
+def test_profiler_explains_an_untraceable_model():
+    with pytest.raises(RuntimeError, match="torch.fx cannot trace Branchy"):
+        profiler.profile_layers(Branchy(), (3,))
+
+
+class ParamFreeMatmul(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 4, bias=False)
+        self.out = nn.Linear(4, 2, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: (B, 3, 4)
+        h = self.proj(x)
+        mixed = torch.softmax(h @ h.transpose(-2, -1), -1) @ h  # (B, 3, 3) then (B, 3, 4)
+        return self.out(mixed)
+
+
+def test_profiler_attributes_parameter_free_matmuls_to_the_next_layer():
+    layers = profiler.profile_layers(ParamFreeMatmul(), (3, 4))
+    assert layers[0]["fwd_flops"] == 2 * 4 * 4 * 3
+    assert layers[0]["flops_rule"] == "linear"
+    # (3x4 @ 4x3) + (3x3 @ 3x4) = 36 + 36 MACs.
+    assert layers[1]["fwd_flops"] == 2 * 4 * 2 * 3 + 2 * (36 + 36)
+    assert layers[1]["flops_rule"] == "linear+matmul"
+    assert layers[1]["deps"] == [0]
+
+
+# --- loader validation -------------------------------------------------------------------
+
+
+@pytest.fixture
+def profiles_dir(tmp_path, monkeypatch):
+    """workloads reads its analytic profiles from an empty tmp dir during the test."""
+    monkeypatch.setattr(workloads, "PROFILES_DIR", tmp_path)
+    workloads.load_profile.cache_clear()
+    yield tmp_path
+    workloads.load_profile.cache_clear()
+
+
+def write_profile_with(profiles_dir: Path, name: str, layer: int, deps: object) -> None:
+    raw = json.loads((REPO_ROOT / "workloads/profiles" / f"{name}.json").read_text())
+    if deps is None:
+        del raw["layers"][layer]["deps"]
+    else:
+        raw["layers"][layer]["deps"] = deps
+    (profiles_dir / f"{name}.json").write_text(json.dumps(raw))
+
+
+@pytest.mark.parametrize(
+    "deps, message",
+    [
+        ([1], r"deps \[1\] out of range \(each must be >= 0 and < its own index 1\)"),
+        ([-1], r"deps \[-1\] out of range"),
+        ([0, 0], r"repeat an index"),
+        (["0"], r"must be a list of integers"),
+        (None, r"has no deps \(regenerate: python -m workloads profile vgg16-debug\)"),
+    ],
+)
+def test_loader_rejects_bad_deps_naming_the_profile_and_layer(profiles_dir, deps, message):
+    write_profile_with(profiles_dir, "vgg16-debug", 1, deps)
+    with pytest.raises(ValueError, match=r"profile 'vgg16-debug' layer 1 \('features.2'\)"):
+        workloads.load_profile("vgg16-debug")
+    with pytest.raises(ValueError, match=message):
+        workloads.load_profile("vgg16-debug")
+
+
+def test_loader_accepts_the_untouched_profile_from_another_directory(profiles_dir):
+    write_profile_with(profiles_dir, "vgg16-debug", 0, [])
+    assert workloads.names() == ["vgg16-debug"]
+    assert workloads.load_profile("vgg16-debug").layers[1].deps == (0,)
+
+
 def test_profiles_are_immutable_and_hashable():
     profile = workloads.load_profile("vgg16-debug")
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -149,7 +459,7 @@ def test_profiles_are_immutable_and_hashable():
 
 
 def test_unknown_workload_raises_a_value_error_naming_the_known_ones():
-    with pytest.raises(ValueError, match=r"unknown workload 'nope' \(known: resnet50, "):
+    with pytest.raises(ValueError, match=r"unknown workload 'nope' \(known: bert-base, gpt2, "):
         workloads.load_profile("nope")
     with pytest.raises(ValueError, match=r"unknown model 'nope'"):
         build_model("nope")
@@ -215,6 +525,141 @@ def test_check_summarises_a_stale_profile_in_one_line(tmp_path):
     assert "no stored profile" in profiler.check_profile("vgg16-debug", tmp_path)
 
 
+# --- measured profiles -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def measured_dir(tmp_path_factory) -> Path:
+    """One quick real measurement of vgg16-debug on the CPU, written to a tmp dir."""
+    directory = tmp_path_factory.mktemp("measured")
+    messages: list[str] = []
+    measure.write_measured(
+        "vgg16-debug",
+        device="cpu",
+        batch_size=2,
+        repeats=2,
+        warmup=1,
+        label="testbox",
+        measured_dir=directory,
+        progress=messages.append,
+    )
+    assert len(messages) == 3
+    assert messages[0].startswith("warm-up 1/1: forward ")
+    assert messages[2].startswith("repeat 2/2: forward ")
+    return directory
+
+
+def test_measured_profile_round_trip(measured_dir):
+    assert workloads.measured_labels("vgg16-debug", measured_dir) == ["testbox"]
+    assert workloads.measured_labels("resnet50", measured_dir) == []
+    measured = workloads.load_measured("vgg16-debug", "testbox", measured_dir)
+    analytic = workloads.load_profile("vgg16-debug")
+    assert (measured.workload, measured.label, measured.batch_size) == (
+        "vgg16-debug",
+        "testbox",
+        2,
+    )
+    assert len(measured.fwd_s) == len(measured.bwd_s) == len(analytic.layers)
+    assert all(t > 0 for t in measured.fwd_s + measured.bwd_s)
+    assert measured.total_fwd_s == pytest.approx(sum(measured.fwd_s))
+    source = measured.source
+    assert source["kind"] == "measured" and source["device"] == "cpu"
+    assert source["torch_version"] == torch.__version__
+    assert source["repeats"] == 2 and source["warmup"] == 1
+    assert "median" in source["method"] and "NEXT parameter-owning layer" in source["method"]
+    assert source["command"] == (
+        "python -m workloads profile vgg16-debug --measure --device cpu --batch-size 2 "
+        "--repeats 2 --warmup 1 --label testbox"
+    )
+    assert source["cpu_model"] and source["date"]
+    with pytest.raises(TypeError):
+        measured.source["kind"] = "x"  # type: ignore[index]
+    # The measured/ subfolder is not an analytic profile.
+    assert "vgg16-debug@testbox" not in workloads.names()
+
+
+def edit_measured(measured_dir: Path, tmp_path: Path, edit) -> Path:
+    """A copy of the measured file in tmp_path, changed by `edit(raw)`."""
+    raw = json.loads((measured_dir / "vgg16-debug@testbox.json").read_text())
+    edit(raw)
+    (tmp_path / "vgg16-debug@testbox.json").write_text(json.dumps(raw))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda raw: raw["layers"].pop(),
+            r"'vgg16-debug@testbox' has 15 layers, the analytic profile 'vgg16-debug' has 16",
+        ),
+        (
+            lambda raw: raw["layers"][3].update(name="features.6"),
+            r"layer 3 is 'features.6', the analytic profile's is 'features.7'",
+        ),
+        (lambda raw: raw["layers"][0].update(bwd_s=-1.0), r"layer 0 \(features.0\): bwd_s = -1"),
+        (lambda raw: raw.update(batch_size=0), r"batch_size must be a positive integer, got 0"),
+        (lambda raw: raw.update(workload="vgg16"), r"says it is 'vgg16@testbox' inside"),
+    ],
+)
+def test_measured_loader_rejects_inconsistent_files(measured_dir, tmp_path, edit, message):
+    directory = edit_measured(measured_dir, tmp_path, edit)
+    with pytest.raises(ValueError, match=message):
+        workloads.load_measured("vgg16-debug", "testbox", directory)
+
+
+def test_measured_loader_names_what_is_unknown(measured_dir):
+    with pytest.raises(ValueError, match=r"unknown workload 'nope' \(known: "):
+        workloads.load_measured("nope", "cpu", measured_dir)
+    with pytest.raises(ValueError, match=r"unknown workload 'nope'"):
+        workloads.measured_labels("nope", measured_dir)
+    with pytest.raises(
+        ValueError, match=r"no measured profile 'h100' for workload 'vgg16-debug' \(measured: "
+    ):
+        workloads.load_measured("vgg16-debug", "h100", measured_dir)
+    assert workloads.measured_labels("vgg16-debug", measured_dir / "missing") == []
+
+
+def test_stored_measured_profiles_load_and_match_their_analytic_profiles():
+    stored = {name: workloads.measured_labels(name) for name in workloads.names()}
+    assert "cpu" in stored["resnet50"] and "cpu" in stored["vgg16-debug"]
+    for name, labels in stored.items():
+        for label in labels:
+            measured = workloads.load_measured(name, label)
+            assert len(measured.fwd_s) == len(workloads.load_profile(name).layers)
+            assert measured.source["kind"] == "measured"
+            assert measured.source["command"].startswith(f"python -m workloads profile {name} ")
+    assert workloads.load_measured("resnet50", "cpu").batch_size == 4
+
+
+def test_measurement_times_every_layer_of_a_branchy_token_model(tmp_path):
+    # A real (tiny) run through the hooks: shared embedding, tied head, cross-attention.
+    from workloads.models.transformer import Transformer
+
+    model = Transformer(vocab=50, d_model=16, heads=2, ffn=32, layers=1, max_len=8)
+    names = [layer["name"] for layer in profiler.profile_layers(model, (2, 8), "int64")]
+    batch = torch.randint(0, 50, (2, 2, 8))
+    times = measure.measure_layers(model, names, batch, repeats=1, warmup=0)
+    assert len(times["fwd_s"]) == len(times["bwd_s"]) == len(names) == 23
+    assert all(t > 0 for t in times["fwd_s"]) and all(t > 0 for t in times["bwd_s"])
+    assert sum(times["fwd_s"]) == pytest.approx(times["step_fwd_s"])
+    assert sum(times["bwd_s"]) == pytest.approx(times["step_bwd_s"])
+
+
+@pytest.mark.parametrize(
+    "device_name, label",
+    [
+        ("NVIDIA H100 80GB HBM3", "h100"),
+        ("NVIDIA A100-SXM4-40GB", "a100"),
+        ("Tesla V100-SXM2-16GB", "v100"),
+        ("Tesla K80", "k80"),
+        ("NVIDIA GeForce RTX 4090", "rtx4090"),
+    ],
+)
+def test_cuda_device_names_give_short_labels(device_name, label):
+    assert measure.cuda_short_name(device_name) == label
+
+
 # --- CLI ---------------------------------------------------------------------------------
 
 
@@ -235,6 +680,49 @@ def test_cli_exits_2_and_names_a_bad_model_name():
     assert "no-such-model" in result.stderr
 
 
+def test_cli_measure_exits_2_and_names_a_bad_model_name(capsys):
+    assert main(["profile", "no-such-model", "--measure"]) == 2
+    err = capsys.readouterr().err
+    assert "no-such-model" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cli_measure_on_cuda_without_cuda_exits_2_and_says_what_to_do(capsys, tmp_path):
+    code = main(
+        ["profile", "vgg16-debug", "--measure", "--device", "cuda", "--measured-dir", str(tmp_path)]
+    )
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "CUDA is not available" in err and "--device cpu" in err
+    assert len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--batch-size", "4"], "--batch-size only go with --measure"),
+        (["--measure", "--check"], "--check does not go with --measure"),
+        (["--measure", "--device", "meta"], "--measure needs --device cpu or cuda[:N]"),
+        (["--measure", "--repeats", "0"], "--repeats must be >= 1"),
+        (["--measure", "--label", "a/b"], "--label 'a/b' must be"),
+    ],
+)
+def test_cli_measure_usage_errors_exit_2(capsys, args, message):
+    assert main(["profile", "vgg16-debug", *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_measure_writes_where_told_and_reports_progress_on_stderr(capsys, tmp_path):
+    args = ["profile", "resnet50-debug", "--measure", "--batch-size", "2", "--repeats", "1"]
+    code = main([*args, "--warmup", "0", "--measured-dir", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert out.strip() == str(tmp_path / "resnet50-debug@cpu.json")
+    assert "resnet50-debug: repeat 1/1: forward " in err
+    assert workloads.load_measured("resnet50-debug", "cpu", tmp_path).batch_size == 2
+
+
 def test_cli_profile_without_names_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["profile"])
@@ -249,7 +737,7 @@ def test_cli_list_prints_every_model_name(capsys):
 def test_importing_workloads_does_not_import_torch():
     code = (
         "import sys, workloads, workloads.models, workloads.devices, workloads.__main__; "
-        "workloads.load_profile('resnet50'); "
+        "workloads.load_profile('resnet50'); workloads.load_measured('resnet50', 'cpu'); "
         "assert 'torch' not in sys.modules, 'torch was imported'"
     )
     result = subprocess.run(
