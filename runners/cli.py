@@ -1,6 +1,16 @@
-"""``python -m runners``: list the registry, run one spec, benchmark the simulator.
+"""``python -m runners``: list the registry, run one spec, run a grid of specs, benchmark.
 
-Exit codes: 0 success, 1 the run failed, 2 bad input (invalid spec, existing --out).
+    python -m runners list [--json] [--arena ARENA]
+    python -m runners run SPEC --out DIR
+    python -m runners grid GRID --out DIR [--jobs N] [--resume] [--keep-runs]
+    python -m runners bench [--json] [--repeats N]
+
+``grid`` expands a sweep (systems x workloads x cluster/params/spec axes x seeds, see
+``runners.grid``), validates every run, runs them in parallel and writes DIR/results.csv (one row
+per run), grid.json and specs.jsonl.
+
+Exit codes: 0 success, 1 the run failed (grid: at least one run failed), 2 bad input (invalid
+spec or grid, existing --out).
 """
 
 from __future__ import annotations
@@ -14,7 +24,7 @@ from pathlib import Path
 import workloads
 from workloads import devices
 
-from . import bench, registry, rundir
+from . import bench, grid, registry, rundir
 from .execute import run_to_directory
 from .spec import SpecError, load_file, validate
 
@@ -36,6 +46,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("spec", help="run spec, JSON or YAML")
     p.add_argument("--out", required=True, type=Path, help="run directory to create")
     p.set_defaults(func=_run)
+    p = sub.add_parser("grid", help="run a sweep of specs in parallel and write one table")
+    p.add_argument("grid", help="grid file, JSON or YAML (see runners/grid.py)")
+    p.add_argument("--out", required=True, type=Path, help="output directory to create")
+    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPU count)")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue in an existing --out: skip the runs it recorded (ok or failed)",
+    )
+    p.add_argument(
+        "--keep-runs", action="store_true", help="also write every run directory under DIR/runs/"
+    )
+    p.set_defaults(func=_grid)
     p = sub.add_parser("bench", help="benchmark the simulators")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats per case (median)")
@@ -82,6 +105,41 @@ def _run(args: argparse.Namespace) -> int:
         print(f"run failed: {type(err).__name__}: {err}", file=sys.stderr)
         return 1
     print(json.dumps(summary, sort_keys=True))
+    return 0
+
+
+def _grid(args: argparse.Namespace) -> int:
+    if args.jobs is not None and args.jobs < 1:
+        print(f"--jobs: must be >= 1 (got {args.jobs})", file=sys.stderr)
+        return 2
+    try:
+        loaded = grid.load_grid(args.grid)
+        if args.out.exists() and not args.resume:
+            raise rundir.OutputExists(f"{args.out} already exists (use --resume to continue it)")
+    except SpecError as err:
+        print(f"invalid grid: {err}", file=sys.stderr)
+        return 2
+    except rundir.OutputExists as err:
+        print(f"--out: {err}", file=sys.stderr)
+        return 2
+    try:
+        outcome = grid.run_grid(
+            loaded, args.out, jobs=args.jobs, resume=args.resume, keep_runs=args.keep_runs
+        )
+    except KeyboardInterrupt:
+        print(f"interrupted: finished runs are in {args.out}; add --resume", file=sys.stderr)
+        return 130
+    except grid.GridAborted as err:
+        print(f"grid aborted: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps(outcome.as_dict(), sort_keys=True))
+    if outcome.failed:
+        print(
+            f"{outcome.failed} of {outcome.total} runs failed "
+            f"(status/error columns of {outcome.results})",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

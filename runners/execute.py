@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from . import manifest, rundir
-from .sim import allreduce
-from .sim.iteration import SimResult
+from .sim import allreduce, ps
+from .sim.engine import SimResult
 from .spec import RunSpec
 
 log = logging.getLogger("runners")
 
-SIMULATORS = {"allreduce": allreduce.run}
+SIMULATORS = {"allreduce": allreduce.run, "ps": ps.run}
 
 
 def simulate(spec: RunSpec) -> SimResult:

@@ -30,6 +30,7 @@ class Param:
     maximum: float | None = None
     unit: str = ""
     reconstructed: bool = False
+    choices: tuple[Any, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -41,6 +42,7 @@ class Param:
             "maximum": self.maximum,
             "unit": self.unit,
             "reconstructed": self.reconstructed,
+            "choices": list(self.choices),
         }
 
 
@@ -77,8 +79,105 @@ class Entry:
 
 
 FP32_BYTES = 4
+MIB = 1024 * 1024
+
+_AR = "runners.policies.allreduce"
+_PS = "runners.policies.ps"
 
 ENTRIES: tuple[Entry, ...] = (
+    # --- all-reduce arena -----------------------------------------------------------------
+    Entry(
+        name="pace",
+        arena="allreduce",
+        role="system",
+        modes=("sim",),
+        paper="Bao, Peng, Chen, Wu. Preemptive all-reduce scheduling for expediting distributed "
+        "DNN training (PACE), IEEE INFOCOM 2020",
+        summary="Preemptive priority schedule on the DAG (first-consumed tensor first, preemption "
+        "at chunk boundaries) plus a fusion DP that uses the scheduler as its oracle. "
+        "Reconstruction: the paper's exact formulation is not available.",
+        factory=f"{_AR}:pace",
+        params=(
+            Param(
+                "chunk_bytes",
+                int,
+                4 * MIB,
+                "Preemption granularity: fused tensors are sent in chunks of this size, one in "
+                "flight (our choice; the paper's is unknown).",
+                minimum=1024,
+                unit="bytes",
+                reconstructed=True,
+            ),
+            Param(
+                "fusion",
+                str,
+                "dp",
+                "Tensor fusion: 'dp' (dynamic programme with the scheduler as oracle) or 'none'.",
+                choices=("dp", "none"),
+                reconstructed=True,
+            ),
+            Param(
+                "fusion_window",
+                int,
+                8,
+                "Largest number of consecutive tensors the DP may fuse into one group (bounds "
+                "its O(m * window) oracle calls).",
+                minimum=1,
+                maximum=256,
+                reconstructed=True,
+            ),
+        ),
+    ),
+    Entry(
+        name="delayed-allreduce",
+        arena="allreduce",
+        role="system",
+        modes=("sim",),
+        paper="Along Jin, Towards fast distributed training with generic and efficient "
+        "communication scheduling, HKU PhD thesis 2023, chapter on delayed all-reduce "
+        "(papers not identified; research/comm.md section 4)",
+        summary="All-reduce of iteration t overlaps with computation of iteration t+1; forward "
+        "uses parameters at most max_delay steps old (approximation rule is a parameter). "
+        "Reconstruction: the thesis' exact rule is unknown.",
+        factory=f"{_AR}:delayed_allreduce",
+        params=(
+            Param(
+                "max_delay",
+                int,
+                1,
+                "Iterations the parameters used by a forward may lag (1 = the thesis' "
+                "description).",
+                minimum=0,
+                maximum=8,
+            ),
+            Param(
+                "approximation",
+                str,
+                "stale",
+                "Parameter approximation while the all-reduce is in flight: stale (Pipe-SGD), "
+                "local-correct, extrapolate. Changes numerics only (real mode), not timing.",
+                choices=("stale", "local-correct", "extrapolate"),
+                reconstructed=True,
+            ),
+            Param(
+                "fusion_bytes",
+                int,
+                4 * MIB,
+                "Gradients are fused in ready order up to this many bytes (0 = per layer).",
+                minimum=0,
+                unit="bytes",
+                reconstructed=True,
+            ),
+            Param(
+                "order",
+                str,
+                "priority",
+                "Channel order: 'priority' (the layer the next forward needs first) or 'fifo'.",
+                choices=("priority", "fifo"),
+                reconstructed=True,
+            ),
+        ),
+    ),
     Entry(
         name="wfbp",
         arena="allreduce",
@@ -87,7 +186,66 @@ ENTRIES: tuple[Entry, ...] = (
         paper="Zhang et al., Poseidon: wait-free backpropagation, USENIX ATC 2017",
         summary="One all-reduce per layer in gradient-ready (FIFO) order; the next forward waits "
         "for every gradient (global barrier).",
-        factory="runners.policies.allreduce:wfbp",
+        factory=f"{_AR}:wfbp",
+    ),
+    Entry(
+        name="ddp",
+        arena="allreduce",
+        role="baseline",
+        modes=("sim",),
+        paper="Li et al., PyTorch Distributed: experiences on accelerating data parallel "
+        "training, VLDB 2020 (torch 2.13 defaults)",
+        summary="Gradient buckets in ready order (25 MiB, first bucket 1 MiB), all-reduced in "
+        "order; global barrier before the optimizer step.",
+        factory=f"{_AR}:ddp",
+        params=(
+            Param(
+                "bucket_bytes",
+                int,
+                25 * MIB,
+                "bucket_cap_mb default of torch 2.13 (25 MiB).",
+                minimum=1,
+                unit="bytes",
+            ),
+            Param(
+                "first_bucket_bytes",
+                int,
+                1 * MIB,
+                "torch.distributed._DEFAULT_FIRST_BUCKET_BYTES (1 MiB).",
+                minimum=1,
+                unit="bytes",
+            ),
+        ),
+    ),
+    Entry(
+        name="horovod",
+        arena="allreduce",
+        role="baseline",
+        modes=("sim",),
+        paper="Sergeev and Del Balso, Horovod: fast and easy distributed deep learning in "
+        "TensorFlow, arXiv 1802.05799 (tensor fusion, docs/tensor-fusion.rst)",
+        summary="Every cycle, the gradients that became ready are fused in ready order up to the "
+        "fusion threshold and all-reduced; global barrier.",
+        factory=f"{_AR}:horovod",
+        params=(
+            Param(
+                "fusion_threshold_bytes",
+                int,
+                128 * MIB,
+                "HOROVOD_FUSION_THRESHOLD; default 128 MiB since v0.21.0 (PR #2468; 64 MiB "
+                "before, and the tensor-fusion doc page still says 64 MB). 0 disables fusion.",
+                minimum=0,
+                unit="bytes",
+            ),
+            Param(
+                "cycle_time_ms",
+                float,
+                1.0,
+                "HOROVOD_CYCLE_TIME; default 1 ms since v0.21.0 (5 ms before).",
+                minimum=0.0,
+                unit="ms",
+            ),
+        ),
     ),
     Entry(
         name="bytescheduler",
@@ -98,8 +256,8 @@ ENTRIES: tuple[Entry, ...] = (
         "acceleration (ByteScheduler), SOSP 2019",
         summary="Tensors split into partitions, sent in priority order (the layer the next "
         "forward needs first), at most `credit` bytes handed to the network at once; forward of "
-        "layer i waits only for layer i (cross-barrier). Auto-tuning of credit/partition: not yet.",
-        factory="runners.policies.allreduce:bytescheduler",
+        "layer i waits only for layer i (cross-barrier); Bayesian auto-tuning of the credit.",
+        factory=f"{_AR}:bytescheduler",
         params=(
             Param(
                 "partition_bytes",
@@ -114,10 +272,238 @@ ENTRIES: tuple[Entry, ...] = (
                 "credit_bytes",
                 int,
                 16_000_000 * FP32_BYTES,
-                "Most bytes handed to the network and not yet acknowledged. Default = 16M fp32 "
-                "parameters, the docs' all-reduce recommendation (the tuner is not run).",
+                "Most bytes handed to the network and not yet acknowledged (the starting point "
+                "when tuning). Default = 16M fp32 parameters, the docs' all-reduce value.",
                 minimum=1024,
                 unit="bytes",
+            ),
+            Param(
+                "autotune",
+                str,
+                "credit",
+                "Bayesian optimisation against the simulator: 'credit' (upstream default: credit "
+                "tuning on, partition off), 'credit+partition', or 'off'.",
+                choices=("credit", "credit+partition", "off"),
+            ),
+        ),
+    ),
+    Entry(
+        name="dear",
+        arena="allreduce",
+        role="baseline",
+        modes=("sim",),
+        paper="Zhang, Shi, Chu, Wang, Li, Liu. DeAR: accelerating distributed deep learning with "
+        "fine-grained all-reduce pipelining, ICDCS 2023",
+        summary="All-reduce split into reduce-scatter (during backward) and all-gather (before "
+        "the next forward needs the layer, in forward order); exact synchronous semantics.",
+        factory=f"{_AR}:dear",
+        params=(
+            Param(
+                "fusion_bytes",
+                int,
+                25 * MIB,
+                "Layers fused in ready order up to this size (0 = per layer). DeAR's own fusion "
+                "search is not reproduced; our choice.",
+                minimum=0,
+                unit="bytes",
+                reconstructed=True,
+            ),
+        ),
+    ),
+    # --- parameter-server arena -----------------------------------------------------------
+    Entry(
+        name="tictac-tic",
+        arena="ps",
+        role="system",
+        modes=("sim",),
+        paper="Hashemi, Abdu Jyothi, Campbell. TicTac: accelerating distributed deep learning "
+        "with communication scheduling, MLSys 2019",
+        summary="Parameter transfers ordered by TIC (timing-independent, from the DAG alone); "
+        "the same order on every worker.",
+        factory=f"{_PS}:tictac_tic",
+    ),
+    Entry(
+        name="tictac-tac",
+        arena="ps",
+        role="system",
+        modes=("sim",),
+        paper="Hashemi, Abdu Jyothi, Campbell. TicTac: accelerating distributed deep learning "
+        "with communication scheduling, MLSys 2019",
+        summary="Parameter transfers ordered by TAC (timing-aware: profiled compute and "
+        "transfer times, Johnson-rule comparator).",
+        factory=f"{_PS}:tictac_tac",
+    ),
+    Entry(
+        name="eager-ps",
+        arena="ps",
+        role="system",
+        modes=("sim",),
+        paper="Along Jin, HKU PhD thesis 2023, chapter on the eager parameter server (papers not "
+        "identified; research/comm.md section 4.2)",
+        summary="Push and pull decoupled: a worker pulls whatever parameters the server holds "
+        "instead of waiting for the round; staleness-aware learning rate. Timing side only "
+        "(convergence in real mode). Reconstruction.",
+        factory=f"{_PS}:eager_ps",
+        params=(
+            Param(
+                "server_mode",
+                str,
+                "async",
+                "'async': the server applies every push at once; 'sync-round': it aggregates "
+                "rounds, but pulls are served with the newest complete round.",
+                choices=("async", "sync-round"),
+                reconstructed=True,
+            ),
+            Param(
+                "lr_rule",
+                str,
+                "inverse",
+                "Staleness-aware learning rate: 'inverse' eta/max(1,tau), 'linear' "
+                "eta*(1-tau/(tau_max+1)), 'none'. Reported as mean_lr_scale.",
+                choices=("inverse", "linear", "none"),
+                reconstructed=True,
+            ),
+            Param(
+                "partition_bytes",
+                int,
+                4_096_000,
+                "Tensors are partitioned like BytePS.",
+                minimum=1024,
+                unit="bytes",
+            ),
+        ),
+    ),
+    Entry(
+        name="psld",
+        arena="ps",
+        role="system",
+        modes=("sim",),
+        paper="Chen, Peng, Bao, Wu, Zhu, Guo. Elastic parameter server load distribution in deep "
+        "learning clusters (PSLD), ACM SoCC 2020",
+        summary="Exploitation-exploration re-distribution of parameters among PSs (best-fit "
+        "moves from the slowest server, random exploration, revert if worse) and PS scale-out/in "
+        "with migration cost, starting from the MXNet default assignment. Reconstruction.",
+        factory=f"{_PS}:psld",
+        params=(
+            Param(
+                "window",
+                int,
+                3,
+                "Iterations measured per decision.",
+                minimum=1,
+                maximum=1000,
+                reconstructed=True,
+            ),
+            Param(
+                "epsilon",
+                float,
+                0.1,
+                "Probability of an exploration move instead of the best-fit exploit move.",
+                minimum=0.0,
+                maximum=1.0,
+                reconstructed=True,
+            ),
+            Param(
+                "scale_out_ratio",
+                float,
+                1.5,
+                "Scale out when the slowest PS is this many times the mean and no move helps.",
+                minimum=1.0,
+                reconstructed=True,
+            ),
+            Param(
+                "scale_in_utilisation",
+                float,
+                0.2,
+                "Scale in when every PS is busy less than this fraction of the iteration.",
+                minimum=0.0,
+                maximum=1.0,
+                reconstructed=True,
+            ),
+            Param(
+                "max_servers",
+                int,
+                0,
+                "Most PSs it may scale out to (0 = cluster.servers).",
+                minimum=0,
+                reconstructed=True,
+            ),
+        ),
+    ),
+    Entry(
+        name="ps-default",
+        arena="ps",
+        role="baseline",
+        modes=("sim",),
+        paper="Li et al., Scaling distributed machine learning with the parameter server, OSDI "
+        "2014; MXNet KVStore (kvstore_dist.h)",
+        summary="MXNet key hashing ((key*9973) mod servers), arrays of 1M+ elements sharded over "
+        "all servers, transfers in a random order per worker and iteration.",
+        factory=f"{_PS}:ps_default",
+        params=(
+            Param(
+                "bigarray_bound_elems",
+                int,
+                1_000_000,
+                "MXNET_KVSTORE_BIGARRAY_BOUND (elements).",
+                minimum=1,
+            ),
+            Param(
+                "order_groups",
+                int,
+                4,
+                "Workers are split into this many groups that draw independent random orders "
+                "(each group is simulated once).",
+                minimum=1,
+                maximum=64,
+                reconstructed=True,
+            ),
+        ),
+    ),
+    Entry(
+        name="byteps",
+        arena="ps",
+        role="baseline",
+        modes=("sim",),
+        paper="Jiang et al., A unified architecture for accelerating distributed DNN training in "
+        "heterogeneous GPU/CPU clusters (BytePS), OSDI 2020",
+        summary="Tensors partitioned into 4,096,000-byte pieces, each hashed to a server; "
+        "ready order, no server-side scheduling; global barrier unless cross_barrier.",
+        factory=f"{_PS}:byteps",
+        params=(
+            Param(
+                "partition_bytes",
+                int,
+                4_096_000,
+                "BYTEPS_PARTITION_BYTES default.",
+                minimum=1024,
+                unit="bytes",
+            ),
+            Param(
+                "cross_barrier",
+                bool,
+                False,
+                "BytePS' cross-barrier PyTorch wrapper (off by default).",
+            ),
+        ),
+    ),
+    Entry(
+        name="p3",
+        arena="ps",
+        role="baseline",
+        modes=("sim",),
+        paper="Jayarajan, Wei, Gibson, Fedorova, Pekhimenko. Priority-based parameter "
+        "propagation for distributed DNN training (P3), SysML 2019",
+        summary="Parameters sliced (50,000 per slice), pushed and pulled in priority order (the "
+        "layer the next forward needs first), priority queues on the servers too.",
+        factory=f"{_PS}:p3",
+        params=(
+            Param(
+                "slice_params",
+                int,
+                50_000,
+                "Parameters per slice (P3's default).",
+                minimum=1,
             ),
         ),
     ),

@@ -35,13 +35,32 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class Straggler:
+    """A worker whose compute is ``slowdown`` times slower in iterations
+    ``from_iteration <= it < until_iteration`` (``None`` = to the end)."""
+
     worker: int
     slowdown: float
+    from_iteration: int = 0
+    until_iteration: int | None = None
+
+
+@dataclass(frozen=True)
+class PSStraggler:
+    """A parameter server whose NIC bandwidth is multiplied by ``bandwidth_factor`` (contention)
+    and whose aggregation takes ``cpu_slowdown`` times longer (interference), in iterations
+    ``from_iteration <= it < until_iteration``."""
+
+    server: int
+    bandwidth_factor: float = 1.0
+    cpu_slowdown: float = 1.0
+    from_iteration: int = 0
+    until_iteration: int | None = None
 
 
 @dataclass(frozen=True)
 class CommCluster:
-    """Cluster of a communication arena (one training job)."""
+    """Cluster of a communication arena (one training job). The ``ps``/``server*`` fields are
+    used by the parameter-server arena only."""
 
     workers: int = 8
     bandwidth_gbps: float = 10.0
@@ -49,7 +68,13 @@ class CommCluster:
     gpu: str = "v100"
     compute_efficiency: float = 0.5
     compute_jitter_cv: float = 0.02
+    overlap_slowdown: float = 0.0
     stragglers: tuple[Straggler, ...] = ()
+    ps: int = 4
+    servers: int = 8
+    server_bandwidth_gbps: float | None = None  # None only before validation: = bandwidth_gbps
+    server_agg_gbps: float = 80.0
+    ps_stragglers: tuple[PSStraggler, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -73,6 +98,7 @@ class RunSpec:
         """The resolved spec as JSON-ready data; ``validate(spec.as_dict()) == spec``."""
         data = asdict(self)
         data["cluster"]["stragglers"] = [dict(s) for s in data["cluster"]["stragglers"]]
+        data["cluster"]["ps_stragglers"] = [dict(s) for s in data["cluster"]["ps_stragglers"]]
         data["spec_version"] = SPEC_VERSION
         return data
 
@@ -82,9 +108,30 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
     "workers": (int, lambda v: 1 <= v <= 100_000, "an integer between 1 and 100000"),
     "bandwidth_gbps": (float, lambda v: 0 < v <= 100_000, "a number > 0 (Gbit/s per worker NIC)"),
     "latency_us": (float, lambda v: 0 <= v <= 1e6, "a number >= 0 (microseconds per message)"),
-    "gpu": (str, lambda v: v in devices.DEVICES, "a known device"),
+    "gpu": (
+        str,
+        lambda v: v in devices.DEVICES or v.startswith("measured:"),
+        "a known device",
+    ),
     "compute_efficiency": (float, lambda v: 0 < v <= 1, "a fraction in (0, 1]"),
     "compute_jitter_cv": (float, lambda v: 0 <= v < 1, "a fraction in [0, 1)"),
+    "overlap_slowdown": (
+        float,
+        lambda v: 0 <= v <= 10,
+        "a number in [0, 10] (compute slow-down while communication overlaps)",
+    ),
+    "ps": (int, lambda v: 1 <= v <= 10_000, "an integer between 1 and 10000 (PS processes)"),
+    "servers": (int, lambda v: 1 <= v <= 10_000, "an integer between 1 and 10000 (PS machines)"),
+    "server_bandwidth_gbps": (
+        float,
+        lambda v: 0 < v <= 100_000,
+        "a number > 0 (Gbit/s per parameter-server NIC)",
+    ),
+    "server_agg_gbps": (
+        float,
+        lambda v: 0 < v <= 1e7,
+        "a number > 0 (Gbit/s a parameter server can sum)",
+    ),
 }
 _TOP_KEYS = {
     "system",
@@ -138,11 +185,21 @@ def validate(raw: Any) -> RunSpec:
     labels = raw.get("labels", {})
     if not isinstance(labels, dict):
         raise SpecError("labels", "must be a mapping")
+    cluster = _cluster(raw.get("cluster", {}))
+    if cluster.gpu.startswith("measured:"):
+        label = cluster.gpu.split(":", 1)[1]
+        have = workloads.measured_labels(workload)
+        if label not in have:
+            raise SpecError(
+                "cluster.gpu",
+                f"no measured profile '{label}' for {workload} (have: {', '.join(have) or 'none'};"
+                f" make one with: python -m workloads profile {workload} --measure)",
+            )
     return RunSpec(
         system=entry.name,
         mode=mode,
         workload=workload,
-        cluster=_cluster(raw.get("cluster", {})),
+        cluster=cluster,
         params=validate_params(entry, raw.get("params", {})),
         iterations=iterations,
         warmup_iterations=warmup,
@@ -169,6 +226,10 @@ def validate_params(entry: registry.Entry, raw: Any, prefix: str = "params") -> 
         p = schema[name]
         field_path = f"{prefix}.{name}"
         value = _coerce(field_path, value, p.kind)
+        if p.choices and value not in p.choices:
+            raise SpecError(
+                field_path, f"must be one of {', '.join(map(str, p.choices))} (got {value!r})"
+            )
         if p.minimum is not None and value < p.minimum:
             raise SpecError(field_path, f"must be >= {p.minimum:g} (got {value})")
         if p.maximum is not None and value > p.maximum:
@@ -203,7 +264,7 @@ def _workload(raw: dict[str, Any]) -> str:
 def _cluster(raw: Any) -> CommCluster:
     if not isinstance(raw, dict):
         raise SpecError("cluster", "must be a mapping")
-    allowed = set(_CLUSTER_RULES) | {"stragglers"}
+    allowed = set(_CLUSTER_RULES) | {"stragglers", "ps_stragglers"}
     unknown = _unknown_keys(raw, allowed)
     if unknown:
         raise SpecError(
@@ -216,12 +277,37 @@ def _cluster(raw: Any) -> CommCluster:
         value = _coerce(f"cluster.{key}", raw[key], kind)
         if not check(value):
             if key == "gpu":
-                what = f"one of {', '.join(sorted(devices.DEVICES))}"
+                what = f"one of {', '.join(sorted(devices.DEVICES))} or measured:<label>"
             raise SpecError(f"cluster.{key}", f"must be {what} (got {raw[key]!r})")
         values[key] = value
     workers = values.get("workers", CommCluster.workers)
+    servers = values.get("servers", CommCluster.servers)
+    ps = values.get("ps", CommCluster.ps)
+    if ps > servers:
+        raise SpecError(
+            "cluster.ps",
+            f"must be <= cluster.servers ({servers}): more PSs than servers (got {ps})",
+        )
+    values.setdefault(
+        "server_bandwidth_gbps", values.get("bandwidth_gbps", CommCluster.bandwidth_gbps)
+    )
     values["stragglers"] = _stragglers(raw.get("stragglers", []), workers)
+    values["ps_stragglers"] = _ps_stragglers(raw.get("ps_stragglers", []), servers)
     return CommCluster(**values)
+
+
+def _iteration_range(where: str, item: dict[str, Any]) -> tuple[int, int | None]:
+    start = _coerce(f"{where}.from_iteration", item.get("from_iteration", 0), int)
+    if start < 0:
+        raise SpecError(f"{where}.from_iteration", f"must be >= 0 (got {start})")
+    until = item.get("until_iteration")
+    if until is not None:
+        until = _coerce(f"{where}.until_iteration", until, int)
+        if until <= start:
+            raise SpecError(
+                f"{where}.until_iteration", f"must be > from_iteration ({start}) (got {until})"
+            )
+    return start, until
 
 
 def _stragglers(raw: Any, workers: int) -> tuple[Straggler, ...]:
@@ -229,10 +315,19 @@ def _stragglers(raw: Any, workers: int) -> tuple[Straggler, ...]:
         raise SpecError("cluster.stragglers", "must be a list of {worker, slowdown}")
     out = []
     seen = set()
+    optional = {"from_iteration", "until_iteration"}
     for i, item in enumerate(raw):
         where = f"cluster.stragglers[{i}]"
-        if not isinstance(item, dict) or set(item) != {"worker", "slowdown"}:
-            raise SpecError(where, "must be a mapping with exactly 'worker' and 'slowdown'")
+        if (
+            not isinstance(item, dict)
+            or not {"worker", "slowdown"} <= set(item)
+            or set(item) - {"worker", "slowdown"} - optional
+        ):
+            raise SpecError(
+                where,
+                "must be a mapping with 'worker' and 'slowdown' "
+                "(optional: from_iteration, until_iteration)",
+            )
         worker = _coerce(f"{where}.worker", item["worker"], int)
         if not 0 <= worker < workers or worker in seen:
             raise SpecError(
@@ -243,7 +338,40 @@ def _stragglers(raw: Any, workers: int) -> tuple[Straggler, ...]:
         if not 1.0 <= slowdown <= 1000:
             raise SpecError(f"{where}.slowdown", f"must be a factor in [1, 1000] (got {slowdown})")
         seen.add(worker)
-        out.append(Straggler(worker, slowdown))
+        out.append(Straggler(worker, slowdown, *_iteration_range(where, item)))
+    return tuple(out)
+
+
+def _ps_stragglers(raw: Any, servers: int) -> tuple[PSStraggler, ...]:
+    if not isinstance(raw, list):
+        raise SpecError(
+            "cluster.ps_stragglers", "must be a list of {server, bandwidth_factor, cpu_slowdown}"
+        )
+    allowed = {"server", "bandwidth_factor", "cpu_slowdown", "from_iteration", "until_iteration"}
+    out = []
+    seen = set()
+    for i, item in enumerate(raw):
+        where = f"cluster.ps_stragglers[{i}]"
+        if not isinstance(item, dict) or "server" not in item or set(item) - allowed:
+            raise SpecError(
+                where, f"must be a mapping with 'server' (optional: {', '.join(sorted(allowed))})"
+            )
+        server = _coerce(f"{where}.server", item["server"], int)
+        if not 0 <= server < servers or server in seen:
+            raise SpecError(
+                f"{where}.server",
+                f"must be a distinct server index in 0..{servers - 1} (got {server})",
+            )
+        factor = _coerce(f"{where}.bandwidth_factor", item.get("bandwidth_factor", 1.0), float)
+        if not 0 < factor <= 1:
+            raise SpecError(
+                f"{where}.bandwidth_factor", f"must be a fraction in (0, 1] (got {factor})"
+            )
+        cpu = _coerce(f"{where}.cpu_slowdown", item.get("cpu_slowdown", 1.0), float)
+        if not 1.0 <= cpu <= 1000:
+            raise SpecError(f"{where}.cpu_slowdown", f"must be a factor in [1, 1000] (got {cpu})")
+        seen.add(server)
+        out.append(PSStraggler(server, factor, cpu, *_iteration_range(where, item)))
     return tuple(out)
 
 

@@ -1,17 +1,25 @@
 """All-reduce arena: the one interface every communication scheduler of this arena implements.
 
-A policy is pure: it receives a frozen ``CommProblem`` (the job's gradient tensors in forward
-order) and returns a ``CommPlan`` (which communication tasks exist, their priority, how many
-bytes may be in flight, and whether the next forward waits per layer or at a global barrier).
-The simulator (``runners.sim.iteration``) and, later, the real data-parallel engine both execute
-the same plan; only the executor at the edge differs.
+A policy receives a frozen ``CommProblem`` (the job's gradient tensors in forward order, and an
+optional *oracle* that returns the simulated iteration time of a candidate plan under the job's
+conditions) and returns a ``CommPlan``: which collectives exist, their priority, how many bytes
+may be in flight, fusion, the barrier and the delay. The simulator (``runners.sim.iteration``)
+and, later, the real data-parallel engine execute the same plan; only the executor differs.
+
+Policies that search (PACE's fusion DP, ByteScheduler's auto-tuner) call the oracle; the search
+happens before the measured run and its cost is not charged to the job's iteration time (the
+real systems tune online; documented in the README).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -23,21 +31,33 @@ class Layer:
 
 @dataclass(frozen=True)
 class CommProblem:
+    """What a policy may know about the job. ``oracle(plan)`` = simulated iteration time of a
+    plan; ``fwd_s``/``bwd_s``/``deps`` (per layer) and ``collective_s(bytes)`` let a policy run
+    its own scheduler as a model (PACE)."""
+
     layers: tuple[Layer, ...]  # forward order; gradients become ready in reverse order
     workers: int
+    oracle: Callable[[CommPlan], float] | None = field(default=None, compare=False)
+    fwd_s: tuple[float, ...] = ()
+    bwd_s: tuple[float, ...] = ()
+    deps: tuple[tuple[int, ...], ...] = ()
+    collective_s: Callable[[int], float] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
 class CommTask:
     """One collective on the wire: a whole tensor, a partition of one, or a fused bucket.
 
-    The task becomes ready when every member layer's gradient is ready. A layer is synchronised
-    when every task that carries part of it has completed.
+    A task becomes ready when every member layer's gradient is ready or, if ``after`` >= 0,
+    when task ``after`` completes. A layer is synchronised when every task that carries part of
+    it has completed.
     """
 
     layers: tuple[int, ...]
     size_bytes: int
     priority: int  # lower = sent earlier; ties are broken by ready order
+    op: str = "allreduce"  # or "reduce_scatter" / "all_gather"
+    after: int = -1
 
 
 @dataclass(frozen=True)
@@ -45,10 +65,55 @@ class CommPlan:
     tasks: tuple[CommTask, ...]
     credit_bytes: float  # bytes handed to the network and not yet completed; inf = no limit
     cross_barrier: bool  # True: forward of layer i waits only for layer i's parameters
+    delay: int = 0  # forward of iteration t+1 waits for synchronisation of iteration t-delay
+    fusion_threshold_bytes: float = 0.0  # with fusion_cycle_s > 0: Horovod-style fusion
+    fusion_cycle_s: float = 0.0
+    info: tuple[tuple[str, float], ...] = ()  # numbers the policy chose (reported as metrics)
 
 
 class AllReducePolicy(Protocol):
     def plan(self, problem: CommProblem) -> CommPlan: ...
+
+
+def _partitions(total_bytes: int, partition_bytes: int) -> list[int]:
+    full, rest = divmod(total_bytes, partition_bytes)
+    return [partition_bytes] * full + ([rest] if rest or not full else [])
+
+
+def _backward_order(problem: CommProblem) -> list[int]:
+    return [layer.index for layer in reversed(problem.layers)]
+
+
+def threshold_groups(problem: CommProblem, cap_bytes: float, first_cap: float | None = None):
+    """Consecutive layers in gradient-ready (backward) order, closed once a group reaches the
+    cap (the last member may cross it; torch's bucket assignment rule)."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    size = 0
+    for index in _backward_order(problem):
+        current.append(index)
+        size += problem.layers[index].grad_bytes
+        cap = first_cap if (first_cap is not None and not groups) else cap_bytes
+        if size >= cap:
+            groups.append(current)
+            current, size = [], 0
+    if current:
+        groups.append(current)
+    return groups
+
+
+def _group_tasks(
+    problem: CommProblem, groups: Sequence[Sequence[int]], chunk_bytes: int | None = None
+) -> list[CommTask]:
+    """One task per group (or per chunk of it); priority = the group's first-consumed layer."""
+    tasks = []
+    for group in groups:
+        size = sum(problem.layers[i].grad_bytes for i in group)
+        members = tuple(sorted(group))
+        sizes = [size] if chunk_bytes is None else _partitions(size, chunk_bytes)
+        for part in sizes:
+            tasks.append(CommTask(layers=members, size_bytes=part, priority=members[0]))
+    return tasks
 
 
 @dataclass(frozen=True)
@@ -69,6 +134,52 @@ class WFBP:
 
 
 @dataclass(frozen=True)
+class DDP:
+    """PyTorch DistributedDataParallel (torch 2.13 defaults): gradients are put into buckets in
+    gradient-ready order, each closed once it reaches ``bucket_bytes`` (the first at
+    ``first_bucket_bytes``); a bucket is all-reduced when all its gradients are ready, buckets in
+    order; the optimizer step waits for every bucket (global barrier)."""
+
+    bucket_bytes: int
+    first_bucket_bytes: int
+
+    def plan(self, problem: CommProblem) -> CommPlan:
+        groups = threshold_groups(problem, self.bucket_bytes, self.first_bucket_bytes)
+        tasks = []
+        for order, group in enumerate(groups):
+            size = sum(problem.layers[i].grad_bytes for i in group)
+            tasks.append(CommTask(layers=tuple(sorted(group)), size_bytes=size, priority=order))
+        return CommPlan(tasks=tuple(tasks), credit_bytes=math.inf, cross_barrier=False)
+
+
+@dataclass(frozen=True)
+class Horovod:
+    """Horovod tensor fusion (docs/tensor-fusion.rst): every cycle the background loop takes the
+    gradients that became ready (on all ranks), in ready order, fuses them into buffers of at most
+    ``fusion_threshold_bytes`` and all-reduces each buffer; no priorities; ``step()`` waits for
+    all (global barrier). Negotiation cost is not modelled."""
+
+    fusion_threshold_bytes: int
+    cycle_time_ms: float
+
+    def plan(self, problem: CommProblem) -> CommPlan:
+        tasks = tuple(
+            CommTask(layers=(layer.index,), size_bytes=layer.grad_bytes, priority=0)
+            for layer in problem.layers
+        )
+        cycle_s = self.cycle_time_ms / 1000
+        if self.fusion_threshold_bytes <= 0 or cycle_s <= 0:  # fusion disabled
+            return CommPlan(tasks=tasks, credit_bytes=math.inf, cross_barrier=False)
+        return CommPlan(
+            tasks=tasks,
+            credit_bytes=math.inf,
+            cross_barrier=False,
+            fusion_threshold_bytes=self.fusion_threshold_bytes,
+            fusion_cycle_s=cycle_s,
+        )
+
+
+@dataclass(frozen=True)
 class ByteScheduler:
     """ByteScheduler (SOSP'19, bytescheduler/docs/scheduling.md): tensors larger than the
     partition size are split; ready partitions wait in a priority queue keyed by layer index
@@ -77,28 +188,292 @@ class ByteScheduler:
     ``credit > 0``, so one partition may overshoot, as in the original). Cross-barrier: the
     forward of layer i starts once layer i is synchronised.
 
-    Not modelled here yet: the Bayesian-optimisation auto-tuner of credit and partition size.
+    ``autotune``: Bayesian optimisation (``runners.tuning``) of the credit (``credit``, the
+    upstream default) or of credit and partition, within the upstream all-reduce search space
+    (credit 4..64 M parameters, partition 2..32 M), 10 random points + 15 steps, objective = the
+    oracle's iteration time (deterministic simulation, tuned before the measured run).
     """
 
     partition_bytes: int
     credit_bytes: int
+    autotune: str = "off"
 
     def plan(self, problem: CommProblem) -> CommPlan:
+        if self.autotune == "off" or problem.oracle is None:
+            return self._plan(problem, self.partition_bytes, self.credit_bytes)
+        return self._tuned(problem)
+
+    def _plan(
+        self, problem: CommProblem, partition: int, credit: int, info: tuple = ()
+    ) -> CommPlan:
         tasks = []
         for layer in problem.layers:
-            for size in _partitions(layer.grad_bytes, self.partition_bytes):
+            for size in _partitions(layer.grad_bytes, partition):
                 tasks.append(CommTask(layers=(layer.index,), size_bytes=size, priority=layer.index))
-        return CommPlan(tasks=tuple(tasks), credit_bytes=self.credit_bytes, cross_barrier=True)
+        return CommPlan(tasks=tuple(tasks), credit_bytes=credit, cross_barrier=True, info=info)
+
+    def _tuned(self, problem: CommProblem) -> CommPlan:
+        from ..tuning import bayes_minimize
+
+        oracle = problem.oracle
+        assert oracle is not None
+        million = 1_000_000 * 4  # bytes of one million fp32 parameters
+        bounds = {"credit_m": (4.0, 64.0)}
+        if self.autotune == "credit+partition":
+            bounds["partition_m"] = (2.0, 32.0)
+
+        def step_time(point: dict[str, float]) -> float:
+            partition = int(point.get("partition_m", self.partition_bytes / million) * million)
+            return oracle(
+                self._plan(problem, max(1024, partition), int(point["credit_m"] * million))
+            )
+
+        best = bayes_minimize(step_time, bounds, init_points=10, n_iter=15, xi=0.1, seed=0)
+        credit = int(best.best_params["credit_m"] * million)
+        partition = int(
+            best.best_params.get("partition_m", self.partition_bytes / million) * million
+        )
+        partition = max(1024, partition)
+        info = (
+            ("tuned_credit_bytes", float(credit)),
+            ("tuned_partition_bytes", float(partition)),
+            ("tuning_evaluations", float(best.evaluations)),
+        )
+        return self._plan(problem, partition, credit, info)
 
 
-def _partitions(total_bytes: int, partition_bytes: int) -> list[int]:
-    full, rest = divmod(total_bytes, partition_bytes)
-    return [partition_bytes] * full + ([rest] if rest or not full else [])
+@dataclass(frozen=True)
+class DeAR:
+    """DeAR (Zhang et al., ICDCS 2023): each all-reduce is decoupled into a reduce-scatter,
+    issued during backward, and an all-gather, issued before the next forward needs the layer
+    (priority by forward order); exact synchronous semantics. Fusion (reconstruction): layers
+    are grouped in backward order up to ``fusion_bytes`` (0 = one group per layer); DeAR's own
+    fusion search is not reproduced."""
+
+    fusion_bytes: int
+
+    def plan(self, problem: CommProblem) -> CommPlan:
+        if self.fusion_bytes > 0:
+            groups = threshold_groups(problem, self.fusion_bytes)
+        else:
+            groups = [[i] for i in _backward_order(problem)]
+        tasks: list[CommTask] = []
+        for group in groups:
+            members = tuple(sorted(group))
+            size = sum(problem.layers[i].grad_bytes for i in group)
+            rs = len(tasks)
+            tasks.append(CommTask(members, size, members[0], op="reduce_scatter"))
+            tasks.append(CommTask(members, size, members[0], op="all_gather", after=rs))
+        # One collective in flight: what waits is ordered by priority, so the all-gathers go in
+        # forward order (DeAR issues each just before the layer's forward needs it).
+        return CommPlan(tasks=tuple(tasks), credit_bytes=1.0, cross_barrier=True)
+
+
+APPROXIMATIONS = ("stale", "local-correct", "extrapolate")
+
+
+@dataclass(frozen=True)
+class DelayedAllReduce:
+    """Delayed all-reduce (Along Jin's HKU thesis, ch. (b); the exact rule is unknown, this is
+    the reconstruction of research/comm.md §4.3): the all-reduce of iteration t overlaps with
+    the computation of iteration t+1; the forward of layer i in iteration t+1 uses parameters
+    that lag by at most ``max_delay`` steps, approximated by ``approximation`` (``stale``: w^t,
+    Pipe-SGD style; ``local-correct``: w^t - eta*g_local then corrected; ``extrapolate``: w^t -
+    eta*g_global^{t-1}). The approximation changes the numerics (measured in real mode), not the
+    timing simulated here. Gradients are fused in backward order up to ``fusion_bytes`` and
+    sent ``priority`` (forward order) or ``fifo`` (ready order)."""
+
+    max_delay: int
+    approximation: str
+    fusion_bytes: int
+    order: str
+
+    def plan(self, problem: CommProblem) -> CommPlan:
+        if self.fusion_bytes > 0:
+            groups = threshold_groups(problem, self.fusion_bytes)
+        else:
+            groups = [[i] for i in _backward_order(problem)]
+        tasks = []
+        for order, group in enumerate(groups):
+            members = tuple(sorted(group))
+            size = sum(problem.layers[i].grad_bytes for i in group)
+            prio = members[0] if self.order == "priority" else order
+            tasks.append(CommTask(members, size, prio))
+        return CommPlan(
+            tasks=tuple(tasks), credit_bytes=math.inf, cross_barrier=True, delay=self.max_delay
+        )
+
+
+@dataclass(frozen=True)
+class PACE:
+    """PACE (Bao et al., INFOCOM 2020), reconstruction of research/comm.md §2.4 (the paper's
+    exact formulation is not available):
+
+    * schedule (the oracle): preemptive priority on the DAG -- the ready tensor whose first
+      consuming forward op comes earliest goes first; preemption happens at chunk boundaries
+      (``chunk_bytes``), one chunk in flight;
+    * fusion: a dynamic program over the tensors in gradient-ready order that merges contiguous
+      tensors, evaluating each candidate plan with the scheduler itself (the simulator as
+      oracle): D[j] = min over i of iteration_time(best plan of the first i tensors + group
+      i..j + the rest unfused), with groups of at most ``fusion_window`` tensors
+      (O(m * window) oracle calls). ``fusion`` = ``none`` skips it.
+    """
+
+    chunk_bytes: int
+    fusion: str
+    fusion_window: int
+
+    def plan(self, problem: CommProblem) -> CommPlan:
+        groups = [[i] for i in _backward_order(problem)]
+        info: tuple[tuple[str, float], ...] = ()
+        if self.fusion == "dp" and (problem.collective_s or problem.oracle):
+            groups, calls = self._fusion_dp(problem, groups)
+            info = (("fusion_groups", float(len(groups))), ("oracle_calls", float(calls)))
+        return self._plan(problem, groups, info)
+
+    def _evaluate(self, problem: CommProblem, groups: Sequence[Sequence[int]]) -> float:
+        if problem.collective_s is not None and problem.fwd_s:
+            return transition_time(problem, groups, self.chunk_bytes)
+        assert problem.oracle is not None
+        return problem.oracle(self._plan(problem, groups))
+
+    def _plan(self, problem: CommProblem, groups: Sequence[Sequence[int]], info=()) -> CommPlan:
+        tasks = _group_tasks(problem, groups, self.chunk_bytes)
+        return CommPlan(tasks=tuple(tasks), credit_bytes=1.0, cross_barrier=True, info=info)
+
+    def _fusion_dp(
+        self, problem: CommProblem, singles: list[list[int]]
+    ) -> tuple[list[list[int]], int]:
+        order = [g[0] for g in singles]
+        m = len(order)
+        best: list[list[list[int]]] = [[]]  # best[j]: grouping of the first j tensors
+        best_value: list[float] = [math.inf]
+        calls = 0
+        for j in range(1, m + 1):
+            rest = [[i] for i in order[j:]]
+            choice: tuple[float, list[list[int]]] | None = None
+            for i in range(max(0, j - self.fusion_window), j):
+                candidate = best[i] + [order[i:j]]
+                value = self._evaluate(problem, candidate + rest)
+                calls += 1
+                if choice is None or value < choice[0] - 1e-12:
+                    choice = (value, candidate)
+            assert choice is not None
+            best.append(choice[1])
+            best_value.append(choice[0])
+        return best[m], calls
+
+
+def transition_time(
+    problem: CommProblem, groups: Sequence[Sequence[int]], chunk_bytes: int
+) -> float:
+    """PACE's scheduler as a model: the iteration time of one steady-state iteration when the
+    fused ``groups`` are sent in chunks, one at a time, highest priority (first-consumed layer)
+    first among the released ones, preempting only at chunk boundaries.
+
+    Exact for the simulator's semantics when all workers run alike, without jitter and
+    interference: the backward of iteration t releases each group when its last gradient is
+    ready; the next forward runs in data-flow order, each layer once its group is synchronised.
+    (Every gradient is consumed by the next forward, so the pattern repeats each iteration.)
+    """
+    collective_s = problem.collective_s
+    assert collective_s is not None
+    n = len(problem.layers)
+    fwd, bwd, deps = problem.fwd_s, problem.bwd_s, problem.deps
+    # Backward runs layer n-1 .. 0 from time 0; a group is released at its lowest layer's end.
+    end_of_bwd = [0.0] * n
+    t = 0.0
+    for layer in range(n - 1, -1, -1):
+        t += bwd[layer]
+        end_of_bwd[layer] = t
+    backward_s = t
+    releases = []
+    for g in groups:
+        first = min(g)
+        size = sum(problem.layers[i].grad_bytes for i in g)
+        chunks = [collective_s(c) for c in _partitions(size, chunk_bytes)]
+        releases.append((end_of_bwd[first], first, chunks, g))
+    releases.sort()
+    synced = [0.0] * n
+    ready: list[tuple[int, int]] = []  # (priority, group index)
+    remaining = [list(r[2]) for r in releases]
+    nxt = 0
+    now = 0.0
+    while nxt < len(releases) or ready:
+        while nxt < len(releases) and releases[nxt][0] <= now:
+            heapq.heappush(ready, (releases[nxt][1], nxt))
+            nxt += 1
+        if not ready:
+            now = releases[nxt][0]
+            continue
+        gi = ready[0][1]
+        now += remaining[gi].pop()
+        if not remaining[gi]:
+            heapq.heappop(ready)
+            for layer in releases[gi][3]:
+                synced[layer] = now
+    # Next forward (data-flow, lowest index first) starting when backward ends.
+    clock = backward_s
+    left = [len(set(d)) for d in deps] if deps else [0 if i == 0 else 1 for i in range(n)]
+    children: list[list[int]] = [[] for _ in range(n)]
+    for i in range(n):
+        for d in set(deps[i]) if deps else ((i - 1,) if i else ()):
+            children[d].append(i)
+    avail = [i for i in range(n) if left[i] == 0]
+    heapq.heapify(avail)
+    while avail:
+        pick = -1
+        for cand in sorted(avail):
+            if synced[cand] <= clock:
+                pick = cand
+                break
+        if pick < 0:
+            clock = min(synced[c] for c in avail)
+            continue
+        avail.remove(pick)
+        heapq.heapify(avail)
+        clock += fwd[pick]
+        for c in children[pick]:
+            left[c] -= 1
+            if left[c] == 0:
+                heapq.heappush(avail, c)
+    # Interval between successive ends of backward = end of this forward (backward started at 0).
+    return clock
 
 
 def wfbp() -> WFBP:
     return WFBP()
 
 
-def bytescheduler(partition_bytes: int, credit_bytes: int) -> ByteScheduler:
-    return ByteScheduler(partition_bytes=partition_bytes, credit_bytes=credit_bytes)
+def ddp(bucket_bytes: int, first_bucket_bytes: int) -> DDP:
+    return DDP(bucket_bytes=bucket_bytes, first_bucket_bytes=first_bucket_bytes)
+
+
+def horovod(fusion_threshold_bytes: int, cycle_time_ms: float) -> Horovod:
+    return Horovod(fusion_threshold_bytes=fusion_threshold_bytes, cycle_time_ms=cycle_time_ms)
+
+
+def bytescheduler(partition_bytes: int, credit_bytes: int, autotune: str = "off") -> ByteScheduler:
+    return ByteScheduler(
+        partition_bytes=partition_bytes, credit_bytes=credit_bytes, autotune=autotune
+    )
+
+
+def dear(fusion_bytes: int) -> DeAR:
+    return DeAR(fusion_bytes=fusion_bytes)
+
+
+def delayed_allreduce(
+    max_delay: int, approximation: str, fusion_bytes: int, order: str
+) -> DelayedAllReduce:
+    return DelayedAllReduce(
+        max_delay=max_delay, approximation=approximation, fusion_bytes=fusion_bytes, order=order
+    )
+
+
+def pace(chunk_bytes: int, fusion: str, fusion_window: int) -> PACE:
+    return PACE(chunk_bytes=chunk_bytes, fusion=fusion, fusion_window=fusion_window)
+
+
+def plan_info(plan: Any) -> dict[str, float]:
+    return dict(getattr(plan, "info", ()))

@@ -2,39 +2,107 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from collections import OrderedDict
+
 import workloads
-from workloads import devices
 
 from .. import registry
-from ..policies.allreduce import CommProblem, Layer
+from ..policies.allreduce import CommPlan, CommProblem, Layer, plan_info
 from ..spec import RunSpec
-from .compute import layer_times
-from .iteration import IterationSetup, SimResult, simulate
+from .compute import times_for
+from .engine import ComputeSetup, LayerTimes, SimResult, groups_for
+from .iteration import simulate
 from .network import RingAllReduce
 
+_PLAN_CACHE: OrderedDict[str, CommPlan] = OrderedDict()
+_PLAN_CACHE_SIZE = 64
 
-def setup_for(spec: RunSpec) -> IterationSetup:
+
+def profile_times(spec: RunSpec) -> tuple[LayerTimes, ...]:
+    """Per-layer compute times and sizes of the spec's workload on its device."""
     c = spec.cluster
     profile = workloads.load_profile(spec.workload)
-    times = layer_times(profile, devices.get_device(c.gpu), spec.batch_size, c.compute_efficiency)
-    slowdown = max((s.slowdown for s in c.stragglers), default=1.0)
-    return IterationSetup(
+    return times_for(profile, c.gpu, spec.batch_size, c.compute_efficiency)
+
+
+def compute_setup(spec: RunSpec, layers: tuple[LayerTimes, ...] | None = None) -> ComputeSetup:
+    """The compute side of the job; ``layers`` replaces the workload's (tests, what-ifs)."""
+    c = spec.cluster
+    times = profile_times(spec) if layers is None else layers
+    n_iter = spec.warmup_iterations + spec.iterations + 1
+    return ComputeSetup(
         layers=times,
-        network=RingAllReduce.from_gbps(c.workers, c.bandwidth_gbps, c.latency_us),
+        groups=groups_for(c.workers, c.stragglers, n_iter),
         iterations=spec.iterations,
         warmup_iterations=spec.warmup_iterations,
-        samples_per_iteration=spec.batch_size * c.workers,
-        compute_slowdown=slowdown,
+        batch_size=spec.batch_size,
         jitter_cv=c.compute_jitter_cv,
+        overlap_slowdown=c.overlap_slowdown,
         seed=spec.seed,
     )
 
 
-def run(spec: RunSpec) -> SimResult:
-    setup = setup_for(spec)
-    problem = CommProblem(
-        layers=tuple(Layer(i, lt.name, lt.grad_bytes) for i, lt in enumerate(setup.layers)),
-        workers=spec.cluster.workers,
+def network_for(spec: RunSpec) -> RingAllReduce:
+    c = spec.cluster
+    return RingAllReduce.from_gbps(c.workers, c.bandwidth_gbps, c.latency_us)
+
+
+def oracle_setup(setup: ComputeSetup) -> ComputeSetup:
+    """The conditions a planning policy evaluates candidates under: no jitter, one warm-up and
+    one measured iteration, the straggler factors of the first iterations."""
+    groups = tuple(
+        dataclasses.replace(g, slowdowns=g.slowdowns[:3] if g.slowdowns else ())
+        for g in setup.groups
     )
-    policy = registry.get(spec.system).build(spec.params)
-    return simulate(setup, policy.plan(problem))
+    return dataclasses.replace(
+        setup, groups=groups, iterations=1, warmup_iterations=1, jitter_cv=0.0, seed=0
+    )
+
+
+def plan_for(spec: RunSpec, setup: ComputeSetup, network: RingAllReduce) -> CommPlan:
+    """The policy's plan for this job; plans of searching policies are cached per condition
+    (everything but the seed and the measured iteration counts)."""
+    entry = registry.get(spec.system)
+    problem_layers = tuple(Layer(i, lt.name, lt.grad_bytes) for i, lt in enumerate(setup.layers))
+    conditions = oracle_setup(setup)
+
+    def oracle(plan: CommPlan) -> float:
+        return simulate(conditions, network, plan).metrics["iteration_time_s"]
+
+    key = json.dumps(
+        [spec.system, spec.params, spec.workload, spec.batch_size, repr(conditions), repr(network)],
+        sort_keys=True,
+        default=str,
+    )
+    cached = _PLAN_CACHE.get(key)
+    if cached is not None:
+        _PLAN_CACHE.move_to_end(key)
+        return cached
+    factor = max((g.slowdowns[0] if g.slowdowns else 1.0) for g in setup.groups)
+    problem = CommProblem(
+        layers=problem_layers,
+        workers=spec.cluster.workers,
+        oracle=oracle,
+        fwd_s=tuple(lt.fwd_s * factor for lt in setup.layers),
+        bwd_s=tuple(lt.bwd_s * factor for lt in setup.layers),
+        deps=tuple(lt.deps for lt in setup.layers),
+        collective_s=network.time_s,
+    )
+    plan = entry.build(spec.params).plan(problem)
+    _PLAN_CACHE[key] = plan
+    if len(_PLAN_CACHE) > _PLAN_CACHE_SIZE:
+        _PLAN_CACHE.popitem(last=False)
+    return plan
+
+
+def run(spec: RunSpec, layers: tuple[LayerTimes, ...] | None = None) -> SimResult:
+    setup = compute_setup(spec, layers)
+    network = network_for(spec)
+    plan = plan_for(spec, setup, network)
+    result = simulate(setup, network, plan)
+    for key, value in plan_info(plan).items():
+        result.metrics[f"plan.{key}"] = value
+        result.units[f"plan.{key}"] = ""
+    return result

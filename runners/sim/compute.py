@@ -10,10 +10,11 @@ replace this model when a workload stores them.
 
 from __future__ import annotations
 
-from workloads import WorkloadProfile
+import workloads
+from workloads import WorkloadProfile, devices
 from workloads.devices import Device
 
-from .iteration import LayerTimes
+from .engine import LayerTimes
 
 
 def layer_times(
@@ -27,5 +28,36 @@ def layer_times(
     out = []
     for layer in profile.layers:
         fwd_s = layer.fwd_flops * batch_size / rate
-        out.append(LayerTimes(layer.name, fwd_s, fwd_s * backward_ratio, layer.param_bytes))
+        out.append(
+            LayerTimes(layer.name, fwd_s, fwd_s * backward_ratio, layer.param_bytes, layer.deps)
+        )
     return tuple(out)
+
+
+MEASURED_PREFIX = "measured:"
+
+
+def measured_layer_times(profile: WorkloadProfile, label: str, batch_size: int):
+    """Per-layer times from a measured profile (``python -m workloads profile NAME --measure``),
+    scaled linearly from the measured batch size to ``batch_size`` (an assumption: small
+    batches underuse a device, so scaling up from them overestimates)."""
+    measured = workloads.load_measured(profile.name, label)
+    scale = batch_size / measured.batch_size
+    return tuple(
+        LayerTimes(
+            layer.name,
+            measured.fwd_s[i] * scale,
+            measured.bwd_s[i] * scale,
+            layer.param_bytes,
+            layer.deps,
+        )
+        for i, layer in enumerate(profile.layers)
+    )
+
+
+def times_for(profile: WorkloadProfile, gpu: str, batch_size: int, efficiency: float):
+    """Compute times of ``profile`` on ``gpu``: a named device (FLOPs model) or
+    ``measured:<label>`` (a stored measured profile; ``efficiency`` does not apply)."""
+    if gpu.startswith(MEASURED_PREFIX):
+        return measured_layer_times(profile, gpu[len(MEASURED_PREFIX) :], batch_size)
+    return layer_times(profile, devices.get_device(gpu), batch_size, efficiency)

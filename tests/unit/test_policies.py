@@ -158,7 +158,9 @@ def test_the_registry_builds_bytescheduler_from_validated_params():
     ).params
     policy = registry.get("bytescheduler").build(params)
 
-    assert policy == ByteScheduler(partition_bytes=params["partition_bytes"], credit_bytes=4 * MB)
+    assert policy == ByteScheduler(
+        partition_bytes=params["partition_bytes"], credit_bytes=4 * MB, autotune="credit"
+    )
 
 
 # --- behaviour through the simulator -----------------------------------------------------
@@ -178,7 +180,7 @@ def test_bytescheduler_with_a_small_credit_is_strictly_faster_than_wfbp_when_com
     the cross-barrier the forward overlaps the rest of the all-reduce. WFBP sends in ready order
     behind a global barrier, so forward and communication never overlap."""
     wfbp = sim("wfbp").metrics
-    bs = sim("bytescheduler", {"credit_bytes": 4 * MB}).metrics
+    bs = sim("bytescheduler", {"credit_bytes": 4 * MB, "autotune": "off"}).metrics
 
     assert bs["iteration_time_s"] < 0.95 * wfbp["iteration_time_s"]
     # The overlap is so good that the (busy) channel is the only bottleneck left.
@@ -197,7 +199,7 @@ def test_bytescheduler_with_credit_for_the_whole_model_schedules_exactly_like_wf
     an iteration, so the cross-barrier waits as long as WFBP's global barrier: the iteration
     time is the same (not faster, not slower), and so is the channel order."""
     wfbp = sim("wfbp")
-    bs = sim("bytescheduler", {"credit_bytes": credit})
+    bs = sim("bytescheduler", {"credit_bytes": credit, "autotune": "off"})
 
     assert bs.metrics["iteration_time_s"] == pytest.approx(
         wfbp.metrics["iteration_time_s"], rel=1e-12
@@ -207,7 +209,7 @@ def test_bytescheduler_with_credit_for_the_whole_model_schedules_exactly_like_wf
 
 def test_bytescheduler_with_a_small_credit_reorders_the_channel_by_layer_priority():
     wfbp = sim("wfbp")
-    bs = sim("bytescheduler", {"credit_bytes": 4 * MB})
+    bs = sim("bytescheduler", {"credit_bytes": 4 * MB, "autotune": "off"})
     first_layer = workloads.load_profile("resnet50").layers[0].name
 
     def position_of_first_layer(result, iteration):
@@ -232,3 +234,97 @@ def test_when_compute_bound_both_policies_run_at_compute_speed(system, params):
 
     assert m["comm_time_s"] < 0.2 * m["compute_time_s"]
     assert m["iteration_time_s"] == pytest.approx(m["compute_time_s"], rel=0.01)
+
+
+# --- ByteScheduler's auto-tuner -------------------------------------------------------------
+
+
+def test_the_autotuner_finds_a_credit_at_least_as_good_as_the_documented_default():
+    default = sim("bytescheduler", {"autotune": "off"}, compute_jitter_cv=0).metrics
+    tuned = sim("bytescheduler", {"autotune": "credit"}, compute_jitter_cv=0).metrics
+
+    assert tuned["plan.tuning_evaluations"] == 25  # 10 random points + 15 BO steps
+    assert 4e6 * 4 <= tuned["plan.tuned_credit_bytes"] <= 64e6 * 4  # upstream search space
+    assert tuned["plan.tuned_partition_bytes"] == 8_000_000 * 4  # partition not tuned
+    assert tuned["iteration_time_s"] <= default["iteration_time_s"] * (1 + 1e-9)
+
+
+def test_tuning_both_knobs_moves_the_partition_inside_its_range():
+    tuned = sim("bytescheduler", {"autotune": "credit+partition"}, compute_jitter_cv=0).metrics
+
+    assert 2e6 * 4 <= tuned["plan.tuned_partition_bytes"] <= 32e6 * 4
+
+
+# --- the other all-reduce baselines and systems -------------------------------------------
+
+
+def test_ddp_buckets_follow_torch_rules():
+    problem = problem_for("resnet50")
+    plan = registry.get("ddp").build(registry.get("ddp").defaults()).plan(problem)
+    sizes = [t.size_bytes for t in plan.tasks]
+    largest_layer = max(layer.grad_bytes for layer in problem.layers)
+
+    assert sum(sizes) == sum(layer.grad_bytes for layer in problem.layers)
+    assert sizes[0] >= 1024 * 1024 and sizes[0] < 1024 * 1024 + largest_layer  # first bucket
+    for size in sizes[1:-1]:  # closed once 25 MiB is reached: at most one layer over
+        assert 25 * 1024 * 1024 <= size < 25 * 1024 * 1024 + largest_layer
+    assert [t.priority for t in plan.tasks] == list(range(len(plan.tasks)))
+    assert plan.cross_barrier is False
+    # The first bucket holds the last layers (ready first).
+    assert max(plan.tasks[0].layers) == len(problem.layers) - 1
+
+
+def test_horovod_fuses_what_became_ready_within_a_cycle():
+    small_cycle = sim("horovod", {"cycle_time_ms": 0.01}, compute_jitter_cv=0)
+    long_cycle = sim("horovod", {"cycle_time_ms": 50.0}, compute_jitter_cv=0)
+
+    def collectives(result):
+        return len([r for r in result.timeline if r[1] == "network" and r[0] == 3])
+
+    assert collectives(long_cycle) < collectives(small_cycle)
+    assert max(r[6] for r in long_cycle.timeline if r[1] == "network") <= 128 * 1024 * 1024
+
+
+def test_horovod_with_a_zero_threshold_sends_every_tensor_alone_like_wfbp():
+    hv = sim("horovod", {"fusion_threshold_bytes": 0}, compute_jitter_cv=0)
+    wfbp = sim("wfbp", compute_jitter_cv=0)
+
+    assert hv.metrics["iteration_time_s"] == pytest.approx(
+        wfbp.metrics["iteration_time_s"], rel=1e-12
+    )
+
+
+def test_dear_per_layer_overlaps_all_gathers_with_the_forward_and_beats_wfbp():
+    """Same per-layer tensors, same bytes on the ring (RS + AG = one all-reduce each); DeAR's
+    all-gathers run in forward order while the forward proceeds, WFBP waits for everything."""
+    dear = sim("dear", {"fusion_bytes": 0}, compute_jitter_cv=0).metrics
+    wfbp = sim("wfbp", compute_jitter_cv=0).metrics
+
+    assert dear["iteration_time_s"] < 0.95 * wfbp["iteration_time_s"]
+    assert dear["comm_time_s"] == pytest.approx(wfbp["comm_time_s"], rel=1e-9)
+
+
+def test_a_one_step_delay_hides_the_forward_behind_the_previous_all_reduce():
+    raw = {"system": "delayed-allreduce", "workload": "resnet50", "iterations": 8}
+    raw |= {"warmup_iterations": 7, "cluster": {"bandwidth_gbps": 10, "compute_jitter_cv": 0}}
+    delayed = simulate(validate(raw)).metrics  # warm-up: the in-flight backlog settles
+    no_delay = sim("delayed-allreduce", {"max_delay": 0}, compute_jitter_cv=0).metrics
+
+    assert delayed["iteration_time_s"] < no_delay["iteration_time_s"]
+    # Comm-bound: with the delay the channel never idles, so it sets the pace.
+    assert delayed["iteration_time_s"] == pytest.approx(delayed["comm_time_s"], rel=1e-3)
+
+
+@pytest.mark.parametrize("approximation", ["stale", "local-correct", "extrapolate"])
+def test_the_delayed_approximation_rule_does_not_change_simulated_timing(approximation):
+    m = sim("delayed-allreduce", {"approximation": approximation}, compute_jitter_cv=0).metrics
+    ref = sim("delayed-allreduce", {"approximation": "stale"}, compute_jitter_cv=0).metrics
+
+    assert m["iteration_time_s"] == ref["iteration_time_s"]
+
+
+def test_pace_beats_wfbp_when_comm_bound():
+    pace = sim("pace", compute_jitter_cv=0).metrics
+    wfbp = sim("wfbp", compute_jitter_cv=0).metrics
+
+    assert pace["iteration_time_s"] < 0.95 * wfbp["iteration_time_s"]

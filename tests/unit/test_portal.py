@@ -9,6 +9,7 @@ from django.urls import reverse
 from lab import actions
 from lab.experiments.models import Experiment
 from lab.runs.models import Run
+from runners import registry
 
 pytestmark = pytest.mark.django_db
 
@@ -113,8 +114,10 @@ def test_too_many_runs_are_refused(browser):
 
 def test_the_form_preselects_the_baselines_of_the_systems_arena(browser):
     form = browser.get(reverse("experiment-new")).context["form"]
-    assert form.initial["system"] == "bytescheduler"
-    assert form.initial["baselines"] == ["wfbp"]
+    system = registry.get(form.initial["system"])
+    assert system.role == "system"
+    expected = {e.name for e in registry.baselines(system.arena)}
+    assert set(form.initial["baselines"]) == expected and len(expected) >= 3
 
 
 def test_copy_prefills_the_form_from_an_experiment(browser, user, config):

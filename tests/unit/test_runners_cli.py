@@ -58,13 +58,21 @@ def test_list_json_describes_the_entries_and_the_workloads():
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     entries = {e["name"]: e for e in data["entries"]}
-    assert {"wfbp", "bytescheduler"} <= set(entries)
+    comm_names = {
+        "pace", "delayed-allreduce", "tictac-tic", "tictac-tac", "eager-ps", "psld",
+        "wfbp", "ddp", "horovod", "bytescheduler", "p3", "dear", "ps-default", "byteps",
+    }  # fmt: skip
+    assert comm_names <= set(entries)
     for entry in entries.values():
-        assert entry["arena"] == "allreduce"
+        assert entry["arena"] in ("allreduce", "ps", "cluster")
         assert entry["role"] in ("system", "baseline")
+        assert "sim" in entry["modes"]
         assert isinstance(entry["params"], list)
+    assert entries["pace"]["role"] == "system" and entries["pace"]["arena"] == "allreduce"
+    assert entries["psld"]["role"] == "system" and entries["psld"]["arena"] == "ps"
     params = {p["name"]: p for p in entries["bytescheduler"]["params"]}
-    assert set(params) == {"partition_bytes", "credit_bytes"}
+    assert set(params) == {"partition_bytes", "credit_bytes", "autotune"}
+    assert params["autotune"]["choices"] == ["credit", "credit+partition", "off"]
     assert params["credit_bytes"]["type"] == "int"
     assert params["credit_bytes"]["default"] > 0
     assert entries["wfbp"]["params"] == []
@@ -77,7 +85,11 @@ def test_list_json_filters_by_arena():
     proc = runners("list", "--json", "--arena", "ps")
 
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["entries"] == []
+    entries = json.loads(proc.stdout)["entries"]
+    assert {e["name"] for e in entries} == {
+        "tictac-tic", "tictac-tac", "eager-ps", "psld", "ps-default", "byteps", "p3"
+    }  # fmt: skip
+    assert {e["arena"] for e in entries} == {"ps"}
 
 
 def test_list_prints_one_line_per_entry_and_the_workloads():

@@ -43,7 +43,8 @@ def test_a_minimal_spec_gets_every_default_filled():
     assert spec.system == "wfbp"
     assert spec.mode == "sim"
     assert spec.workload == "resnet50"
-    assert spec.cluster == CommCluster()
+    assert spec.cluster == CommCluster(server_bandwidth_gbps=10.0)
+    assert spec.cluster.ps == 4 and spec.cluster.servers == 8
     assert spec.cluster.workers == 8
     assert spec.cluster.bandwidth_gbps == 10.0
     assert spec.cluster.latency_us == 10.0
@@ -71,7 +72,7 @@ def test_params_default_to_the_registry_entrys_defaults():
     spec = validate(bytescheduler())
 
     assert spec.params == registry.get("bytescheduler").defaults()
-    assert set(spec.params) == {"partition_bytes", "credit_bytes"}
+    assert set(spec.params) == {"partition_bytes", "credit_bytes", "autotune"}
 
 
 def test_a_given_param_overrides_only_its_own_default():

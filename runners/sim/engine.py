@@ -1,0 +1,353 @@
+"""The part of the iteration-level simulator both communication arenas share: compute streams.
+
+A job is ``workers`` data-parallel replicas of one model. Workers with the same compute
+slow-down schedule form a *group* and are simulated once (they run identical op sequences; the
+network models of the arenas account for the group's size). Each group has one compute stream
+that runs, per iteration:
+
+* **forward** over the layer DAG in *data-flow* order: any layer whose producers have finished
+  and whose parameters the arena allows it to use may run; among those the lowest index (the
+  program order) goes first. For a chain this is plain layer order; on a branchy graph a layer
+  whose parameters arrived early may overtake one whose parameters are late (TensorFlow / MXNet
+  executor semantics, the setting of TicTac);
+* **backward** in reverse layer order; the end of layer i's backward makes its gradient ready,
+  which the arena turns into communication.
+
+Modelling choices (written down, labelled in reports):
+
+* per-op compute times get seeded log-normal jitter with mean 1 and CV ``jitter_cv``, drawn per
+  group, iteration and op (workers of one group share a draw);
+* a straggler's slow-down multiplies its group's compute times in the iterations it is active;
+* ``overlap_slowdown`` (gamma): an op that *starts* while its group's network is busy takes
+  ``1 + gamma`` times longer (Echo-style interference, applied at op start, not integrated);
+* optimizer update time is not modelled (0).
+
+The steady-state iteration time of a group is the mean interval between successive starts of
+its first forward op after the warm-up iterations.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .core import EventLoop
+
+
+@dataclass(frozen=True)
+class LayerTimes:
+    name: str
+    fwd_s: float
+    bwd_s: float
+    grad_bytes: int
+    deps: tuple[int, ...] = ()  # producers in the forward DAG (indices < own index)
+
+
+@dataclass(frozen=True)
+class WorkerGroup:
+    """Workers that run identically: ``slowdowns[it]`` multiplies compute in iteration ``it``
+    (an empty tuple means 1.0 throughout)."""
+
+    workers: tuple[int, ...]
+    slowdowns: tuple[float, ...] = ()
+
+    @property
+    def count(self) -> int:
+        return len(self.workers)
+
+    @property
+    def label(self) -> str:
+        w = self.workers
+        if len(w) == 1:
+            return f"w{w[0]}"
+        if w == tuple(range(w[0], w[-1] + 1)):
+            return f"w{w[0]}-{w[-1]}"
+        return "w" + ",".join(map(str, w))
+
+
+@dataclass(frozen=True)
+class ComputeSetup:
+    layers: tuple[LayerTimes, ...]
+    groups: tuple[WorkerGroup, ...]
+    iterations: int  # measured iterations
+    warmup_iterations: int
+    batch_size: int  # per worker
+    jitter_cv: float = 0.0
+    overlap_slowdown: float = 0.0
+    seed: int = 0
+
+    @property
+    def workers(self) -> int:
+        return sum(g.count for g in self.groups)
+
+    @property
+    def n_iter(self) -> int:
+        """Iterations simulated: warm-up + measured + 1 (to time the last interval)."""
+        return self.warmup_iterations + self.iterations + 1
+
+
+@dataclass
+class SimResult:
+    metrics: dict[str, float]
+    units: dict[str, str]
+    series: list[dict[str, Any]]  # one row per iteration
+    timeline: list[tuple[int, str, str, str, float, float, int]] = field(repr=False)
+    # (group, iteration, layer index, time) when a layer's update reached a group (-1 = all).
+    synced: list[tuple[int, int, int, float]] = field(default_factory=list, repr=False)
+    groups: tuple[WorkerGroup, ...] = ()
+
+    TIMELINE_COLUMNS = ("iteration", "resource", "op", "layer", "start_s", "end_s", "bytes")
+
+
+def groups_for(workers: int, stragglers: Any, n_iter: int) -> tuple[WorkerGroup, ...]:
+    """Partition workers by their slow-down schedule. ``stragglers`` items have ``worker``,
+    ``slowdown`` and optional ``from_iteration`` / ``until_iteration`` (exclusive) attributes."""
+    schedule: dict[int, tuple[float, ...]] = {}
+    for s in stragglers:
+        start = getattr(s, "from_iteration", 0) or 0
+        until = getattr(s, "until_iteration", None)
+        end = n_iter if until is None else min(until, n_iter)
+        schedule[s.worker] = tuple(s.slowdown if start <= it < end else 1.0 for it in range(n_iter))
+    by_schedule: dict[tuple[float, ...], list[int]] = {}
+    for w in range(workers):
+        key = schedule.get(w, ())
+        if key and all(x == 1.0 for x in key):
+            key = ()
+        by_schedule.setdefault(key, []).append(w)
+    groups = [WorkerGroup(tuple(ws), key) for key, ws in by_schedule.items()]
+    groups.sort(key=lambda g: g.workers[0])
+    return tuple(groups)
+
+
+class ComputeJob:
+    """Compute streams of every group; subclasses add the network of their arena.
+
+    Subclass hooks: ``params_ready(g, it, layer)`` (may the forward of ``layer`` in iteration
+    ``it`` run on group ``g``?), ``gradient_ready(g, it, layer)``, ``network_busy(g)`` and
+    ``comm_time(it)``; call ``wake(g)`` / ``wake_all()`` when a synchronisation completes.
+    """
+
+    def __init__(self, setup: ComputeSetup) -> None:
+        self.setup = setup
+        self.loop = EventLoop()
+        self.n_layers = n = len(setup.layers)
+        self.n_iter = setup.n_iter
+        self.n_groups = len(setup.groups)
+        self.names = [lt.name for lt in setup.layers]
+        self.children: list[list[int]] = [[] for _ in range(n)]
+        for i, lt in enumerate(setup.layers):
+            for d in lt.deps:
+                if not 0 <= d < i:
+                    raise ValueError(f"layer {lt.name}: dependency {d} is not an earlier layer")
+                self.children[d].append(i)
+        self.n_deps = [len(set(lt.deps)) for lt in setup.layers]
+        self.roots = [i for i in range(n) if self.n_deps[i] == 0]
+        self.durations = self._durations()
+        self.gamma = setup.overlap_slowdown
+        g = self.n_groups
+        self.iteration = [0] * g
+        self.busy = [False] * g
+        self.fwd_done = [0] * g
+        self.bwd_next = [-1] * g  # next backward layer, -1 while in forward
+        self.deps_left: list[list[int]] = [list(self.n_deps) for _ in range(g)]
+        self.avail: list[list[int]] = [list(self.roots) for _ in range(g)]
+        self.iter_start: list[list[float]] = [[] for _ in range(g)]
+        self.compute_s = np.zeros((g, self.n_iter))
+        self.timeline: list[tuple[int, str, str, str, float, float, int]] = []
+        self.synced: list[tuple[int, int, int, float]] = []
+        self.compute_resource = [
+            "compute" if g == 1 else f"compute[{grp.label}]" for grp in setup.groups
+        ]
+
+    # -- hooks ----------------------------------------------------------------------------
+    def params_ready(self, g: int, it: int, layer: int) -> bool:
+        return True
+
+    def gradient_ready(self, g: int, it: int, layer: int) -> None:
+        pass
+
+    def network_busy(self, g: int) -> bool:
+        return False
+
+    def comm_time(self, it: int) -> float:
+        return 0.0
+
+    # -- compute --------------------------------------------------------------------------
+    def _durations(self) -> list[list[list[float]]]:
+        """[group][iteration][op] with ops 0..L-1 forward, L..2L-1 backward (layer L-1 first)."""
+        s = self.setup
+        layers = s.layers
+        base = np.array([lt.fwd_s for lt in layers] + [lt.bwd_s for lt in reversed(layers)])
+        rng = np.random.default_rng(s.seed)
+        cv = s.jitter_cv
+        sigma = math.sqrt(math.log1p(cv * cv)) if cv > 0 else 0.0
+        out = []
+        for grp in s.groups:
+            if sigma > 0:
+                noise = rng.lognormal(-sigma * sigma / 2, sigma, size=(self.n_iter, base.size))
+                d = base * noise
+            else:
+                d = np.tile(base, (self.n_iter, 1))
+            if grp.slowdowns:
+                d = d * np.asarray(grp.slowdowns[: self.n_iter])[:, None]
+            out.append(d.tolist())
+        return out
+
+    def start(self) -> None:
+        for g in range(self.n_groups):
+            self.loop.at(0.0, self.try_compute, g)
+
+    def wake(self, g: int) -> None:
+        if not self.busy[g]:
+            self.try_compute(g)
+
+    def wake_all(self) -> None:
+        for g in range(self.n_groups):
+            if not self.busy[g]:
+                self.try_compute(g)
+
+    def try_compute(self, g: int) -> None:
+        if self.busy[g]:
+            return
+        it = self.iteration[g]
+        if it >= self.n_iter:
+            return
+        n = self.n_layers
+        layer = self.bwd_next[g]
+        if layer >= 0:
+            op = 2 * n - 1 - layer
+        else:
+            avail = self.avail[g]
+            if not avail:
+                return
+            layer = avail[0]
+            if not self.params_ready(g, it, layer):
+                layer = -1
+                for cand in sorted(avail)[1:]:
+                    if self.params_ready(g, it, cand):
+                        layer = cand
+                        break
+                if layer < 0:
+                    return  # re-tried when a synchronisation completes
+                avail.remove(layer)
+                heapq.heapify(avail)
+            else:
+                heapq.heappop(avail)
+            if self.fwd_done[g] == 0 and len(self.iter_start[g]) == it:
+                self.iter_start[g].append(self.loop.now)
+            op = layer
+        duration = self.durations[g][it][op]
+        if self.gamma and self.network_busy(g):
+            duration *= 1.0 + self.gamma
+        self.busy[g] = True
+        self.loop.after(duration, self._compute_done, g, it, op, layer, self.loop.now)
+
+    def _compute_done(self, g: int, it: int, op: int, layer: int, start: float) -> None:
+        now = self.loop.now
+        self.busy[g] = False
+        self.compute_s[g, it] += now - start
+        n = self.n_layers
+        if op < n:
+            self.timeline.append(
+                (it, self.compute_resource[g], "forward", self.names[layer], start, now, 0)
+            )
+            left = self.deps_left[g]
+            avail = self.avail[g]
+            for c in self.children[layer]:
+                left[c] -= 1
+                if left[c] == 0:
+                    heapq.heappush(avail, c)
+            self.fwd_done[g] += 1
+            if self.fwd_done[g] == n:
+                self.bwd_next[g] = n - 1
+        else:
+            self.timeline.append(
+                (it, self.compute_resource[g], "backward", self.names[layer], start, now, 0)
+            )
+            self.bwd_next[g] = layer - 1
+            if layer == 0:  # iteration done on this group
+                self.iteration[g] = it + 1
+                self.fwd_done[g] = 0
+                self.bwd_next[g] = -1
+                self.deps_left[g] = list(self.n_deps)
+                self.avail[g] = list(self.roots)
+            self.gradient_ready(g, it, layer)
+        self.try_compute(g)
+
+    # -- results --------------------------------------------------------------------------
+    def check_finished(self) -> None:
+        for g, starts in enumerate(self.iter_start):
+            if len(starts) != self.n_iter:
+                raise RuntimeError(
+                    f"simulation stalled on {self.compute_resource[g]} in iteration "
+                    f"{len(starts)}: a plan dependency was never satisfied"
+                )
+
+    def base_result(
+        self,
+        extra_metrics: dict[str, tuple[float, str]] | None = None,
+        synchronous: bool = True,
+    ) -> SimResult:
+        """Metrics of the critical (slowest) group plus the job's throughput.
+
+        Synchronous jobs advance together: iteration time = the slowest group's mean interval,
+        throughput = global batch / iteration time. Otherwise (asynchronous PS) every group runs
+        at its own pace: throughput = sum of group rates, iteration time = the worker-weighted
+        mean of the groups' intervals.
+        """
+        self.check_finished()
+        s = self.setup
+        first = s.warmup_iterations
+        measured = slice(first, first + s.iterations)
+        intervals = [np.diff(starts)[first:] for starts in self.iter_start]
+        means = [float(iv.mean()) for iv in intervals]
+        # The critical group: the one that computes longest (the straggler).
+        crit = int(np.argmax(self.compute_s[:, measured].mean(axis=1)))
+        if synchronous:
+            iteration_time = max(means)
+            throughput = s.workers * s.batch_size / iteration_time
+        else:
+            pairs = list(zip(s.groups, means, strict=True))
+            throughput = sum(grp.count * s.batch_size / m for grp, m in pairs)
+            iteration_time = sum(grp.count * m for grp, m in pairs) / s.workers
+        compute_time = float(np.mean(self.compute_s[crit, measured]))
+        comm = [self.comm_time(i) for i in range(self.n_iter)]
+        crit_iv = intervals[crit]
+        metrics: dict[str, float] = {
+            "iteration_time_s": iteration_time,
+            "iteration_time_std_s": float(crit_iv.std(ddof=1)) if crit_iv.size > 1 else 0.0,
+            "throughput_samples_per_s": throughput,
+            "compute_time_s": compute_time,
+            "comm_time_s": float(np.mean(comm[measured])),
+            "exposed_comm_s": max(0.0, means[crit] - compute_time),
+            "sim_events": float(self.loop.events_processed),
+        }
+        units = {
+            "iteration_time_s": "s",
+            "iteration_time_std_s": "s",
+            "throughput_samples_per_s": "samples/s",
+            "compute_time_s": "s",
+            "comm_time_s": "s",
+            "exposed_comm_s": "s",
+            "sim_events": "events",
+        }
+        for key, (value, unit) in (extra_metrics or {}).items():
+            metrics[key] = value
+            units[key] = unit
+        starts = self.iter_start[crit]
+        series = [
+            {
+                "iteration": i,
+                "warmup": i < first,
+                "start_s": starts[i],
+                "iteration_time_s": starts[i + 1] - starts[i],
+                "compute_time_s": float(self.compute_s[crit, i]),
+                "comm_time_s": comm[i],
+            }
+            for i in range(self.n_iter - 1)
+        ]
+        return SimResult(metrics, units, series, self.timeline, self.synced, s.groups)

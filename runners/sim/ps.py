@@ -1,0 +1,385 @@
+"""Iteration-level simulator of one data-parallel job in the parameter-server arena.
+
+Resources, each a queue that serves one transfer at a time (priority or arrival order):
+the uplink and the downlink of every worker group (each worker has its own NIC, so a group of
+m workers moves m copies in parallel), and per parameter server its NIC in, its aggregation CPU
+and its NIC out. A key (one whole tensor or one part) travels:
+
+1. **push**: worker uplink (``alpha + S/B_w``) -> server NIC in (``m*S / B_s``, the group's m
+   copies). Cut-through: the server may start receiving when the uplink starts; the transfer
+   ends no earlier than the uplink does.
+2. **aggregate**: once the round's pushes of the key arrived from every group (``sync``), the
+   server CPU sums them (``n*S / agg_rate``, times its CPU slow-down).
+3. **pull**: server NIC out (``n*S / B_s``) -> every group's downlink (``alpha + S/B_w``),
+   cut-through again. The key is then up to date on that group.
+
+``sync-round`` (eager pull): the pull of a group is served right after its push arrived, with
+the newest complete round; ``async``: each group's push is aggregated alone and pulled back at
+once. PS stragglers scale a server's NIC bandwidth (contention) and CPU time (interference),
+possibly only in some iterations. Modelling choices: store-and-forward at the aggregation,
+no TCP dynamics, one transfer at a time per NIC direction, one PS per server machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import random
+
+import numpy as np
+
+from .. import registry
+from ..policies.allreduce import Layer
+from ..policies.ps import PSPlan, PSProblem, lr_scale
+from ..spec import RunSpec
+from .allreduce import compute_setup
+from .engine import ComputeJob, ComputeSetup, LayerTimes, SimResult, WorkerGroup
+
+# Station item kinds.
+_UP, _IN, _AGG, _OUT, _DOWN, _MIGRATE_OUT, _MIGRATE_IN = range(7)
+_KIND_NAMES = ("push", "push", "aggregate", "pull", "pull", "migrate", "migrate")
+
+
+class _Station:
+    __slots__ = ("busy", "name", "queue", "server")
+
+    def __init__(self, name: str, server: int = -1) -> None:
+        self.name = name
+        self.queue: list[tuple] = []
+        self.busy = False
+        self.server = server
+
+
+def build_problem(spec: RunSpec, setup: ComputeSetup) -> PSProblem:
+    c = spec.cluster
+    return PSProblem(
+        layers=tuple(Layer(i, lt.name, lt.grad_bytes) for i, lt in enumerate(setup.layers)),
+        deps=tuple(lt.deps for lt in setup.layers),
+        fwd_s=tuple(lt.fwd_s for lt in setup.layers),
+        workers=c.workers,
+        ps=c.ps,
+        servers=c.servers,
+        worker_bytes_per_s=c.bandwidth_gbps * 1e9 / 8,
+        server_bytes_per_s=c.server_bandwidth_gbps * 1e9 / 8,
+        latency_s=c.latency_us * 1e-6,
+    )
+
+
+def split_groups(groups: tuple[WorkerGroup, ...], parts: int) -> tuple[WorkerGroup, ...]:
+    """Split every group into up to ``parts`` groups (worker index modulo ``parts``)."""
+    if parts <= 1:
+        return groups
+    out = []
+    for g in groups:
+        for k in range(parts):
+            ws = tuple(w for w in g.workers if w % parts == k)
+            if ws:
+                out.append(WorkerGroup(ws, g.slowdowns))
+    out.sort(key=lambda g: g.workers[0])
+    return tuple(out)
+
+
+def run(spec: RunSpec, layers: tuple[LayerTimes, ...] | None = None) -> SimResult:
+    """Simulate ``spec``; ``layers`` replaces the workload's layers (tests, what-ifs)."""
+    setup = compute_setup(spec, layers)
+    plan = registry.get(spec.system).build(spec.params).plan(build_problem(spec, setup))
+    if "random" in (plan.push_order, plan.pull_order):
+        setup = dataclasses.replace(setup, groups=split_groups(setup.groups, plan.order_groups))
+    if plan.controller is not None and hasattr(plan.controller, "reseed"):
+        plan.controller.reseed(spec.seed)
+    return simulate(setup, spec, plan)
+
+
+def simulate(setup: ComputeSetup, spec: RunSpec, plan: PSPlan) -> SimResult:
+    job = _PSJob(setup, spec, plan)
+    job.start()
+    job.loop.run()
+    return job.result()
+
+
+class _PSJob(ComputeJob):
+    def __init__(self, setup: ComputeSetup, spec: RunSpec, plan: PSPlan) -> None:
+        super().__init__(setup)
+        c = spec.cluster
+        self.plan = plan
+        self.tasks = plan.tasks
+        n_servers = c.servers
+        for t in plan.tasks:
+            if not 0 <= t.server < n_servers:
+                raise ValueError(
+                    f"plan puts layer {t.layer} on server {t.server} (0..{n_servers - 1})"
+                )
+        self.n_servers = n_servers
+        self.alpha = c.latency_us * 1e-6
+        self.bw_worker = c.bandwidth_gbps * 1e9 / 8
+        self.bw_server = c.server_bandwidth_gbps * 1e9 / 8
+        self.agg_rate = c.server_agg_gbps * 1e9 / 8
+        # Per server, per iteration: NIC bandwidth factor and CPU slow-down.
+        self.bw_factor = np.ones((n_servers, self.n_iter))
+        self.cpu_factor = np.ones((n_servers, self.n_iter))
+        for s in c.ps_stragglers:
+            end = self.n_iter if s.until_iteration is None else min(s.until_iteration, self.n_iter)
+            self.bw_factor[s.server, s.from_iteration : end] = s.bandwidth_factor
+            self.cpu_factor[s.server, s.from_iteration : end] = s.cpu_slowdown
+        self.bw_factor_l = self.bw_factor.tolist()
+        self.cpu_factor_l = self.cpu_factor.tolist()
+        self.sizes = [t.size_bytes for t in plan.tasks]
+        self.task_layer = [t.layer for t in plan.tasks]
+        self.tasks_of_layer: list[list[int]] = [[] for _ in range(self.n_layers)]
+        for i, t in enumerate(plan.tasks):
+            self.tasks_of_layer[t.layer].append(i)
+        # A layer without keys (no parameters of its own, e.g. a tied output projection) has
+        # nothing to wait for.
+        self.n_parts = [len(ts) for ts in self.tasks_of_layer]
+        self.keyless = [i for i, n in enumerate(self.n_parts) if n == 0]
+        self.group_size = [g.count for g in setup.groups]
+        self.workers = setup.workers
+        self.uplink = [_Station(f"uplink[{g.label}]") for g in setup.groups]
+        self.downlink = [_Station(f"downlink[{g.label}]") for g in setup.groups]
+        if self.n_groups == 1:
+            self.uplink[0].name, self.downlink[0].name = "uplink", "downlink"
+        self.s_in = [_Station(f"ps{j}.in", j) for j in range(n_servers)]
+        self.s_cpu = [_Station(f"ps{j}.cpu", j) for j in range(n_servers)]
+        self.s_out = [_Station(f"ps{j}.out", j) for j in range(n_servers)]
+        self.seq = 0
+        # Orders: per (group, iteration) priority of each task on the worker queues.
+        self.rng = random.Random(spec.seed * 7919 + 17)
+        self.random_prio: dict[tuple[int, int], list[int]] = {}
+        # Per-iteration state.
+        self.assign = [t.server for t in plan.tasks]
+        self.assign_of: dict[int, list[int]] = {}
+        self.parts_left: dict[tuple[int, int], list[int]] = {}
+        self.layers_left: dict[tuple[int, int], int] = {}
+        self.arrived: dict[tuple[int, int], int] = {}
+        self.round_left: dict[int, int] = {}
+        self.completed_round = [-1] * len(plan.tasks)
+        self.version = [0] * len(plan.tasks)
+        self.read_version: dict[tuple[int, int], int] = {}
+        self.staleness: list[float] = []
+        self.busy_s = np.zeros((n_servers, self.n_iter + 1))
+        self.net_busy = [0] * self.n_groups  # transfers in progress on the group's NICs
+        self.comm_up = np.zeros(self.n_iter)
+        self.comm_down = np.zeros(self.n_iter)
+        self.migrated_bytes = 0
+        self.max_active = len(set(self.assign))
+        self.round_end: dict[int, float] = {}
+
+    # -- per-iteration state ----------------------------------------------------------------
+    def _group_state(self, g: int, it: int) -> None:
+        self.parts_left[g, it] = list(self.n_parts)
+        self.layers_left[g, it] = self.n_layers - len(self.keyless)
+        for layer in self.keyless:
+            self.synced.append((g, it, layer, self.loop.now))
+
+    def _assignment(self, it: int) -> list[int]:
+        a = self.assign_of.get(it)
+        if a is None:
+            a = self.assign_of[it] = list(self.assign)
+            self.round_left[it] = len(self.tasks) * self.n_groups
+        return a
+
+    def _worker_key(self, order: str, g: int, it: int, task: int) -> tuple[int, int]:
+        if order == "priority":
+            return (it, self.tasks[task].priority)
+        if order == "random":
+            perm = self.random_prio.get((g, it))
+            if perm is None:
+                perm = list(range(self.n_layers))
+                self.rng.shuffle(perm)
+                self.random_prio[g, it] = perm
+            return (it, perm[self.task_layer[task]])
+        return (0, 0)  # arrival order
+
+    def _server_key(self, it: int, task: int) -> tuple[int, int]:
+        if self.plan.server_order == "priority":
+            return (it, self.tasks[task].priority)
+        return (0, 0)
+
+    # -- hooks ----------------------------------------------------------------------------
+    def params_ready(self, g: int, it: int, layer: int) -> bool:
+        src = it - 1
+        if src < 0:
+            return True
+        key = (g, src)
+        if key not in self.parts_left:
+            return False
+        if self.plan.cross_barrier:
+            return self.parts_left[key][layer] == 0
+        return self.layers_left[key] == 0
+
+    def network_busy(self, g: int) -> bool:
+        return self.net_busy[g] > 0
+
+    def comm_time(self, it: int) -> float:
+        """Busy time of the first group's busier NIC direction (push or pull)."""
+        return float(max(self.comm_up[it], self.comm_down[it]))
+
+    def gradient_ready(self, g: int, it: int, layer: int) -> None:
+        if (g, it) not in self.parts_left:
+            self._group_state(g, it)
+        assign = self._assignment(it)
+        order = self.plan.push_order
+        for task in self.tasks_of_layer[layer]:
+            k1, k2 = self._worker_key(order, g, it, task)
+            self._enqueue(self.uplink[g], k1, k2, (_UP, it, task, g, assign[task], 0.0))
+
+    # -- stations -------------------------------------------------------------------------
+    def _enqueue(self, st: _Station, k1: int, k2: int, item: tuple) -> None:
+        heapq.heappush(st.queue, (k1, k2, self.seq, item))
+        self.seq += 1
+        if not st.busy:
+            self._start(st)
+
+    def _start(self, st: _Station) -> None:
+        if not st.queue:
+            return
+        *_, item = heapq.heappop(st.queue)
+        kind, it, task, g, server, min_end = item
+        now = self.loop.now
+        size = self.sizes[task] if task >= 0 else g  # migrations carry their bytes in g
+        if kind == _UP:
+            dur = self.alpha + size / self.bw_worker
+            self.net_busy[g] += 1
+            k1, k2 = self._server_key(it, task)
+            self._enqueue(self.s_in[server], k1, k2, (_IN, it, task, g, server, now + dur))
+        elif kind == _IN:
+            dur = self.group_size[g] * size / (self.bw_server * self.bw_factor_l[server][it])
+        elif kind == _AGG:
+            m = self.group_size[g] if self.plan.server_mode == "async" else self.workers
+            dur = m * size / self.agg_rate * self.cpu_factor_l[server][it]
+        elif kind == _OUT:
+            m = self.workers if g < 0 else self.group_size[g]
+            dur = m * size / (self.bw_server * self.bw_factor_l[server][it])
+            targets = range(self.n_groups) if g < 0 else (g,)
+            order = self.plan.pull_order
+            for tg in targets:
+                k1, k2 = self._worker_key(order, tg, it, task)
+                self._enqueue(self.downlink[tg], k1, k2, (_DOWN, it, task, tg, server, now + dur))
+        elif kind == _DOWN:
+            dur = self.alpha + size / self.bw_worker
+            self.net_busy[g] += 1
+        else:  # migration: g holds the bytes
+            dur = size / (self.bw_server * self.bw_factor_l[server][min(it, self.n_iter - 1)])
+        end = max(now + dur, min_end)
+        st.busy = True
+        self.loop.at(end, self._done, st, item, now)
+
+    def _done(self, st: _Station, item: tuple, start: float) -> None:
+        kind, it, task, g, server, _ = item
+        now = self.loop.now
+        st.busy = False
+        if task >= 0:
+            size = self.sizes[task]
+            label = self.names[self.task_layer[task]]
+            if kind in (_UP, _DOWN):
+                self.net_busy[g] -= 1
+                if g == 0:
+                    (self.comm_up if kind == _UP else self.comm_down)[it] += now - start
+            else:
+                self.busy_s[server, it] += now - start
+        else:
+            size, label = g, "keys"
+            self.busy_s[server, min(it, self.n_iter)] += now - start
+        self.timeline.append((it, st.name, _KIND_NAMES[kind], label, start, now, size))
+        if kind == _IN:
+            self._arrived(it, task, g, server)
+        elif kind == _AGG:
+            self._aggregated(it, task, g, server)
+        elif kind == _DOWN:
+            self._pulled(it, task, g)
+        self._start(st)
+
+    def _arrived(self, it: int, task: int, g: int, server: int) -> None:
+        mode = self.plan.server_mode
+        k1, k2 = self._server_key(it, task)
+        if mode == "async":
+            self._enqueue(self.s_cpu[server], k1, k2, (_AGG, it, task, g, server, 0.0))
+            return
+        if mode == "sync-round":  # eager: serve the pull now with the newest complete round
+            self.staleness.append(float(it - self.completed_round[task] - 1))
+            self._enqueue(self.s_out[server], k1, k2, (_OUT, it, task, g, server, 0.0))
+        key = (it, task)
+        count = self.arrived.get(key, 0) + 1
+        if count < self.n_groups:
+            self.arrived[key] = count
+            return
+        self.arrived.pop(key, None)
+        self._enqueue(self.s_cpu[server], k1, k2, (_AGG, it, task, -1, server, 0.0))
+
+    def _aggregated(self, it: int, task: int, g: int, server: int) -> None:
+        mode = self.plan.server_mode
+        k1, k2 = self._server_key(it, task)
+        if mode == "async":
+            stale = self.version[task] - self.read_version.get((g, task), 0)
+            self.staleness.append(float(max(0, stale)))
+            self.version[task] += self.group_size[g]
+            self.read_version[g, task] = self.version[task]
+            self._enqueue(self.s_out[server], k1, k2, (_OUT, it, task, g, server, 0.0))
+            return
+        self.completed_round[task] = max(self.completed_round[task], it)
+        if mode == "sync":
+            self._enqueue(self.s_out[server], k1, k2, (_OUT, it, task, -1, server, 0.0))
+
+    def _pulled(self, it: int, task: int, g: int) -> None:
+        parts = self.parts_left[g, it]
+        layer = self.task_layer[task]
+        parts[layer] -= 1
+        if parts[layer] == 0:
+            self.layers_left[g, it] -= 1
+            self.synced.append((g, it, layer, self.loop.now))
+            self.wake(g)
+        self.round_left[it] -= 1
+        if self.round_left[it] == 0:
+            self._round_done(it)
+
+    def _round_done(self, it: int) -> None:
+        self.round_end[it] = self.loop.now
+        controller = self.plan.controller
+        if controller is None or it < 1:
+            return
+        starts = self.iter_start[0]
+        if len(starts) <= it:
+            return
+        iteration_s = self.round_end[it] - self.round_end.get(it - 1, 0.0)
+        busy = self.busy_s[:, it].tolist()
+        new = controller.observe(it, iteration_s, busy)
+        if new is None:
+            return
+        self._migrate(it, new)
+
+    def _migrate(self, it: int, new: list[int]) -> None:
+        moved: dict[tuple[int, int], int] = {}
+        for task, (old, dest) in enumerate(zip(self.assign, new, strict=True)):
+            if old != dest:
+                moved[old, dest] = moved.get((old, dest), 0) + self.sizes[task]
+        self.assign = list(new)
+        self.max_active = max(self.max_active, len(set(new)))
+        for (src, dst), size in sorted(moved.items()):
+            self.migrated_bytes += size
+            self._enqueue(self.s_out[src], -1, -1, (_MIGRATE_OUT, it + 1, -1, size, src, 0.0))
+            self._enqueue(self.s_in[dst], -1, -1, (_MIGRATE_IN, it + 1, -1, size, dst, 0.0))
+
+    # -- results --------------------------------------------------------------------------
+    def result(self) -> SimResult:
+        s = self.setup
+        first = s.warmup_iterations
+        measured = slice(first, first + s.iterations)
+        busy = self.busy_s[:, measured].mean(axis=1)
+        extra: dict[str, tuple[float, str]] = {
+            "ps_max_busy_s": (float(busy.max()), "s"),
+            "ps_mean_busy_s": (float(busy[busy > 0].mean()) if (busy > 0).any() else 0.0, "s"),
+            "ps_servers_used": (float(len(set(self.assign))), "servers"),
+            "ps_migrated_bytes": (float(self.migrated_bytes), "bytes"),
+        }
+        if self.plan.server_mode != "sync":
+            stale = np.asarray(self.staleness or [0.0])
+            tau_max = float(stale.max())
+            scales = [lr_scale(self.plan.lr_rule, x, tau_max) for x in stale.tolist()]
+            extra["mean_staleness"] = (float(stale.mean()), "updates")
+            extra["max_staleness"] = (tau_max, "updates")
+            extra["mean_lr_scale"] = (float(np.mean(scales)), "")
+        controller = self.plan.controller
+        if controller is not None:
+            extra["psld_changes"] = (float(controller.changes), "changes")
+            extra["psld_reverts"] = (float(controller.reverts), "changes")
+        return self.base_result(extra, synchronous=self.plan.server_mode == "sync")
