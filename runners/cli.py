@@ -62,6 +62,11 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="benchmark the simulators")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats per case (median)")
+    p.add_argument(
+        "--grid",
+        action="store_true",
+        help="also time the full comm grid (examples/grids/comm-full.yaml, 2 jobs)",
+    )
     p.set_defaults(func=_bench)
     return parser
 
@@ -144,13 +149,26 @@ def _grid(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    if args.repeats < 1:
+        print("--repeats: must be >= 1", file=sys.stderr)
+        return 2
     report = bench.run(repeats=args.repeats, progress=not args.json)
+    if args.grid:
+        report["grid"] = bench.run_grid(progress=not args.json)
     if args.json:
         print(json.dumps(report, indent=2))
-    else:
-        for case in report["cases"]:
-            print(
-                f"{case['name']:40} median {case['median_wall_s'] * 1e3:8.1f} ms  "
-                f"{case['events_per_s']:12,.0f} events/s"
-            )
+        return 0
+    for case in report["cases"]:
+        flag = "" if case["meets_target"] else f"  (over the {report['target_s']} s target)"
+        print(
+            f"{case['name']:44} median {case['median_wall_s'] * 1e3:8.1f} ms  "
+            f"plan {case['plan_wall_s'] * 1e3:7.1f} ms  "
+            f"{case['events_per_s']:10,.0f} events/s{flag}"
+        )
+    if "grid" in report:
+        g = report["grid"]
+        print(
+            f"grid {g['grid']}: {g['runs']} runs ({g['failed']} failed) in {g['wall_s']:.1f} s "
+            f"with {g['jobs']} jobs (target {g['target_s']:.0f} s)"
+        )
     return 0

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import workloads
+from runners import registry
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = {
@@ -231,9 +232,14 @@ def test_bench_json_reports_every_case():
 
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
-    assert len(report["cases"]) >= 4
+    comm = {e.name for e in registry.entries() if e.arena in ("allreduce", "ps")}
+    assert {case["system"] for case in report["cases"]} == comm
     for case in report["cases"]:
         assert case["median_wall_s"] > 0
+        assert case["plan_wall_s"] >= 0
         assert case["events_per_s"] > 0
         assert case["repeats"] == 1
+        assert case["meets_target"] == (case["median_wall_s"] < report["target_s"])
+        assert "/resnet50/w16/it50" in case["name"]
     assert report["host"]["python"]
+    assert "grid" not in report  # only with --grid
