@@ -251,6 +251,9 @@ class PSLDController:
     * if every server is busy less than ``scale_in_utilisation`` of the iteration: scale in,
       moving the least busy server's keys, largest first, to the least loaded others.
 
+    A change that was reverted is never proposed again (without this memory the deterministic
+    best-fit step would retry the same move after every revert, migrating forever).
+
     Moved bytes are migrated by the simulator (server NIC time). Decisions are seeded.
     """
 
@@ -284,6 +287,7 @@ class PSLDController:
         self.previous: tuple[list[int], list[int]] | None = None  # to revert the last change
         self.changes = 0
         self.reverts = 0
+        self.rejected: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()  # never retried
         self.history: list[tuple[int, str, float]] = []  # (round, action, mean iteration time)
 
     def reseed(self, seed: int) -> None:
@@ -302,6 +306,7 @@ class PSLDController:
         self.samples = []
         if self.previous is not None and self.baseline is not None:
             if mean_t > self.baseline * (1 + 1e-6):
+                self.rejected.add((tuple(self.assignment), tuple(self.active)))
                 self.assignment, self.active = self.previous
                 self.previous = None
                 self.reverts += 1
@@ -334,9 +339,13 @@ class PSLDController:
         move = best_fit_move(whole, self.sizes, load, rates) if len(active) > 1 else None
         if move is not None:
             key, _, to = move
-            self.assignment[key] = active[to]
-            self.previous = before
-            return "move"
+            candidate = list(self.assignment)
+            candidate[key] = active[to]
+            if (tuple(candidate), tuple(active)) not in self.rejected:
+                self.assignment = candidate
+                self.previous = before
+                return "move"
+            # The measured best fit was tried and made the job slower: not again.
         mean_load = sum(load) / len(load)
         if (
             len(active) < self.max_servers
@@ -347,10 +356,12 @@ class PSLDController:
             new_whole = scale_out(whole, self.sizes, len(active))
             new_server = min(set(range(self.max_servers)) - set(active))
             mapping = [*active, new_server]
-            self.assignment = [mapping[k] for k in new_whole]
-            self.active = sorted(mapping)
-            self.previous = before
-            return "scale-out"
+            candidate = [mapping[k] for k in new_whole]
+            if (tuple(candidate), tuple(sorted(mapping))) not in self.rejected:
+                self.assignment = candidate
+                self.active = sorted(mapping)
+                self.previous = before
+                return "scale-out"
         if len(active) > 1 and max(load) < self.scale_in_utilisation * mean_t:
             victim = active[min(range(len(active)), key=lambda k: (load[k], k))]
             rest = [s for s in active if s != victim]
@@ -359,13 +370,16 @@ class PSLDController:
                 if s in bytes_on:
                     bytes_on[s] += self.sizes[key]
             keys = [k for k, s in enumerate(self.assignment) if s == victim]
+            candidate = list(self.assignment)
             for key in sorted(keys, key=lambda k: (-self.sizes[k], k)):
                 dest = min(rest, key=lambda s: (bytes_on[s], s))
-                self.assignment[key] = dest
+                candidate[key] = dest
                 bytes_on[dest] += self.sizes[key]
-            self.active = rest
-            self.previous = before
-            return "scale-in"
+            if (tuple(candidate), tuple(rest)) not in self.rejected:
+                self.assignment = candidate
+                self.active = rest
+                self.previous = before
+                return "scale-in"
         return None
 
 

@@ -310,9 +310,14 @@ class _PSJob(ComputeJob):
         mode = self.plan.server_mode
         k1, k2 = self._server_key(it, task)
         if mode == "async":
-            stale = self.version[task] - self.read_version.get((g, task), 0)
-            self.staleness.append(float(max(0, stale)))
-            self.version[task] += self.group_size[g]
+            # ASGD staleness of each of the group's m pushes: they are applied one after
+            # another and each worker pulls right after its own, so every one of them has missed
+            # its m-1 siblings' updates plus what other groups applied since (the same number
+            # however identical workers are grouped for simulation; n-1 for n in lockstep).
+            m = self.group_size[g]
+            others = max(0, self.version[task] - self.read_version.get((g, task), 0))
+            self.staleness.extend([float(others + m - 1)] * m)
+            self.version[task] += m
             self.read_version[g, task] = self.version[task]
             self._enqueue(self.s_out[server], k1, k2, (_OUT, it, task, g, server, 0.0))
             return

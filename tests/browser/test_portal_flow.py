@@ -14,10 +14,14 @@ def test_a_member_creates_an_experiment_and_sees_its_plot(page, portal):
     login(page, portal)
     page.click("text=New experiment")
     page.fill("#id_name", "browser run")
-    page.select_option("#id_system", "bytescheduler")
-    # Baselines of the system's arena are preselected by the page.
-    assert page.is_checked("input[name=baselines][value=wfbp]")
-    assert page.is_disabled("input[name=baselines][value=bytescheduler]")
+    page.select_option("#id_system", "pace")
+    # Baselines of the system's arena are preselected by the page; keep one.
+    for baseline in ("wfbp", "ddp", "horovod", "bytescheduler", "dear"):
+        assert page.is_checked(f"input[name=baselines][value={baseline}]"), baseline
+    assert not page.is_checked("input[name=baselines][value=byteps]")  # another arena
+    assert page.is_disabled("input[name=baselines][value=pace]")
+    for baseline in ("ddp", "horovod", "bytescheduler", "dear"):
+        page.uncheck(f"input[name=baselines][value={baseline}]")
     page.check("input[name=workloads][value=resnet50-debug]")
     page.fill("#id_seeds", "0, 1")
     page.fill("#id_iterations", "5")

@@ -1,0 +1,681 @@
+"""Behaviour of the parameter-server arena (``runners.sim.ps`` executing the plans of
+``runners.policies.ps``): placement as planned, TicTac's priority discipline, P3's slicing,
+eager PS under a straggler, PS stragglers, the PSLD controller, determinism.
+
+Numbers quoted in docstrings were measured with this simulator (compute jitter 0) before the
+assertions were written; the assertions keep a margin around them."""
+
+import dataclasses
+import statistics
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+from runners import registry
+from runners.execute import simulate
+from runners.policies.placement import byteps_default, mxnet_default
+from runners.policies.ps import PSLDController
+from runners.policies.tictac import tac_priorities, tic_priorities
+from runners.sim import ps as ps_sim
+from runners.sim.engine import LayerTimes
+from runners.spec import validate
+
+MB = 1_000_000
+
+
+def raw_spec(system, workload="resnet50", *, params=None, iterations=4, warmup=2, seed=0, **c):
+    cluster = {"workers": 8, "bandwidth_gbps": 10, "compute_jitter_cv": 0.0, **c}
+    raw = {
+        "system": system,
+        "workload": workload,
+        "iterations": iterations,
+        "warmup_iterations": warmup,
+        "seed": seed,
+        "cluster": cluster,
+    }
+    if params:
+        raw["params"] = params
+    return raw
+
+
+def run(system, workload="resnet50", **kw):
+    spec = validate(raw_spec(system, workload, **kw))
+    return spec, simulate(spec)
+
+
+def run_layers(system, layers, **kw):
+    spec = validate(raw_spec(system, **kw))
+    return spec, ps_sim.run(spec, layers)
+
+
+def plan_of(spec, layers=None):
+    """The plan ``ps_sim.run`` executes for ``spec`` (a fresh one: controllers are stateful)."""
+    setup = ps_sim.compute_setup(spec, layers)
+    plan = registry.get(spec.system).build(spec.params).plan(ps_sim.build_problem(spec, setup))
+    return setup, plan
+
+
+def timeline_rows(result):
+    return [dict(zip(result.TIMELINE_COLUMNS, row, strict=True)) for row in result.timeline]
+
+
+def measured_series(spec, result):
+    return [r["iteration_time_s"] for r in result.series if not r["warmup"]]
+
+
+def group_intervals(spec, result):
+    """Mean interval between iteration starts (first forward op) per compute resource."""
+    starts = defaultdict(dict)
+    for row in timeline_rows(result):
+        if row["op"] == "forward":
+            d = starts[row["resource"]]
+            d[row["iteration"]] = min(d.get(row["iteration"], np.inf), row["start_s"])
+    return {
+        res: float(np.diff([d[i] for i in sorted(d)])[spec.warmup_iterations :].mean())
+        for res, d in starts.items()
+    }
+
+
+def servers_bytes(parts, servers):
+    out = [0] * servers
+    for pieces in parts:
+        for server, nbytes in pieces:
+            out[server] += nbytes
+    return out
+
+
+# --- placement ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("order_groups", [1, 4])
+def test_ps_default_servers_receive_workers_times_their_mxnet_share(order_groups):
+    """Every key crosses its server's NIC once per worker and iteration. A ``ps{j}.in`` row
+    is one worker group's push of one key: ``bytes`` is the key's size and the row lasts
+    ``group_size * bytes / B_server`` (the group's copies back to back), so per server and
+    iteration the rows' bytes sum to n_groups x the bytes ``mxnet_default`` put on it, and their
+    wire time x B_server to workers x those bytes. Machines without a PS get nothing."""
+    spec, result = run("ps-default", params={"order_groups": order_groups}, ps=3, servers=5)
+    sizes = [lt.grad_bytes for lt in ps_sim.compute_setup(spec).layers]
+    planned = servers_bytes(mxnet_default(sizes, 3), 5)
+    n_groups = len(result.groups)
+    assert n_groups == order_groups
+    b_server = spec.cluster.server_bandwidth_gbps * 1e9 / 8
+    key_bytes, wire_bytes = defaultdict(int), defaultdict(float)
+    for row in timeline_rows(result):
+        if row["resource"].endswith(".in") and row["op"] == "push":
+            key = (row["iteration"], int(row["resource"][2:-3]))
+            key_bytes[key] += row["bytes"]
+            wire_bytes[key] += (row["end_s"] - row["start_s"]) * b_server
+
+    assert planned[3] == planned[4] == 0 and min(planned[:3]) > 0
+    for it in range(spec.warmup_iterations + spec.iterations):
+        for j in range(5):
+            assert key_bytes[it, j] == n_groups * planned[j], (it, j)
+            expected = spec.cluster.workers * planned[j]
+            # Cut-through: a tiny key's row can last its uplink's latency instead.
+            assert expected * (1 - 1e-9) <= wire_bytes[it, j] <= expected * (1 + 1e-3) + 1, (it, j)
+
+
+def test_byteps_pushes_4096000_byte_pieces_on_the_servers_byteps_default_hashes_them_to():
+    """BytePS cuts every tensor into 4,096,000-byte partitions (the last one shorter) and
+    hashes each partition key to a server: no push is bigger than a partition, vgg16's large
+    layers produce full partitions, and the servers receive exactly byteps_default's shares."""
+    spec, result = run("byteps", "vgg16", ps=4, servers=4, iterations=3, warmup=1)
+    sizes = [lt.grad_bytes for lt in ps_sim.compute_setup(spec).layers]
+    planned = servers_bytes(byteps_default(sizes, 4, 4_096_000), 4)
+    pushes = [r for r in timeline_rows(result) if r["op"] == "push"]
+    per_server = defaultdict(int)
+    for row in pushes:
+        if row["resource"].endswith(".in") and row["iteration"] == 1:
+            per_server[int(row["resource"][2:-3])] += row["bytes"]
+
+    assert max(r["bytes"] for r in pushes) == 4_096_000
+    assert [per_server[j] for j in range(4)] == planned
+
+
+def test_p3_sends_round_robin_slices_of_at_most_200000_bytes():
+    """P3 slices every layer into 50,000-parameter (200,000-byte) slices, only a layer's last
+    slice may be shorter, and consecutive slices go round-robin over the servers."""
+    spec, result = run("p3", "vgg16-debug", ps=3, servers=3, iterations=3, warmup=1)
+    setup, plan = plan_of(spec)
+
+    assert max(r["bytes"] for r in timeline_rows(result) if r["op"] == "push") <= 200_000
+    assert [t.server for t in plan.tasks] == [i % 3 for i in range(len(plan.tasks))]
+    for layer, lt in enumerate(setup.layers):
+        sizes = [t.size_bytes for t in plan.tasks if t.layer == layer]
+        assert sum(sizes) == lt.grad_bytes
+        assert all(size == 200_000 for size in sizes[:-1]), lt.name
+
+
+# --- TicTac ------------------------------------------------------------------------------
+
+
+def branchy(f_s=0.001, nbytes=MB):
+    """A stem, three parallel branches of 1, 2 and 4 layers, a concat of the three and a head;
+    every layer holds one 1 MB key (a single key even on one server)."""
+
+    def layer(name, *deps):
+        return LayerTimes(name, f_s, 2 * f_s, nbytes, deps)
+
+    return (
+        layer("stem"),
+        layer("a1", 0),
+        layer("b1", 0),
+        layer("b2", 2),
+        layer("c1", 0),
+        layer("c2", 4),
+        layer("c3", 5),
+        layer("c4", 6),
+        layer("concat", 1, 3, 7),
+        layer("head", 8),
+    )
+
+
+DAG = branchy()
+NAMES = [lt.name for lt in DAG]
+# One PS serving 8 workers over a NIC as fast as a worker's: the server NIC is the bottleneck,
+# so keys queue at the server (where the plans' server order applies).
+SERVER_BOUND = {"workers": 8, "ps": 1, "servers": 1, "bandwidth_gbps": 10}
+# Worker NICs 10x slower than the server's, compute short: keys queue on the worker NICs
+# (where ps-default draws its random orders).
+WORKER_BOUND = {
+    "workers": 8,
+    "ps": 1,
+    "servers": 2,
+    "bandwidth_gbps": 1,
+    "server_bandwidth_gbps": 10,
+}
+
+
+def test_tictac_plans_carry_the_tic_and_tac_priorities_of_the_dag():
+    """TIC ranks a recv by the smallest multi-recv op containing it: the stem and each
+    branch's first layer complete a 2-recv op ([stem, x1]) and tie at rank 0, the branches'
+    second layers (3 recvs) follow, and so on down to the head. TAC's order comes from the
+    same DAG with the profiled costs. Both plans keep MXNet's placement."""
+    spec, _ = run_layers("tictac-tic", DAG, **SERVER_BOUND)
+    _, tic = plan_of(spec, DAG)
+    spec_tac, _ = run_layers("tictac-tac", DAG, **SERVER_BOUND)
+    _, tac = plan_of(spec_tac, DAG)
+    deps = [lt.deps for lt in DAG]
+    transfer = [spec.cluster.latency_us * 1e-6 + MB / (10e9 / 8)] * len(DAG)
+
+    assert [t.priority for t in tic.tasks] == [0, 0, 0, 4, 0, 4, 6, 7, 8, 9]
+    assert [t.priority for t in tic.tasks] == tic_priorities(deps)
+    assert [t.priority for t in tac.tasks] == tac_priorities(
+        deps, [lt.fwd_s for lt in DAG], transfer
+    )
+    assert (tic.pull_order, tic.server_order, tic.push_order) == ("priority", "priority", "fifo")
+
+
+@pytest.mark.parametrize("system", ["tictac-tic", "tictac-tac"])
+def test_tictac_on_a_chain_pulls_in_layer_order(system):
+    """On a chain every op's dependency set is a prefix of the layers, so TIC's order is the
+    layer order (layers 0 and 1 tie) and TAC's too: vgg16's priorities never decrease with the
+    layer index."""
+    spec = validate(raw_spec(system, "vgg16"))
+    _, plan = plan_of(spec)
+    by_layer = sorted({(t.layer, t.priority) for t in plan.tasks})
+
+    assert [layer for layer, _ in by_layer] == list(range(16))
+    priorities = [p for _, p in by_layer]
+    assert priorities == sorted(priorities)
+    assert priorities[2:] == list(range(2, 16))
+
+
+def _waiting_since(rows):
+    """For every server/downlink row of a single-group, single-PS run: when its item joined the
+    station's queue (cut-through: the upstream transfer's start; store-and-forward: its end)."""
+    comm = [r for r in rows if r["op"] not in ("forward", "backward")]
+    index = {(r["resource"], r["iteration"], r["layer"]): r for r in comm}
+    assert len(index) == len(comm), "one row per (resource, iteration, layer) expected"
+    upstream = {
+        "ps0.in": ("uplink", "start_s"),
+        "ps0.cpu": ("ps0.in", "end_s"),
+        "ps0.out": ("ps0.cpu", "end_s"),
+        "downlink": ("ps0.out", "start_s"),
+    }
+    out = defaultdict(list)
+    for r in rows:
+        if r["resource"] in upstream:
+            src, col = upstream[r["resource"]]
+            queued = index[src, r["iteration"], r["layer"]][col]
+            out[r["resource"]].append((queued, r["start_s"], r["iteration"], r["layer"]))
+    return out
+
+
+def _priority_audit(result, priority):
+    """(violations, reorderings): a violation is a start while an item with a smaller
+    (iteration, priority) was already waiting; a reordering is an item served before one that
+    had been waiting longer."""
+    eps = 1e-12
+    violations = reorderings = 0
+    for items in _waiting_since(timeline_rows(result)).values():
+        for qa, sa, ita, la in items:
+            for qb, sb, itb, lb in items:
+                if sb > sa + eps and qb < sa - eps and (itb, priority[lb]) < (ita, priority[la]):
+                    violations += 1
+                if sb > sa + eps and qb < qa - eps:
+                    reorderings += 1
+    return violations, reorderings
+
+
+def test_tictac_servers_and_downlink_serve_in_priority_order():
+    """TicTac enforces its order wherever keys wait: the server's NIC in, CPU and NIC out and
+    the worker's downlink are non-preemptive priority queues. So no transfer starts while a key
+    of a smaller (iteration, priority) waits there, and since the server queues (SERVER_BOUND),
+    keys do overtake ones that waited longer (the check is not vacuous). ps-default's servers
+    are FIFO: they never reorder, and so break TIC's order."""
+    tic = tic_priorities([lt.deps for lt in DAG])
+    for system in ("tictac-tic", "tictac-tac"):
+        spec, result = run_layers(system, DAG, iterations=6, **SERVER_BOUND)
+        _, plan = plan_of(spec, DAG)
+        priority = {NAMES[t.layer]: t.priority for t in plan.tasks}
+        violations, reorderings = _priority_audit(result, priority)
+        assert violations == 0, system
+        assert reorderings > 20, system
+
+    _, result = run_layers(
+        "ps-default", DAG, iterations=6, params={"order_groups": 1}, **SERVER_BOUND
+    )
+    violations, reorderings = _priority_audit(result, dict(zip(NAMES, tic, strict=True)))
+    assert reorderings == 0
+    assert violations > 20
+
+
+def test_tictac_beats_ps_default_when_keys_queue_at_the_server():
+    """With the server NIC as bottleneck, TicTac's server queues send the stem and the
+    branches' first layers before the concat and head that FIFO serves first (backward order):
+    measured 75.2 ms (TIC and TAC) against 83.2 ms for ps-default, for every seed."""
+    for seed in range(3):
+        times = {}
+        for system, params in (
+            ("tictac-tic", None),
+            ("tictac-tac", None),
+            ("ps-default", None),
+            ("ps-default", {"order_groups": 1}),
+        ):
+            _, result = run_layers(system, DAG, params=params, seed=seed, **SERVER_BOUND)
+            times[system, bool(params)] = result.metrics["iteration_time_s"]
+        for default in (times["ps-default", False], times["ps-default", True]):
+            assert times["tictac-tic", False] < 0.95 * default, seed
+            assert times["tictac-tac", False] < 0.95 * default, seed
+
+
+def test_random_orders_make_ps_default_vary_and_tictac_does_not():
+    """Where keys queue on the worker NICs, ps-default draws a new random order per worker
+    group and iteration: its iteration time varies between iterations and between seeds, and
+    the four groups' different orders make the servers wait for the slowest group (measured
+    131 +- 4 ms over seeds). TicTac's orders are fixed: without compute jitter every measured
+    iteration takes the same time on every seed (94.9 ms)."""
+    tictac, default = [], []
+    for seed in range(4):
+        spec, result = run_layers("tictac-tic", DAG, iterations=8, seed=seed, **WORKER_BOUND)
+        series = measured_series(spec, result)
+        assert max(series) == pytest.approx(min(series), rel=1e-9)
+        tictac.append(result.metrics["iteration_time_s"])
+        spec, result = run_layers("ps-default", DAG, iterations=8, seed=seed, **WORKER_BOUND)
+        series = measured_series(spec, result)
+        assert statistics.pstdev(series) > 0.05 * statistics.mean(series), seed
+        default.append(result.metrics["iteration_time_s"])
+
+    assert max(tictac) == pytest.approx(min(tictac), rel=1e-9)
+    assert len(set(default)) == len(default)
+    assert statistics.mean(tictac) < 0.9 * statistics.mean(default)
+
+
+def test_when_worker_nics_are_the_bottleneck_tictac_pulls_follow_its_fifo_pushes():
+    """The limit of pull-only ordering in this model: a key is pulled as soon as its round is
+    aggregated and pushes leave in backward (FIFO) order, so when the worker NICs are the
+    bottleneck nothing ever waits at the server or the downlink and the pulls come back in
+    exactly the push order -- TIC's priorities cannot act, and TIC and TAC take the same time.
+    (Measured: ps-default with one random order per iteration then averages 91.0 ms, range
+    86.8-93.0 ms over 8 seeds, faster than TicTac's 94.9 ms, because a random push order
+    sometimes sends the stem early; with its default 4 order groups it takes 131 ms.)"""
+    spec, tic = run_layers("tictac-tic", DAG, iterations=6, **WORKER_BOUND)
+    _, tac = run_layers("tictac-tac", DAG, iterations=6, **WORKER_BOUND)
+    rows = sorted(timeline_rows(tic), key=lambda r: r["start_s"])
+    for it in range(spec.warmup_iterations + spec.iterations):
+        uplink, downlink = (
+            [r["layer"] for r in rows if r["resource"] == link and r["iteration"] == it]
+            for link in ("uplink", "downlink")
+        )
+        assert uplink == downlink == NAMES[::-1], it
+    assert tic.metrics["iteration_time_s"] == tac.metrics["iteration_time_s"]
+
+
+# --- P3 ----------------------------------------------------------------------------------
+
+
+def test_p3_beats_byteps_and_ps_default_on_network_bound_vgg16():
+    """vgg16 at 10 Gbit/s with 8 workers and 4 PSs is network-bound (compute 0.38 s). P3's
+    small slices in priority order let the first layers' parameters return first and spread
+    the huge fc layers evenly over the servers; measured 0.89 s against 1.06 s for BytePS
+    (4 MB partitions, FIFO) and 2.10 s for ps-default (random order, 4 order groups)."""
+    kw = {"ps": 4, "servers": 4, "iterations": 3, "warmup": 1}
+    times = {s: run(s, "vgg16", **kw)[1].metrics for s in ("p3", "byteps", "ps-default")}
+
+    assert times["p3"]["compute_time_s"] < 0.5 * times["p3"]["iteration_time_s"]
+    assert times["p3"]["iteration_time_s"] < 0.9 * times["byteps"]["iteration_time_s"]
+    assert times["byteps"]["iteration_time_s"] < times["ps-default"]["iteration_time_s"]
+
+
+# --- eager PS ----------------------------------------------------------------------------
+
+STRAGGLER = [{"worker": 0, "slowdown": 3}]
+# 25 Gbit/s: compute-bound enough that a 3x straggler matters (resnet50 compute ~0.1 s).
+EAGER = {"workers": 8, "bandwidth_gbps": 25, "iterations": 10, "warmup": 2}
+
+
+@pytest.mark.parametrize("server_mode", ["async", "sync-round"])
+def test_eager_ps_lets_the_fast_workers_outrun_a_straggler(server_mode):
+    """BytePS is synchronous: every worker waits for the 3x straggler's push each iteration
+    (0.30 s). Eager PS serves a worker's pull as soon as its own push arrived, so the seven
+    fast workers run at their own pace (0.14 s against the straggler's 0.31 s), the job's
+    throughput doubles, and the updates they read lag behind: mean staleness > 0."""
+    _, sync = run("byteps", stragglers=STRAGGLER, **EAGER)
+    spec, eager = run(
+        "eager-ps", stragglers=STRAGGLER, params={"server_mode": server_mode}, **EAGER
+    )
+    intervals = group_intervals(spec, eager)
+    m = eager.metrics
+
+    assert set(intervals) == {"compute[w0]", "compute[w1-7]"}
+    assert intervals["compute[w1-7]"] < 0.6 * intervals["compute[w0]"]
+    assert m["throughput_samples_per_s"] > 1.5 * sync.metrics["throughput_samples_per_s"]
+    assert m["mean_staleness"] > 0.5
+    assert m["max_staleness"] >= m["mean_staleness"]
+    assert 0 < m["mean_lr_scale"] < 1  # default rule: inverse
+
+
+def test_eager_ps_sync_round_without_stragglers_has_no_staleness():
+    """Identical workers push and pull in lockstep: every eager pull finds the round the
+    worker has just contributed to complete, so staleness is 0 and the learning rate is 1."""
+    _, result = run("eager-ps", params={"server_mode": "sync-round"}, **EAGER)
+    m = result.metrics
+
+    assert m["mean_staleness"] == m["max_staleness"] == 0.0
+    assert m["mean_lr_scale"] == 1.0
+
+
+def test_eager_ps_async_lockstep_staleness_is_workers_minus_one():
+    """Asynchronous server, n identical workers in lockstep: pushes are applied one after
+    another and each worker pulls right after its own, so each gradient was computed on
+    parameters that miss the other n-1 workers' updates (ASGD staleness n-1)."""
+    spec, result = run("eager-ps", params={"server_mode": "async"}, **EAGER)
+    n = spec.cluster.workers
+
+    assert result.metrics["max_staleness"] == n - 1
+    assert result.metrics["mean_staleness"] == pytest.approx(n - 1, rel=0.02)
+    assert result.metrics["mean_lr_scale"] == pytest.approx(1 / (n - 1), rel=0.05)
+
+
+@pytest.mark.parametrize("lr_rule", ["inverse", "linear", "none"])
+def test_eager_ps_learning_rate_scale_is_at_most_one_and_one_without_a_rule(lr_rule):
+    """The learning-rate multiplier shrinks with staleness under the inverse and linear rules
+    (so its mean is < 1 when there is staleness) and is 1 under 'none'; staleness itself does
+    not depend on the rule (timing is the same)."""
+    _, result = run("eager-ps", stragglers=STRAGGLER, params={"lr_rule": lr_rule}, **EAGER)
+    _, reference = run("eager-ps", stragglers=STRAGGLER, **EAGER)
+    m = result.metrics
+
+    assert m["mean_staleness"] == reference.metrics["mean_staleness"] > 0
+    if lr_rule == "none":
+        assert m["mean_lr_scale"] == 1.0
+    else:
+        assert 0 < m["mean_lr_scale"] < 1
+
+
+NEGLIGIBLE = [{"worker": 0, "slowdown": 1.0001}]
+FAST_NET = {"workers": 8, "bandwidth_gbps": 100, "iterations": 10, "warmup": 2}
+
+
+def test_a_negligible_straggler_hardly_changes_eager_ps_timing():
+    """A 1.0001x slow-down on one worker splits the workers into two simulated groups but
+    changes the iteration time by less than 0.1 % (compute-bound, 100 Gbit/s)."""
+    _, one_group = run("eager-ps", **FAST_NET)
+    _, two_groups = run("eager-ps", stragglers=NEGLIGIBLE, **FAST_NET)
+
+    assert len(one_group.groups) == 1 and len(two_groups.groups) == 2
+    assert two_groups.metrics["iteration_time_s"] == pytest.approx(
+        one_group.metrics["iteration_time_s"], rel=1e-3
+    )
+
+
+def test_eager_ps_staleness_does_not_depend_on_how_workers_are_grouped():
+    """Staleness is a property of the modelled job, not of the simulator's grouping of
+    identical workers: the same (practically identical) timing must give the same staleness."""
+    _, one_group = run("eager-ps", **FAST_NET)
+    _, two_groups = run("eager-ps", stragglers=NEGLIGIBLE, **FAST_NET)
+
+    assert two_groups.metrics["mean_staleness"] == pytest.approx(
+        one_group.metrics["mean_staleness"], abs=0.5
+    )
+    assert two_groups.metrics["mean_lr_scale"] == pytest.approx(
+        one_group.metrics["mean_lr_scale"], abs=0.05
+    )
+
+
+# --- PS stragglers -----------------------------------------------------------------------
+
+ONE_ORDER = {"params": {"order_groups": 1}, "iterations": 10, "warmup": 2}
+
+
+def test_a_slow_parameter_server_slows_ps_default():
+    """Server 0 holds a third of resnet50's bytes (and a part of every big tensor); at a
+    quarter of its NIC bandwidth every round waits for it (0.29 s -> 0.92 s), and a 20x slower
+    aggregation CPU also shows (0.56 s). A straggling machine that hosts no PS (server 5 with
+    4 PSs) changes nothing."""
+    _, base = run("ps-default", **ONE_ORDER)
+    _, slow_nic = run(
+        "ps-default", ps_stragglers=[{"server": 0, "bandwidth_factor": 0.25}], **ONE_ORDER
+    )
+    _, slow_cpu = run("ps-default", ps_stragglers=[{"server": 0, "cpu_slowdown": 20}], **ONE_ORDER)
+    _, idle = run(
+        "ps-default", ps_stragglers=[{"server": 5, "bandwidth_factor": 0.25}], **ONE_ORDER
+    )
+    t = base.metrics["iteration_time_s"]
+
+    assert slow_nic.metrics["iteration_time_s"] > 2 * t
+    assert slow_cpu.metrics["iteration_time_s"] > 1.5 * t
+    assert idle.metrics == base.metrics
+    assert idle.timeline == base.timeline
+
+
+def test_a_ps_straggler_window_limits_the_slowdown_to_its_iterations():
+    """``from_iteration`` / ``until_iteration`` (exclusive) bound the slow-down: iterations
+    before the window are identical to the unperturbed run (same random orders: one order group,
+    drawn in iteration order), the window's iterations are much slower, and once the last
+    slowed transfers have drained (one iteration of spill-over) the job is back to the
+    unperturbed times."""
+    window = {"server": 0, "bandwidth_factor": 0.25, "from_iteration": 5, "until_iteration": 8}
+    spec, base = run("ps-default", **ONE_ORDER)
+    _, slowed = run("ps-default", ps_stragglers=[window], **ONE_ORDER)
+    a = [r["iteration_time_s"] for r in base.series]
+    b = [r["iteration_time_s"] for r in slowed.series]
+    assert [r["iteration"] for r in slowed.series] == list(range(len(b)))
+
+    assert b[:5] == a[:5]
+    for it in (5, 6, 7):
+        assert b[it] > 2 * a[it], it
+    assert b[8] >= a[8]
+    assert b[9:] == pytest.approx(a[9:], rel=1e-6)
+
+
+# --- PSLD --------------------------------------------------------------------------------
+
+PSLD = {"ps": 4, "servers": 8, "iterations": 30, "warmup": 29}
+
+
+def psld_and_start(workload="resnet50", params=None, **kw):
+    """PSLD's run and the run of its starting assignment (the same plan without controller)."""
+    spec = validate(raw_spec("psld", workload, params=params, **{**PSLD, **kw}))
+    setup, plan = plan_of(spec)
+    start = ps_sim.simulate(setup, spec, dataclasses.replace(plan, controller=None))
+    return spec, ps_sim.run(spec), start
+
+
+def tail_mean(spec, result, n=10):
+    return statistics.mean(measured_series(spec, result)[-n:])
+
+
+@pytest.mark.parametrize(
+    "straggler",
+    [{"server": 0, "bandwidth_factor": 0.3}, {"server": 0, "cpu_slowdown": 10}],
+    ids=["slow-nic", "slow-cpu"],
+)
+def test_psld_improves_on_its_starting_assignment_under_a_static_imbalance(straggler):
+    """A server that stays slow for the whole run makes the MXNet assignment's rounds wait for
+    it. PSLD measures per-server busy time and moves keys off the slowest server (migrating
+    their bytes), so the last iterations are clearly faster than the starting assignment
+    (measured: slow NIC 0.78 -> 0.30 s, slow CPU 0.31 -> 0.24 s)."""
+    spec, psld, start = psld_and_start(ps_stragglers=[straggler])
+    m = psld.metrics
+
+    assert tail_mean(spec, psld) < 0.85 * tail_mean(spec, start)
+    assert m["iteration_time_s"] < start.metrics["iteration_time_s"]
+    assert max(measured_series(spec, psld)) <= max(measured_series(spec, start)) * 1.001
+    assert m["ps_migrated_bytes"] > 0
+    assert m["psld_changes"] > 0
+    assert m["ps_servers_used"] <= spec.cluster.servers
+
+
+def test_psld_without_imbalance_or_exploration_does_not_slow_resnet50():
+    """With identical servers and epsilon 0 PSLD only makes best-fit moves and reverts those
+    that did not pay off; on resnet50 (whose hashed assignment is uneven) it ends faster than
+    where it started (0.287 -> 0.225 s)."""
+    spec, psld, start = psld_and_start(params={"epsilon": 0.0})
+
+    assert tail_mean(spec, psld) <= tail_mean(spec, start)
+    assert psld.metrics["iteration_time_s"] <= start.metrics["iteration_time_s"]
+
+
+def test_psld_without_imbalance_or_exploration_does_not_slow_vgg16():
+    """The same promise as on resnet50: with identical servers and no exploration PSLD's
+    measured iterations should be no slower than its starting assignment."""
+    spec, psld, start = psld_and_start("vgg16", params={"epsilon": 0.0})
+
+    assert psld.metrics["iteration_time_s"] <= start.metrics["iteration_time_s"] * 1.01
+    assert tail_mean(spec, psld) <= tail_mean(spec, start) * 1.01
+
+
+def test_psld_scales_out_from_a_single_overloaded_ps():
+    """Starting with one PS on 4 machines, the lone server carries all the traffic; no move is
+    possible, so PSLD scales out (keys migrate to a new server) and the job gets faster
+    (measured 0.76 -> 0.42 s)."""
+    spec, psld, start = psld_and_start(
+        params={"epsilon": 0.0}, ps=1, servers=4, iterations=12, warmup=11
+    )
+
+    assert psld.metrics["ps_servers_used"] >= 2
+    assert start.metrics["ps_servers_used"] == 1
+    assert psld.metrics["ps_migrated_bytes"] > 0
+    assert tail_mean(spec, psld, 5) < 0.7 * tail_mean(spec, start, 5)
+
+
+def controller(**kw):
+    """Three active servers of 1,000 B/s; key k of ``sizes`` on server ``assignment[k]``."""
+    args = {
+        "sizes": [600, 400, 100, 100],
+        "assignment": [0, 0, 1, 2],
+        "active": [0, 1, 2],
+        "max_servers": 4,
+        "window": 1,
+        "epsilon": 0.0,
+        "scale_out_ratio": 1.5,
+        "scale_in_utilisation": 0.2,
+        "server_bytes_per_s": 1000.0,
+    }
+    return PSLDController(**{**args, **kw})
+
+
+BUSY = [1.0, 0.4, 0.4, 0.0]  # server 0 dominates; server 3 is not active
+
+
+def test_psld_controller_moves_waits_one_round_and_reverts_a_move_that_made_it_slower():
+    """Server 0 is busiest: the best-fit move sends its 400-byte key (0.4 s) to server 1, the
+    least busy. The next round is skipped (settling), and when the round after is slower than
+    the one before the change, the previous assignment comes back."""
+    c = controller()
+
+    assert c.observe(1, 1.5, BUSY) == [0, 1, 1, 2]
+    assert c.observe(2, 1.5, BUSY) is None  # settling after the change
+    assert c.observe(3, 1.6, BUSY) == [0, 0, 1, 2]
+    assert (c.changes, c.reverts) == (1, 1)
+    assert [action for _, action, _ in c.history] == ["move", "revert"]
+
+
+def test_psld_controller_keeps_a_move_that_did_not_make_it_slower():
+    """A change that left the iteration no slower is kept and the search goes on from it."""
+    c = controller()
+    c.observe(1, 1.5, BUSY)
+    c.observe(2, 1.5, BUSY)
+
+    following = c.observe(3, 1.4, [0.6, 0.8, 0.4, 0.0])
+    assert c.reverts == 0
+    assert following is not None and following[1] == 1  # the moved key stays on server 1
+
+
+def test_psld_controller_scales_out_when_one_server_dominates_and_no_move_helps():
+    """Server 0 is busy 1.0 s with two 0.6 s keys; moving one to a 0.4 s server would make
+    that one 1.0 s (no gain), so no move helps, and 1.0 s > 1.5 x the mean (0.6 s): PSLD adds
+    the lowest unused server and moves one key onto it. Reverting also restores the active
+    set."""
+    c = controller(sizes=[600, 600, 100, 100])
+
+    new = c.observe(1, 1.5, BUSY)
+    assert c.active == [0, 1, 2, 3]
+    assert sorted(new) == [0, 1, 2, 3] and new[2:] == [1, 2]
+    assert c.history[-1][1] == "scale-out"
+    c.observe(2, 1.5, BUSY)
+    assert c.observe(3, 2.0, BUSY) == [0, 0, 1, 2]
+    assert c.active == [0, 1, 2]
+
+
+def test_psld_controller_does_not_scale_out_beyond_max_servers():
+    """With every allowed server already active there is nothing to scale out to."""
+    c = controller(sizes=[600, 600, 100, 100], max_servers=3)
+
+    assert c.observe(1, 1.5, BUSY) is None
+    assert c.active == [0, 1, 2] and c.changes == 0
+
+
+def test_psld_controller_does_not_retry_a_move_it_just_reverted():
+    """A move that was reverted because it made the job slower should not be proposed again
+    at once when nothing in the measurements has changed."""
+    c = controller()
+    first = c.observe(1, 1.5, BUSY)
+    c.observe(2, 1.5, BUSY)
+    c.observe(3, 1.6, BUSY)  # revert
+    c.observe(4, 1.5, BUSY)  # settling
+
+    assert c.observe(5, 1.5, BUSY) != first
+
+
+# --- determinism -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("system", "params"),
+    [("psld", {"epsilon": 0.5, "window": 2}), ("ps-default", None)],
+)
+def test_the_same_seed_gives_the_same_timeline(system, params):
+    """Random orders (ps-default), exploration (psld with epsilon 0.5), compute jitter and a
+    straggling server are all drawn from the spec's seed: the same seed replays the same run
+    exactly (PSLD's decisions included), another seed does not."""
+    kw = {
+        "params": params,
+        "iterations": 10,
+        "warmup": 2,
+        "compute_jitter_cv": 0.05,
+        "ps_stragglers": [{"server": 1, "bandwidth_factor": 0.5}],
+    }
+    _, a = run(system, seed=5, **kw)
+    _, again = run(system, seed=5, **kw)
+    _, other = run(system, seed=6, **kw)
+
+    assert a.timeline == again.timeline
+    assert a.metrics == again.metrics
+    assert a.timeline != other.timeline
+    if system == "psld":
+        assert a.metrics["psld_changes"] > 0
