@@ -10,7 +10,6 @@ re-assign keys between iterations (PSLD). ``runners.sim.ps`` executes the plan.
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -403,7 +402,6 @@ __all__ = [
     "byteps",
     "eager_ps",
     "lr_scale",
-    "math",
     "p3",
     "ps_default",
     "psld",
