@@ -46,7 +46,7 @@ def run(repeats: int = 5, progress: bool = True) -> dict[str, Any]:
     all_cases = cases()
     for i, raw in enumerate(all_cases):
         spec = validate(raw)
-        ar_sim._PLAN_CACHE.clear()
+        ar_sim.clear_plan_cache()
         started = time.perf_counter()
         simulate(spec)  # first run: imports, profile cache, the policy's plan search
         first = time.perf_counter() - started

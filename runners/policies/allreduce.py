@@ -75,7 +75,9 @@ class AllReducePolicy(Protocol):
     def plan(self, problem: CommProblem) -> CommPlan: ...
 
 
-def _partitions(total_bytes: int, partition_bytes: int) -> list[int]:
+def partitions(total_bytes: int, partition_bytes: int) -> list[int]:
+    """Sizes of the pieces a tensor is cut into (the last may be smaller; an empty tensor is
+    one empty piece)."""
     full, rest = divmod(total_bytes, partition_bytes)
     return [partition_bytes] * full + ([rest] if rest or not full else [])
 
@@ -102,6 +104,13 @@ def threshold_groups(problem: CommProblem, cap_bytes: float, first_cap: float | 
     return groups
 
 
+def fusion_groups(problem: CommProblem, fusion_bytes: int) -> list[list[int]]:
+    """Layers fused in backward order up to ``fusion_bytes``; 0 = one group per layer."""
+    if fusion_bytes > 0:
+        return threshold_groups(problem, fusion_bytes)
+    return [[i] for i in _backward_order(problem)]
+
+
 def _group_tasks(
     problem: CommProblem, groups: Sequence[Sequence[int]], chunk_bytes: int | None = None
 ) -> list[CommTask]:
@@ -110,7 +119,7 @@ def _group_tasks(
     for group in groups:
         size = sum(problem.layers[i].grad_bytes for i in group)
         members = tuple(sorted(group))
-        sizes = [size] if chunk_bytes is None else _partitions(size, chunk_bytes)
+        sizes = [size] if chunk_bytes is None else partitions(size, chunk_bytes)
         for part in sizes:
             tasks.append(CommTask(layers=members, size_bytes=part, priority=members[0]))
     return tasks
@@ -198,6 +207,11 @@ class ByteScheduler:
     credit_bytes: int
     autotune: str = "off"
 
+    @property
+    def searches(self) -> bool:
+        """Whether ``plan`` searches with the oracle (its plan is worth caching)."""
+        return self.autotune != "off"
+
     def plan(self, problem: CommProblem) -> CommPlan:
         if self.autotune == "off" or problem.oracle is None:
             return self._plan(problem, self.partition_bytes, self.credit_bytes)
@@ -208,7 +222,7 @@ class ByteScheduler:
     ) -> CommPlan:
         tasks = []
         for layer in problem.layers:
-            for size in _partitions(layer.grad_bytes, partition):
+            for size in partitions(layer.grad_bytes, partition):
                 tasks.append(CommTask(layers=(layer.index,), size_bytes=size, priority=layer.index))
         return CommPlan(tasks=tuple(tasks), credit_bytes=credit, cross_barrier=True, info=info)
 
@@ -253,12 +267,8 @@ class DeAR:
     fusion_bytes: int
 
     def plan(self, problem: CommProblem) -> CommPlan:
-        if self.fusion_bytes > 0:
-            groups = threshold_groups(problem, self.fusion_bytes)
-        else:
-            groups = [[i] for i in _backward_order(problem)]
         tasks: list[CommTask] = []
-        for group in groups:
+        for group in fusion_groups(problem, self.fusion_bytes):
             members = tuple(sorted(group))
             size = sum(problem.layers[i].grad_bytes for i in group)
             rs = len(tasks)
@@ -289,12 +299,8 @@ class DelayedAllReduce:
     order: str
 
     def plan(self, problem: CommProblem) -> CommPlan:
-        if self.fusion_bytes > 0:
-            groups = threshold_groups(problem, self.fusion_bytes)
-        else:
-            groups = [[i] for i in _backward_order(problem)]
         tasks = []
-        for order, group in enumerate(groups):
+        for order, group in enumerate(fusion_groups(problem, self.fusion_bytes)):
             members = tuple(sorted(group))
             size = sum(problem.layers[i].grad_bytes for i in group)
             prio = members[0] if self.order == "priority" else order
@@ -323,16 +329,21 @@ class PACE:
     fusion: str
     fusion_window: int
 
+    @property
+    def searches(self) -> bool:
+        """Whether ``plan`` runs the fusion DP (its plan is worth caching)."""
+        return self.fusion == "dp"
+
     def plan(self, problem: CommProblem) -> CommPlan:
         groups = [[i] for i in _backward_order(problem)]
         info: tuple[tuple[str, float], ...] = ()
         if self.fusion == "dp" and (problem.collective_s or problem.oracle):
-            groups, calls = self._fusion_dp(problem, groups)
+            groups, calls = self._fusion_dp(problem)
             info = (("fusion_groups", float(len(groups))), ("oracle_calls", float(calls)))
         return self._plan(problem, groups, info)
 
     def _evaluate(self, problem: CommProblem, groups: Sequence[Sequence[int]]) -> float:
-        if problem.collective_s is not None and problem.fwd_s:
+        if problem.collective_s is not None and problem.deps:
             return transition_time(problem, groups, self.chunk_bytes)
         assert problem.oracle is not None
         return problem.oracle(self._plan(problem, groups))
@@ -341,13 +352,10 @@ class PACE:
         tasks = _group_tasks(problem, groups, self.chunk_bytes)
         return CommPlan(tasks=tuple(tasks), credit_bytes=1.0, cross_barrier=True, info=info)
 
-    def _fusion_dp(
-        self, problem: CommProblem, singles: list[list[int]]
-    ) -> tuple[list[list[int]], int]:
-        order = [g[0] for g in singles]
+    def _fusion_dp(self, problem: CommProblem) -> tuple[list[list[int]], int]:
+        order = _backward_order(problem)
         m = len(order)
         best: list[list[list[int]]] = [[]]  # best[j]: grouping of the first j tensors
-        best_value: list[float] = [math.inf]
         calls = 0
         for j in range(1, m + 1):
             rest = [[i] for i in order[j:]]
@@ -360,7 +368,6 @@ class PACE:
                     choice = (value, candidate)
             assert choice is not None
             best.append(choice[1])
-            best_value.append(choice[0])
         return best[m], calls
 
 
@@ -391,7 +398,7 @@ def transition_time(
     for g in groups:
         first = min(g)
         size = sum(problem.layers[i].grad_bytes for i in g)
-        chunks = [collective_s(c) for c in _partitions(size, chunk_bytes)]
+        chunks = [collective_s(c) for c in partitions(size, chunk_bytes)]
         releases.append((end_of_bwd[first], first, chunks, g))
     releases.sort()
     synced = [0.0] * n
@@ -414,10 +421,10 @@ def transition_time(
                 synced[layer] = now
     # Next forward (data-flow, lowest index first) starting when backward ends.
     clock = backward_s
-    left = [len(set(d)) for d in deps] if deps else [0 if i == 0 else 1 for i in range(n)]
+    left = [len(set(d)) for d in deps]
     children: list[list[int]] = [[] for _ in range(n)]
     for i in range(n):
-        for d in set(deps[i]) if deps else ((i - 1,) if i else ()):
+        for d in set(deps[i]):
             children[d].append(i)
     avail = [i for i in range(n) if left[i] == 0]
     heapq.heapify(avail)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .allreduce import Layer
+from .allreduce import Layer, partitions
 from .placement import best_fit_move, byteps_default, mxnet_default, scale_out
 from .tictac import tac_priorities, tic_priorities
 
@@ -119,8 +119,7 @@ def p3(slice_params: int) -> _Fixed:
         tasks = []
         counter = 0
         for layer in problem.layers:
-            full, rest = divmod(layer.grad_bytes, slice_bytes)
-            for size in [slice_bytes] * full + ([rest] if rest or not full else []):
+            for size in partitions(layer.grad_bytes, slice_bytes):
                 tasks.append(PSTask(layer.index, size, counter % problem.ps, layer.index))
                 counter += 1
         return PSPlan(
@@ -286,8 +285,8 @@ class PSLDController:
         self.previous: tuple[list[int], list[int]] | None = None  # to revert the last change
         self.changes = 0
         self.reverts = 0
-        self.rejected: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()  # never retried
         self.history: list[tuple[int, str, float]] = []  # (round, action, mean iteration time)
+        self.rejected: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()  # never retried
 
     def reseed(self, seed: int) -> None:
         self.rng = random.Random(seed)

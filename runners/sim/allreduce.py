@@ -62,15 +62,12 @@ def oracle_setup(setup: ComputeSetup) -> ComputeSetup:
 
 
 def plan_for(spec: RunSpec, setup: ComputeSetup, network: RingAllReduce) -> CommPlan:
-    """The policy's plan for this job; plans of searching policies are cached per condition
-    (everything but the seed and the measured iteration counts)."""
-    entry = registry.get(spec.system)
-    problem_layers = tuple(Layer(i, lt.name, lt.grad_bytes) for i, lt in enumerate(setup.layers))
+    """The policy's plan for this job. Plans of policies that search (``policy.searches``) are
+    cached per condition: everything but the seed and the measured iteration counts."""
+    policy = registry.get(spec.system).build(spec.params)
+    if not getattr(policy, "searches", False):
+        return policy.plan(_problem(spec, setup, network, None))
     conditions = oracle_setup(setup)
-
-    def oracle(plan: CommPlan) -> float:
-        return simulate(conditions, network, plan).metrics["iteration_time_s"]
-
     key = json.dumps(
         [spec.system, spec.params, spec.workload, spec.batch_size, repr(conditions), repr(network)],
         sort_keys=True,
@@ -80,9 +77,26 @@ def plan_for(spec: RunSpec, setup: ComputeSetup, network: RingAllReduce) -> Comm
     if cached is not None:
         _PLAN_CACHE.move_to_end(key)
         return cached
+
+    def oracle(plan: CommPlan) -> float:
+        return simulate(conditions, network, plan).metrics["iteration_time_s"]
+
+    plan = policy.plan(_problem(spec, setup, network, oracle))
+    _PLAN_CACHE[key] = plan
+    if len(_PLAN_CACHE) > _PLAN_CACHE_SIZE:
+        _PLAN_CACHE.popitem(last=False)
+    return plan
+
+
+def clear_plan_cache() -> None:
+    """Forget cached plans (the benchmark times the search on a cold cache)."""
+    _PLAN_CACHE.clear()
+
+
+def _problem(spec: RunSpec, setup: ComputeSetup, network: RingAllReduce, oracle) -> CommProblem:
     factor = max((g.slowdowns[0] if g.slowdowns else 1.0) for g in setup.groups)
-    problem = CommProblem(
-        layers=problem_layers,
+    return CommProblem(
+        layers=tuple(Layer(i, lt.name, lt.grad_bytes) for i, lt in enumerate(setup.layers)),
         workers=spec.cluster.workers,
         oracle=oracle,
         fwd_s=tuple(lt.fwd_s * factor for lt in setup.layers),
@@ -90,11 +104,6 @@ def plan_for(spec: RunSpec, setup: ComputeSetup, network: RingAllReduce) -> Comm
         deps=tuple(lt.deps for lt in setup.layers),
         collective_s=network.time_s,
     )
-    plan = entry.build(spec.params).plan(problem)
-    _PLAN_CACHE[key] = plan
-    if len(_PLAN_CACHE) > _PLAN_CACHE_SIZE:
-        _PLAN_CACHE.popitem(last=False)
-    return plan
 
 
 def run(spec: RunSpec, layers: tuple[LayerTimes, ...] | None = None) -> SimResult:

@@ -75,7 +75,7 @@ class _AllReduceJob(ComputeJob):
         self.ready: list[tuple[int, int, int, int, tuple[int, ...]]] = []
         self.seq = 0
         self.credit_left = plan.credit_bytes
-        self.channel: list[tuple[int, tuple[int, ...]]] = []
+        self.channel: list[tuple[int, tuple[int, ...], int]] = []  # (iteration, tasks, bytes)
         self.channel_head = 0
         self.channel_busy = False
         self.comm_s = np.zeros(self.n_iter)
@@ -163,30 +163,28 @@ class _AllReduceJob(ComputeJob):
         ready = self.ready
         while ready and self.credit_left > 0:
             *_, it, members = heapq.heappop(ready)
-            self.credit_left -= sum(self.tasks[m].size_bytes for m in members)
-            self.channel.append((it, members))
+            size = sum(self.tasks[m].size_bytes for m in members)
+            self.credit_left -= size
+            self.channel.append((it, members, size))
         self._try_channel()
 
     def _try_channel(self) -> None:
         if self.channel_busy or self.channel_head >= len(self.channel):
             return
-        it, members = self.channel[self.channel_head]
+        it, members, size = self.channel[self.channel_head]
         self.channel_head += 1
         if len(members) == 1:
             duration = self.durations_s[members[0]]
         else:
-            task = self.tasks[members[0]]
-            size = sum(self.tasks[m].size_bytes for m in members)
-            duration = self.network.time_s(size, task.op)
+            duration = self.network.time_s(size, self.tasks[members[0]].op)
         self.channel_busy = True
-        self.loop.after(duration, self._task_done, it, members, self.loop.now)
+        self.loop.after(duration, self._task_done, it, members, size, self.loop.now)
 
-    def _task_done(self, it: int, members: tuple[int, ...], start: float) -> None:
+    def _task_done(self, it: int, members: tuple[int, ...], size: int, start: float) -> None:
         now = self.loop.now
         self.channel_busy = False
         self.comm_s[it] += now - start
         tasks = self.tasks
-        size = sum(tasks[m].size_bytes for m in members)
         self.credit_left = min(self.credit_left + size, self.plan.credit_bytes)
         first = tasks[members[0]]
         label = self.names[first.layers[0]]

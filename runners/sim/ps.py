@@ -115,14 +115,14 @@ class _PSJob(ComputeJob):
         self.bw_server = c.server_bandwidth_gbps * 1e9 / 8
         self.agg_rate = c.server_agg_gbps * 1e9 / 8
         # Per server, per iteration: NIC bandwidth factor and CPU slow-down.
-        self.bw_factor = np.ones((n_servers, self.n_iter))
-        self.cpu_factor = np.ones((n_servers, self.n_iter))
+        bw_factor = np.ones((n_servers, self.n_iter))
+        cpu_factor = np.ones((n_servers, self.n_iter))
         for s in c.ps_stragglers:
             end = self.n_iter if s.until_iteration is None else min(s.until_iteration, self.n_iter)
-            self.bw_factor[s.server, s.from_iteration : end] = s.bandwidth_factor
-            self.cpu_factor[s.server, s.from_iteration : end] = s.cpu_slowdown
-        self.bw_factor_l = self.bw_factor.tolist()
-        self.cpu_factor_l = self.cpu_factor.tolist()
+            bw_factor[s.server, s.from_iteration : end] = s.bandwidth_factor
+            cpu_factor[s.server, s.from_iteration : end] = s.cpu_slowdown
+        self.bw_factor_l = bw_factor.tolist()  # lists: cheaper to index on the hot path
+        self.cpu_factor_l = cpu_factor.tolist()
         self.sizes = [t.size_bytes for t in plan.tasks]
         self.task_layer = [t.layer for t in plan.tasks]
         self.tasks_of_layer: list[list[int]] = [[] for _ in range(self.n_layers)]
@@ -161,7 +161,6 @@ class _PSJob(ComputeJob):
         self.comm_up = np.zeros(self.n_iter)
         self.comm_down = np.zeros(self.n_iter)
         self.migrated_bytes = 0
-        self.max_active = len(set(self.assign))
         self.round_end: dict[int, float] = {}
 
     # -- per-iteration state ----------------------------------------------------------------
@@ -358,7 +357,6 @@ class _PSJob(ComputeJob):
             if old != dest:
                 moved[old, dest] = moved.get((old, dest), 0) + self.sizes[task]
         self.assign = list(new)
-        self.max_active = max(self.max_active, len(set(new)))
         for (src, dst), size in sorted(moved.items()):
             self.migrated_bytes += size
             self._enqueue(self.s_out[src], -1, -1, (_MIGRATE_OUT, it + 1, -1, size, src, 0.0))

@@ -8,11 +8,8 @@ import pytest
 
 import workloads
 from runners import registry
-from runners.execute import simulate
-from runners.sim import allreduce as ar_sim
-from runners.sim import ps as ps_sim
 from runners.sim.engine import LayerTimes
-from runners.spec import validate
+from tests.unit.simruns import run, run_layers
 
 ENTRIES = [e.name for e in registry.entries() if e.arena in ("allreduce", "ps")]
 WORKLOADS = ["resnet50", "vgg16"]
@@ -22,32 +19,6 @@ every_entry = pytest.mark.parametrize("system", ENTRIES)
 every_entry_and_workload = pytest.mark.parametrize(
     ("system", "workload"), [(s, w) for s in ENTRIES for w in WORKLOADS]
 )
-
-
-def raw_spec(system, workload="resnet50", *, params=None, iterations=4, warmup=2, seed=0, **c):
-    cluster = {"workers": 8, "bandwidth_gbps": 10, "compute_jitter_cv": 0.0, **c}
-    raw = {
-        "system": system,
-        "workload": workload,
-        "iterations": iterations,
-        "warmup_iterations": warmup,
-        "seed": seed,
-        "cluster": cluster,
-    }
-    if params:
-        raw["params"] = params
-    return raw
-
-
-def run(system, workload="resnet50", **kw):
-    spec = validate(raw_spec(system, workload, **kw))
-    return spec, simulate(spec)
-
-
-def run_layers(system, layers, **kw):
-    spec = validate(raw_spec(system, **kw))
-    runner = ar_sim.run if spec.arena == "allreduce" else ps_sim.run
-    return spec, runner(spec, layers)
 
 
 def timeline_rows(result):

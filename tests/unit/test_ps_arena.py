@@ -13,40 +13,15 @@ import numpy as np
 import pytest
 
 from runners import registry
-from runners.execute import simulate
 from runners.policies.placement import byteps_default, mxnet_default
 from runners.policies.ps import PSLDController
 from runners.policies.tictac import tac_priorities, tic_priorities
 from runners.sim import ps as ps_sim
 from runners.sim.engine import LayerTimes
 from runners.spec import validate
+from tests.unit.simruns import raw_spec, run, run_layers
 
 MB = 1_000_000
-
-
-def raw_spec(system, workload="resnet50", *, params=None, iterations=4, warmup=2, seed=0, **c):
-    cluster = {"workers": 8, "bandwidth_gbps": 10, "compute_jitter_cv": 0.0, **c}
-    raw = {
-        "system": system,
-        "workload": workload,
-        "iterations": iterations,
-        "warmup_iterations": warmup,
-        "seed": seed,
-        "cluster": cluster,
-    }
-    if params:
-        raw["params"] = params
-    return raw
-
-
-def run(system, workload="resnet50", **kw):
-    spec = validate(raw_spec(system, workload, **kw))
-    return spec, simulate(spec)
-
-
-def run_layers(system, layers, **kw):
-    spec = validate(raw_spec(system, **kw))
-    return spec, ps_sim.run(spec, layers)
 
 
 def plan_of(spec, layers=None):
