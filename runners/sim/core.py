@@ -31,18 +31,40 @@ class EventLoop:
     def after(self, delay: float, callback: Callback, *args: Any) -> None:
         self.at(self.now + delay, callback, *args)
 
+    def pusher(self) -> Callable[[float, Callback, tuple[Any, ...]], None]:
+        """A fast ``at`` for hot paths of models: ``push(time, callback, args_tuple)``, with no
+        check that ``time`` is not in the past (the caller guarantees it)."""
+        queue, seq, heappush = self._queue, self._seq, heapq.heappush
+
+        def push(time: float, callback: Callback, args: tuple[Any, ...]) -> None:
+            heappush(queue, (time, next(seq), callback, args))
+
+        return push
+
     def run(self, until: float | None = None) -> None:
         """Process events in time order until none are left (or ``until`` is reached)."""
         queue = self._queue
-        while queue:
-            time, _, callback, args = queue[0]
-            if until is not None and time > until:
-                self.now = until
+        heappop = heapq.heappop
+        done = 0
+        try:
+            if until is None:
+                while queue:
+                    time, _, callback, args = heappop(queue)
+                    self.now = time
+                    done += 1
+                    callback(*args)
                 return
-            heapq.heappop(queue)
-            self.now = time
-            self.events_processed += 1
-            callback(*args)
+            while queue:
+                time, _, callback, args = queue[0]
+                if time > until:
+                    self.now = until
+                    return
+                heappop(queue)
+                self.now = time
+                done += 1
+                callback(*args)
+        finally:
+            self.events_processed += done
 
     @property
     def pending(self) -> int:

@@ -134,6 +134,8 @@ class ComputeJob:
     def __init__(self, setup: ComputeSetup) -> None:
         self.setup = setup
         self.loop = EventLoop()
+        self._push = self.loop.pusher()
+        self._compute_done_cb = self._compute_done
         self.n_layers = n = len(setup.layers)
         self.n_iter = setup.n_iter
         self.n_groups = len(setup.groups)
@@ -156,7 +158,7 @@ class ComputeJob:
         self.deps_left: list[list[int]] = [list(self.n_deps) for _ in range(g)]
         self.avail: list[list[int]] = [list(self.roots) for _ in range(g)]
         self.iter_start: list[list[float]] = [[] for _ in range(g)]
-        self.compute_s = np.zeros((g, self.n_iter))
+        self.compute_s = [[0.0] * self.n_iter for _ in range(g)]  # lists: cheap on the hot path
         self.timeline: list[tuple[int, str, str, str, float, float, int]] = []
         self.synced: list[tuple[int, int, int, float]] = []
         self.compute_resource = [
@@ -244,12 +246,13 @@ class ComputeJob:
         if self.gamma and self.network_busy(g):
             duration *= 1.0 + self.gamma
         self.busy[g] = True
-        self.loop.after(duration, self._compute_done, g, it, op, layer, self.loop.now)
+        now = self.loop.now
+        self._push(now + duration, self._compute_done_cb, (g, it, op, layer, now))
 
     def _compute_done(self, g: int, it: int, op: int, layer: int, start: float) -> None:
         now = self.loop.now
         self.busy[g] = False
-        self.compute_s[g, it] += now - start
+        self.compute_s[g][it] += now - start
         n = self.n_layers
         if op < n:
             self.timeline.append(
@@ -306,7 +309,8 @@ class ComputeJob:
         intervals = [np.diff(starts)[first:] for starts in self.iter_start]
         means = [float(iv.mean()) for iv in intervals]
         # The critical group: the one that computes longest (the straggler).
-        crit = int(np.argmax(self.compute_s[:, measured].mean(axis=1)))
+        compute_s = np.asarray(self.compute_s)
+        crit = int(np.argmax(compute_s[:, measured].mean(axis=1)))
         if synchronous:
             iteration_time = max(means)
             throughput = s.workers * s.batch_size / iteration_time
@@ -314,7 +318,7 @@ class ComputeJob:
             pairs = list(zip(s.groups, means, strict=True))
             throughput = sum(grp.count * s.batch_size / m for grp, m in pairs)
             iteration_time = sum(grp.count * m for grp, m in pairs) / s.workers
-        compute_time = float(np.mean(self.compute_s[crit, measured]))
+        compute_time = float(np.mean(compute_s[crit, measured]))
         comm = [self.comm_time(i) for i in range(self.n_iter)]
         crit_iv = intervals[crit]
         metrics: dict[str, float] = {
@@ -345,7 +349,7 @@ class ComputeJob:
                 "warmup": i < first,
                 "start_s": starts[i],
                 "iteration_time_s": starts[i + 1] - starts[i],
-                "compute_time_s": float(self.compute_s[crit, i]),
+                "compute_time_s": float(compute_s[crit, i]),
                 "comm_time_s": comm[i],
             }
             for i in range(self.n_iter - 1)
