@@ -21,11 +21,14 @@ from django.utils import timezone
 
 from lab.experiments.models import Experiment
 from lab.results.ingest import ingest_run
-from lab.runs.models import Run
+from lab.runs.models import CONDITION_KEYS, Run
 from runners import spec as run_spec
 from runners.executors import local
 
 log = logging.getLogger(__name__)
+
+# Cluster fields an experiment may sweep (a grid: entries x workloads x these x seeds).
+SWEEP_KEYS = CONDITION_KEYS
 
 
 @dataclass(frozen=True)
@@ -42,21 +45,33 @@ class ExperimentConfig:
     cluster: dict[str, Any] = field(default_factory=dict, hash=False)
     params: dict[str, Any] = field(default_factory=dict, hash=False)
     iterations: int = 20
+    sweep: dict[str, list[Any]] = field(default_factory=dict, hash=False)
+
+    def conditions(self) -> list[dict[str, Any]]:
+        """The cluster of every point of the sweep (just ``cluster`` without one)."""
+        points = [dict(self.cluster)]
+        for key in SWEEP_KEYS:
+            for_key = self.sweep.get(key)
+            if for_key:
+                points = [{**p, key: value} for p in points for value in for_key]
+        return points
 
     def raw_specs(self) -> list[dict[str, Any]]:
-        """One run spec per entry x workload x seed; params apply to the system only."""
+        """One run spec per entry x workload x sweep point x seed; params apply to the system
+        only."""
         return [
             {
                 "system": entry,
                 "mode": self.mode,
                 "workload": workload,
-                "cluster": dict(self.cluster),
+                "cluster": cluster,
                 "params": dict(self.params) if entry == self.system else {},
                 "iterations": self.iterations,
                 "seed": seed,
             }
             for entry in (self.system, *self.baselines)
             for workload in self.workloads
+            for cluster in self.conditions()
             for seed in self.seeds
         ]
 

@@ -12,7 +12,15 @@ from django.views.decorators.http import require_http_methods
 
 from lab import actions
 from lab.accounts.auth import token_required
-from lab.experiments.forms import CLUSTER_KEYS, ExperimentForm, api_field
+from lab.actions import SWEEP_KEYS
+from lab.experiments.forms import (
+    CLUSTER_KEYS,
+    PS_KEYS,
+    STRAGGLER_NAMES,
+    ExperimentForm,
+    api_field,
+    straggler_text,
+)
 from lab.experiments.models import Experiment
 from lab.reports import figures
 from lab.runs.models import Run
@@ -77,15 +85,22 @@ def _form_data(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[str
         cluster = {}
     defaults = run_spec.CommCluster()
     for key in CLUSTER_KEYS:
-        value = cluster.get(key, getattr(defaults, key))
-        if key == "stragglers":
-            if not isinstance(value, (list, tuple)) or not all(
-                isinstance(s, dict) and {"worker", "slowdown"} <= set(s) for s in value
-            ):
-                errors["cluster.stragglers"] = ["must be a list of {worker, slowdown}"]
+        if key in PS_KEYS or key == "overlap_slowdown":
+            value = cluster.get(key)  # absent: the form's empty value, i.e. the default
+        else:
+            value = cluster.get(key, getattr(defaults, key))
+        if key in SWEEP_KEYS:
+            values = value if isinstance(value, list) else [value]
+            if not values or not all(_is_number(v) for v in values):
+                errors[f"cluster.{key}"] = ["must be a number or a list of numbers (a sweep)"]
                 continue
-            value = ", ".join(f"{s['worker']}:{s['slowdown']}" for s in value)
-        data[f"cluster_{key}"] = value
+            value = ", ".join(map(str, values))
+        elif key in STRAGGLER_NAMES:
+            value = _straggler_text(key, value if value is not None else [], errors)
+            if value is None:
+                continue
+        if value is not None:
+            data[f"cluster_{key}"] = value
     for key in sorted(set(cluster) - set(CLUSTER_KEYS)):
         errors[f"cluster.{key}"] = [f"unknown field (allowed: {', '.join(CLUSTER_KEYS)})"]
     for name, form_field in ExperimentForm.base_fields.items():
@@ -93,6 +108,29 @@ def _form_data(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[str
             initial = form_field.initial() if callable(form_field.initial) else form_field.initial
             data[name] = json.dumps(initial) if name == "params" else initial
     return data, errors
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _straggler_text(key: str, value: Any, errors: dict[str, list[str]]) -> str | None:
+    names = STRAGGLER_NAMES[key]
+    shape = "{" + ", ".join(names) + "[, from_iteration, until_iteration]}"
+    allowed = {*names, "from_iteration", "until_iteration"}
+    if not isinstance(value, (list, tuple)):
+        errors[f"cluster.{key}"] = [f"must be a list of {shape}"]
+        return None
+    parts = []
+    for i, item in enumerate(value):
+        if not isinstance(item, dict) or not set(names) <= set(item) or set(item) - allowed:
+            errors[f"cluster.{key}[{i}]"] = [f"must be {shape}"]
+            return None
+        if not all(_is_number(v) or v is None for v in item.values()):
+            errors[f"cluster.{key}[{i}]"] = ["values must be numbers"]
+            return None
+        parts.append(straggler_text(item, names))
+    return ", ".join(parts)
 
 
 def _errors(errors: dict[str, list[str]]) -> JsonResponse:
@@ -148,6 +186,7 @@ def _detail(request: HttpRequest, e: Experiment) -> dict[str, Any]:
         "seeds": e.seeds,
         "iterations": e.iterations,
         "cluster": e.cluster,
+        "sweep": e.sweep,
         "params": e.params,
         "created_at": e.created_at.isoformat(),
         "page": request.build_absolute_uri(e.get_absolute_url()),
@@ -164,6 +203,7 @@ def _run(r: Run) -> dict[str, Any]:
         "system": r.system,
         "workload": r.workload,
         "seed": r.seed,
+        "condition": r.condition,
         "status": r.state,
         "attempt": r.attempt,
         "error": r.error,

@@ -10,7 +10,7 @@ from typing import Any
 
 from django import forms
 
-from lab.actions import ExperimentConfig
+from lab.actions import SWEEP_KEYS, ExperimentConfig
 from lab.catalogue.models import CatalogueEntry, Workload
 from runners import registry
 from runners import spec as run_spec
@@ -25,7 +25,22 @@ CLUSTER_KEYS = (
     "gpu",
     "compute_efficiency",
     "compute_jitter_cv",
+    "overlap_slowdown",
     "stragglers",
+    "ps",
+    "servers",
+    "server_bandwidth_gbps",
+    "server_agg_gbps",
+    "ps_stragglers",
+)
+# Fields of the parameter-server arena; empty in the form = the spec's default.
+PS_KEYS = ("ps", "servers", "server_bandwidth_gbps", "server_agg_gbps", "ps_stragglers")
+STRAGGLER_HELP = (
+    "worker:slowdown, optionally @from-until iterations (until exclusive, open-ended if "
+    "left out); e.g. 0:1.5, 3:2@10-20"
+)
+PS_STRAGGLER_HELP = (
+    "server:bandwidth_factor:cpu_slowdown, optionally @from-until; e.g. 1:0.5:2, 2:1:3@10-"
 )
 
 
@@ -51,9 +66,15 @@ class ExperimentForm(forms.Form):
         initial=20,
         help_text="measured iterations per run (after warm-up)",
     )
-    cluster_workers = forms.IntegerField(label="workers", initial=_DEFAULTS.workers)
-    cluster_bandwidth_gbps = forms.FloatField(
-        label="bandwidth (Gbit/s per worker)", initial=_DEFAULTS.bandwidth_gbps
+    cluster_workers = forms.CharField(
+        label="workers",
+        initial=str(_DEFAULTS.workers),
+        help_text="one value, or several separated by commas to sweep (e.g. 4, 8, 16)",
+    )
+    cluster_bandwidth_gbps = forms.CharField(
+        label="bandwidth (Gbit/s per worker)",
+        initial=f"{_DEFAULTS.bandwidth_gbps:g}",
+        help_text="one value, or several separated by commas to sweep (e.g. 1, 10, 25, 100)",
     )
     cluster_latency_us = forms.FloatField(
         label="latency (µs per message)", initial=_DEFAULTS.latency_us
@@ -71,8 +92,36 @@ class ExperimentForm(forms.Form):
         initial=_DEFAULTS.compute_jitter_cv,
         help_text="seeded per-op noise; 0 = deterministic",
     )
+    cluster_overlap_slowdown = forms.FloatField(
+        label="overlap slow-down",
+        required=False,
+        initial=_DEFAULTS.overlap_slowdown,
+        help_text="compute ops that start while the network is busy take 1 + this times "
+        "longer (0 = no interference)",
+    )
     cluster_stragglers = forms.CharField(
-        label="stragglers", required=False, help_text="worker:slowdown pairs, e.g. 0:1.5, 3:2"
+        label="stragglers", required=False, help_text=STRAGGLER_HELP
+    )
+    cluster_ps = forms.IntegerField(label="parameter servers", required=False, initial=_DEFAULTS.ps)
+    cluster_servers = forms.IntegerField(
+        label="server machines",
+        required=False,
+        initial=_DEFAULTS.servers,
+        help_text="machines the keys may be spread over (PSLD scales out up to this)",
+    )
+    cluster_server_bandwidth_gbps = forms.FloatField(
+        label="server bandwidth (Gbit/s)",
+        required=False,
+        help_text="per server NIC; empty = the workers' bandwidth",
+    )
+    cluster_server_agg_gbps = forms.FloatField(
+        label="server aggregation rate (Gbit/s)",
+        required=False,
+        initial=_DEFAULTS.server_agg_gbps,
+        help_text="how fast a server's CPU sums pushed gradients",
+    )
+    cluster_ps_stragglers = forms.CharField(
+        label="PS stragglers", required=False, help_text=PS_STRAGGLER_HELP
     )
     params = forms.JSONField(
         required=False,
@@ -104,20 +153,25 @@ class ExperimentForm(forms.Form):
             raise forms.ValidationError("seeds must be distinct non-negative integers")
         return seeds
 
-    def clean_cluster_stragglers(self) -> list[dict[str, float]]:
-        text = self.cleaned_data.get("cluster_stragglers", "").strip()
-        out = []
-        for part in filter(None, (p.strip() for p in text.split(","))):
-            worker, sep, slowdown = part.partition(":")
-            try:
-                out.append({"worker": int(worker), "slowdown": float(slowdown)})
-            except ValueError:
-                raise forms.ValidationError(
-                    f"'{part}' is not worker:slowdown (e.g. 0:1.5)"
-                ) from None
-            if not sep:
-                raise forms.ValidationError(f"'{part}' is not worker:slowdown (e.g. 0:1.5)")
-        return out
+    def clean_cluster_workers(self) -> list[int]:
+        return _numbers(self.cleaned_data.get("cluster_workers", ""), int)
+
+    def clean_cluster_bandwidth_gbps(self) -> list[float]:
+        return _numbers(self.cleaned_data.get("cluster_bandwidth_gbps", ""), float)
+
+    def clean_cluster_stragglers(self) -> list[dict[str, Any]]:
+        return _stragglers(
+            self.cleaned_data.get("cluster_stragglers", ""),
+            STRAGGLER_NAMES["stragglers"],
+            (int, float),
+        )
+
+    def clean_cluster_ps_stragglers(self) -> list[dict[str, Any]]:
+        return _stragglers(
+            self.cleaned_data.get("cluster_ps_stragglers", ""),
+            STRAGGLER_NAMES["ps_stragglers"],
+            (int, float, float),
+        )
 
     def clean_params(self) -> dict[str, Any]:
         value = self.cleaned_data.get("params") or {}
@@ -139,14 +193,26 @@ class ExperimentForm(forms.Form):
             )
             return data
         seeds = data.get("seeds") or list(range(data.get("repeats") or 1))
-        n_runs = (1 + len(baselines)) * len(data["workloads"]) * len(seeds)
+        sweep = {k: data[f"cluster_{k}"] for k in SWEEP_KEYS if len(data[f"cluster_{k}"]) > 1}
+        points = 1
+        for values in sweep.values():
+            points *= len(values)
+        n_runs = (1 + len(baselines)) * len(data["workloads"]) * points * len(seeds)
         if n_runs > MAX_RUNS:
             self.add_error(
                 None,
                 f"this experiment would create {n_runs} runs; the limit is "
-                f"{MAX_RUNS} (fewer seeds, workloads or baselines)",
+                f"{MAX_RUNS} (fewer seeds, workloads, baselines or swept values)",
             )
             return data
+        cluster = {}
+        for key in CLUSTER_KEYS:
+            value = data.get(f"cluster_{key}")
+            if key in SWEEP_KEYS:
+                value = value[0]
+            if value is None or (key in PS_KEYS and value == []):
+                continue  # left empty: the spec's default
+            cluster[key] = value
         config = ExperimentConfig(
             name=data["name"],
             description=data.get("description", ""),
@@ -157,7 +223,8 @@ class ExperimentForm(forms.Form):
             seeds=tuple(seeds),
             iterations=data["iterations"],
             params=data["params"],
-            cluster={k: data[f"cluster_{k}"] for k in CLUSTER_KEYS},
+            cluster=cluster,
+            sweep=sweep,
         )
         for raw in config.raw_specs():
             try:
@@ -167,6 +234,66 @@ class ExperimentForm(forms.Form):
                 return data
         self.config = config
         return data
+
+
+def _numbers(text: str, kind: type) -> list[Any]:
+    """``"1, 10, 25"`` -> ``[1.0, 10.0, 25.0]``: one value, or the values of a sweep."""
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    what = "whole numbers" if kind is int else "numbers"
+    if not parts:
+        raise forms.ValidationError(f"give one value, or several {what} separated by commas")
+    try:
+        values = [kind(p) for p in parts]
+    except ValueError:
+        raise forms.ValidationError(
+            f"must be {what} separated by commas, e.g. {'4, 8, 16' if kind is int else '1, 10'}"
+        ) from None
+    if len(set(values)) != len(values):
+        raise forms.ValidationError("each value may appear only once")
+    return values
+
+
+def _stragglers(text: str, names: tuple[str, ...], kinds: tuple[type, ...]) -> list[dict[str, Any]]:
+    """``"0:1.5, 3:2@10-20"`` -> straggler dicts (the spec checks the values)."""
+    example = ":".join(names)
+    out = []
+    for part in filter(None, (p.strip() for p in str(text).split(","))):
+        head, at, window = part.partition("@")
+        fields = head.split(":")
+        try:
+            if len(fields) != len(names):
+                raise ValueError
+            item: dict[str, Any] = {n: k(f) for n, k, f in zip(names, kinds, fields, strict=True)}
+            if at:
+                start, dash, until = window.partition("-")
+                if not dash:
+                    raise ValueError
+                item["from_iteration"] = int(start) if start else 0
+                if until:
+                    item["until_iteration"] = int(until)
+        except ValueError:
+            raise forms.ValidationError(
+                f"'{part}' is not {example}[@from-until] (e.g. {_EXAMPLES[names[0]]})"
+            ) from None
+        out.append(item)
+    return out
+
+
+_EXAMPLES = {"worker": "0:1.5 or 0:1.5@10-20", "server": "1:0.5:2 or 1:0.5:2@10-"}
+STRAGGLER_NAMES = {
+    "stragglers": ("worker", "slowdown"),
+    "ps_stragglers": ("server", "bandwidth_factor", "cpu_slowdown"),
+}
+
+
+def straggler_text(item: dict[str, Any], names: tuple[str, ...]) -> str:
+    """A straggler as the form writes it: ``0:1.5`` or ``0:1.5@10-20`` (the inverse of
+    ``_stragglers``)."""
+    text = ":".join(str(item[n]) for n in names)
+    start, until = item.get("from_iteration"), item.get("until_iteration")
+    if start or until is not None:
+        text += f"@{start or 0}-{'' if until is None else until}"
+    return text
 
 
 def _for(raw: dict[str, Any], system: str) -> str:

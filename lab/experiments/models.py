@@ -21,6 +21,11 @@ class Experiment(models.Model):
     mode = models.CharField(max_length=8, choices=MODE_CHOICES, default="sim")
     seeds = models.JSONField(default=list)
     cluster = models.JSONField(default=dict)
+    sweep = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='swept cluster fields and their values, e.g. {"bandwidth_gbps": [1, 10]}',
+    )
     params = models.JSONField(default=dict, help_text="parameters of the system under test")
     iterations = models.PositiveIntegerField(default=20)
     rerun_of = models.ForeignKey(

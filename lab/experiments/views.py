@@ -10,7 +10,7 @@ from django.views.decorators.http import require_POST
 from lab import actions
 from lab.accounts.auth import session_or_token
 from lab.catalogue.models import CatalogueEntry
-from lab.experiments.forms import ExperimentForm
+from lab.experiments.forms import STRAGGLER_NAMES, ExperimentForm, straggler_text
 from lab.experiments.models import Experiment
 from lab.reports import figures
 from lab.runs.models import Run
@@ -65,9 +65,11 @@ def _initial(request: HttpRequest) -> dict[str, object]:
         "params": source.params,
     }
     for key, value in source.cluster.items():
-        if key == "stragglers":
-            value = ", ".join(f"{s['worker']}:{s['slowdown']}" for s in value)
+        if key in STRAGGLER_NAMES:
+            value = ", ".join(straggler_text(item, STRAGGLER_NAMES[key]) for item in value)
         initial[f"cluster_{key}"] = value
+    for key, values in source.sweep.items():
+        initial[f"cluster_{key}"] = ", ".join(f"{v:g}" for v in values)
     return initial
 
 

@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 
 from lab.experiments.models import Experiment
 from lab.results.models import Measurement
-from lab.runs.models import Run
+from lab.runs.models import CONDITION_KEYS, Run, condition_of
 
 METRICS = ("iteration_time_s", "throughput_samples_per_s")
 LABELS = {
@@ -36,7 +36,10 @@ LABELS = {
 FORMATS = ("png", "pdf", "svg")
 HATCHES = ("", "//", "\\\\", "xx", "..", "++", "--", "oo")
 CI_SEED = 0
-COLUMNS = ["run", "system", "role", "workload", "seed", "metric", "value", "unit"]
+CONDITIONS = CONDITION_KEYS
+COLUMNS = ["run", "system", "role", "workload", *CONDITIONS, "seed", "metric", "value", "unit"]
+AXIS_LABELS = {"workers": "workers", "bandwidth_gbps": "bandwidth (Gbit/s per worker)"}
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
 def figure_dir(experiment: Experiment) -> Path:
@@ -58,16 +61,20 @@ def available(experiment: Experiment) -> dict[str, Path]:
 
 
 def tidy_frame(experiment: Experiment) -> pd.DataFrame:
-    """Long-form table of every measurement of the experiment's succeeded runs."""
+    """Long-form table of every measurement of the experiment's succeeded runs, with the
+    cluster condition (workers, bandwidth) each run had."""
+    runs = Run.objects.filter(experiment=experiment, state=Run.SUCCEEDED)
+    conditions = {pk: condition_of(spec) for pk, spec in runs.values_list("id", "spec")}
     rows = Measurement.objects.filter(run__experiment=experiment, run__state=Run.SUCCEEDED)
     values = rows.values_list(
         "run_id", "run__system", "run__workload", "run__seed", "metric", "value", "unit"
     )
-    frame = pd.DataFrame(list(values), columns=[c for c in COLUMNS if c != "role"])
-    frame.insert(
-        2, "role", ["system" if s == experiment.system else "baseline" for s in frame["system"]]
-    )
-    return frame
+    records = [
+        (run, system, role, workload, *(conditions[run][c] for c in CONDITIONS), seed, *rest)
+        for run, system, workload, seed, *rest in values
+        for role in ["system" if system == experiment.system else "baseline"]
+    ]
+    return pd.DataFrame(records, columns=COLUMNS)
 
 
 def metric_frame(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -113,6 +120,70 @@ def plot_comparison(data: pd.DataFrame, metric: str, order: list[str]) -> Figure
     )
     fig.get_layout_engine().set(h_pad=0.15)
     return fig
+
+
+def plot_sweep(data: pd.DataFrame, metric: str, order: list[str], axes: list[str]) -> Figure:
+    """The metric against the swept condition: one panel per workload (and per value of a
+    second swept condition), one line per system with markers and dashes that survive
+    grayscale, mean over seeds with a bootstrap 95% CI band."""
+    order = [s for s in order if s in set(data["system"])]
+    x = axes[0]
+    rows = sorted(data[axes[1]].unique()) if len(axes) > 1 else [None]
+    workloads = list(dict.fromkeys(data["workload"]))
+    fig = Figure(figsize=(3.2 * len(workloads) + 0.8, 2.8 * len(rows) + 0.6), layout="constrained")
+    grid = fig.subplots(len(rows), len(workloads), squeeze=False)
+    palette = dict(zip(order, sns.color_palette("colorblind", len(order)), strict=True))
+    markers = dict(zip(order, MARKERS * (len(order) // len(MARKERS) + 1), strict=False))
+    for r, row_value in enumerate(rows):
+        for c, workload in enumerate(workloads):
+            ax = grid[r][c]
+            panel = data[data["workload"] == workload]
+            if row_value is not None:
+                panel = panel[panel[axes[1]] == row_value]
+            sns.lineplot(
+                data=panel,
+                x=x,
+                y="value",
+                hue="system",
+                hue_order=order,
+                style="system",
+                style_order=order,
+                markers=markers,
+                palette=palette,
+                errorbar=("ci", 95),
+                n_boot=1000,
+                seed=CI_SEED,
+                ax=ax,
+                legend=(r == 0 and c == 0),
+            )
+            if x == "bandwidth_gbps" and panel[x].max() / max(panel[x].min(), 1e-9) >= 10:
+                ax.set_xscale("log")
+            title = workload if row_value is None else f"{workload}, {axes[1]}={row_value:g}"
+            ax.set_title(title, fontsize="small")
+            ax.set_xlabel(AXIS_LABELS.get(x, x))
+            ax.set_ylabel(LABELS.get(metric, metric) if c == 0 else "")
+    legend = grid[0][0].get_legend()
+    if legend is not None:
+        legend.set_title(None)
+        legend.set_frame_on(False)
+    seeds = data.groupby(["system", "workload", *axes])["seed"].nunique()
+    n = f"n={seeds.min()}" if seeds.min() == seeds.max() else f"n={seeds.min()}-{seeds.max()}"
+    fig.text(
+        0.01,
+        0.0,
+        f"lines: mean over seeds; bands: bootstrap 95% CI (1000 resamples, seed {CI_SEED}), "
+        f"{n} seeds per point",
+        fontsize="x-small",
+        ha="left",
+        va="bottom",
+    )
+    fig.get_layout_engine().set(h_pad=0.15)
+    return fig
+
+
+def swept(experiment: Experiment) -> list[str]:
+    """The conditions the experiment sweeps, bandwidth first (the usual x axis)."""
+    return [c for c in ("bandwidth_gbps", "workers") if len(experiment.sweep.get(c, [])) > 1]
 
 
 def save(fig: Figure, directory: Path, stem: str) -> list[Path]:
@@ -185,7 +256,11 @@ def render(experiment: Experiment) -> list[Path]:
             data = metric_frame(frame, metric)
             if data.empty:
                 continue
-            figure = plot_comparison(data, metric, experiment.entries)
+            axes = swept(experiment)
+            if axes:
+                figure = plot_sweep(data, metric, experiment.entries, axes)
+            else:
+                figure = plot_comparison(data, metric, experiment.entries)
             paths += save(figure, directory, figure_stem(metric))
         _atomic(directory / FINGERPRINT, lambda tmp: Path(tmp).write_text(fingerprint))
     return paths

@@ -1,9 +1,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.db import models
+
+# Cluster fields that tell apart the runs of one experiment's sweep (lab.actions.SWEEP_KEYS).
+CONDITION_KEYS = ("workers", "bandwidth_gbps")
+
+
+def condition_of(spec: dict[str, Any] | None) -> dict[str, Any]:
+    """The ``CONDITION_KEYS`` of a resolved run spec."""
+    cluster = (spec or {}).get("cluster", {})
+    return {key: cluster.get(key) for key in CONDITION_KEYS}
 
 
 class Run(models.Model):
@@ -56,6 +66,16 @@ class Run(models.Model):
     @property
     def run_dir(self) -> Path:
         return self.home / "run"
+
+    @property
+    def condition(self) -> dict[str, Any]:
+        """Cluster fields an experiment can sweep, as this run has them (workers, bandwidth)."""
+        return condition_of(self.spec)
+
+    @property
+    def condition_label(self) -> str:
+        c = self.condition
+        return f"{c['workers']} workers, {c['bandwidth_gbps']:g} Gbit/s"
 
     @property
     def duration_s(self) -> float | None:

@@ -14,7 +14,10 @@ def test_a_member_creates_an_experiment_and_sees_its_plot(page, portal):
     login(page, portal)
     page.click("text=New experiment")
     page.fill("#id_name", "browser run")
+    page.select_option("#id_system", "psld")
+    assert page.is_visible("#ps-fields")  # PS cluster fields for a PS system only
     page.select_option("#id_system", "pace")
+    assert not page.is_visible("#ps-fields")
     # Baselines of the system's arena are preselected by the page; keep one.
     for baseline in ("wfbp", "ddp", "horovod", "bytescheduler", "dear"):
         assert page.is_checked(f"input[name=baselines][value={baseline}]"), baseline
@@ -26,9 +29,10 @@ def test_a_member_creates_an_experiment_and_sees_its_plot(page, portal):
     page.fill("#id_seeds", "0, 1")
     page.fill("#id_iterations", "5")
     page.fill("#id_cluster_workers", "4")
+    page.fill("#id_cluster_bandwidth_gbps", "1, 10")  # a sweep: every run at both
     page.click("text=Queue experiment")
     page.wait_for_url("**/experiments/*/")
-    assert page.locator(".message").inner_text().startswith("Queued 4 runs")
+    assert page.locator(".message").inner_text().startswith("Queued 8 runs")
 
     page.evaluate("window.__noReload = true")  # survives only if the page never reloads
     page.wait_for_function(
@@ -40,7 +44,8 @@ def test_a_member_creates_an_experiment_and_sees_its_plot(page, portal):
         "[...document.querySelectorAll('img.plot')].every(i => i.complete && i.naturalWidth > 0)"
     )
     assert page.evaluate("window.__noReload === true"), "status must refresh without a reload"
-    assert page.locator("tr[id^=run-] .state.succeeded").count() == 4
+    assert page.locator("tr[id^=run-] .state.succeeded").count() == 8
+    assert page.locator("tr[id^=run-]", has_text="4 workers, 10 Gbit/s").count() == 4
     assert page.locator("a", has_text="PDF").count() >= 1
 
     page.locator("tr[id^=run-] a", has_text="log").first.click()

@@ -65,7 +65,24 @@ def test_creating_an_experiment_returns_201_with_its_id(client, token, user):
     [
         ({"cluster": {"workers": 0}}, "cluster.workers"),
         ({"cluster": {"nics": 2}}, "cluster.nics"),
-        ({"cluster": {"stragglers": [{"worker": 1}]}}, "cluster.stragglers"),
+        ({"cluster": {"stragglers": [{"worker": 1}]}}, "cluster.stragglers[0]"),
+        ({"cluster": {"stragglers": [{"worker": 9, "slowdown": 2}]}}, "cluster.stragglers"),
+        ({"cluster": {"bandwidth_gbps": [1, "fast"]}}, "cluster.bandwidth_gbps"),
+        ({"cluster": {"bandwidth_gbps": [10, -1]}}, "cluster.bandwidth_gbps"),
+        ({"cluster": {"workers": [4, 4]}}, "cluster.workers"),
+        ({"cluster": {"ps": 9, "servers": 8}}, "cluster.ps"),
+        (
+            {
+                "cluster": {
+                    "ps_stragglers": [{"server": 8, "bandwidth_factor": 0.5, "cpu_slowdown": 1}]
+                }
+            },
+            "cluster.ps_stragglers",
+        ),
+        (
+            {"cluster": {"ps_stragglers": [{"server": 1, "bandwidth_factor": 0.5}]}},
+            "cluster.ps_stragglers[0]",
+        ),
         ({"params": {"nope": 1}}, "params"),
         ({"workloads": ["mnist"]}, "workloads"),
         ({"workloads": "resnet50"}, "workloads"),
@@ -81,6 +98,55 @@ def test_bad_bodies_get_400_with_the_field_named_and_nothing_queued(client, toke
     assert response.status_code == 400
     assert field in response.json()["errors"], response.json()
     assert not Run.objects.exists()
+
+
+def test_a_sweep_over_bandwidth_and_workers_creates_every_combination(client, token):
+    body = {**BODY, "cluster": {"workers": [2, 4], "bandwidth_gbps": [1, 10, 100]}}
+    response = post(client, "/api/experiments/", body, token)
+    assert response.status_code == 201, response.json()
+    data = response.json()
+    assert data["sweep"] == {"bandwidth_gbps": [1.0, 10.0, 100.0], "workers": [2, 4]}
+    entries = 1 + len(BODY.get("baselines", []))
+    seeds = len(BODY.get("seeds", [0]))
+    conditions = {
+        (r["condition"]["workers"], r["condition"]["bandwidth_gbps"]) for r in data["runs"]
+    }
+    assert conditions == {(w, b) for w in (2, 4) for b in (1.0, 10.0, 100.0)}
+    assert len(data["runs"]) == entries * len(BODY["workloads"]) * 6 * seeds
+
+
+def test_ps_cluster_fields_and_time_varying_stragglers_reach_the_run_spec(client, token):
+    cluster = {
+        "workers": 4,
+        "ps": 2,
+        "servers": 3,
+        "server_bandwidth_gbps": 40,
+        "server_agg_gbps": 20,
+        "overlap_slowdown": 0.2,
+        "stragglers": [{"worker": 1, "slowdown": 2, "from_iteration": 3, "until_iteration": 6}],
+        "ps_stragglers": [
+            {"server": 2, "bandwidth_factor": 0.5, "cpu_slowdown": 3, "from_iteration": 4}
+        ],
+    }
+    body = {**BODY, "system": "psld", "baselines": ["ps-default"], "cluster": cluster, "params": {}}
+    response = post(client, "/api/experiments/", body, token)
+    assert response.status_code == 201, response.json()
+    spec = Run.objects.filter(system="psld").first().spec["cluster"]
+    assert (spec["ps"], spec["servers"]) == (2, 3)
+    assert (spec["server_bandwidth_gbps"], spec["server_agg_gbps"]) == (40.0, 20.0)
+    assert spec["overlap_slowdown"] == 0.2
+    assert spec["stragglers"] == [
+        {"worker": 1, "slowdown": 2.0, "from_iteration": 3, "until_iteration": 6}
+    ]
+    assert spec["ps_stragglers"] == [
+        {
+            "server": 2,
+            "bandwidth_factor": 0.5,
+            "cpu_slowdown": 3.0,
+            "from_iteration": 4,
+            "until_iteration": None,
+        }
+    ]
 
 
 @pytest.mark.parametrize("body", ["{not json", "[1, 2]"])

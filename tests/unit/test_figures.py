@@ -18,6 +18,8 @@ def frame() -> pd.DataFrame:
             system,
             "system" if system == "a" else "baseline",
             "resnet50",
+            8,
+            10.0,
             seed,
             "iteration_time_s",
             base + 0.01 * seed,
@@ -67,3 +69,66 @@ def test_an_experiment_without_results_has_no_figures(user, config):
 
     experiment = actions.create_experiment(user, config)
     assert figures.render(experiment) == []
+
+
+def sweep_frame() -> pd.DataFrame:
+    rows = []
+    for system, base in (("a", 1.0), ("b", 2.0)):
+        for bandwidth in (1.0, 10.0, 100.0):
+            for seed in range(3):
+                value = base / bandwidth + 0.001 * seed
+                role = "system" if system == "a" else "baseline"
+                rows.append(
+                    (len(rows), system, role, "resnet50", 8, bandwidth, seed, "m", value, "s")
+                )
+    return pd.DataFrame(rows, columns=figures.COLUMNS)
+
+
+def test_a_sweep_is_drawn_as_one_line_per_system_against_the_swept_condition():
+    fig = figures.plot_sweep(sweep_frame(), "m", ["a", "b"], ["bandwidth_gbps"])
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log"  # bandwidths spanning 100x
+    assert "bandwidth" in ax.get_xlabel()
+    means = {}
+    for line in ax.get_lines():
+        xs, ys = line.get_data()
+        if len(xs) == 3:
+            means[tuple(round(y, 4) for y in ys)] = line
+    assert (1.001, 0.101, 0.011) in means and (2.001, 0.201, 0.021) in means
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["a", "b"]
+    caption = " ".join(t.get_text() for t in fig.texts)
+    assert "95% CI" in caption and "n=3 seeds per point" in caption
+
+
+def test_a_two_axis_sweep_gets_one_panel_row_per_value_of_the_second_axis():
+    frame = pd.concat([sweep_frame(), sweep_frame().assign(workers=16)])
+    fig = figures.plot_sweep(frame, "m", ["a", "b"], ["bandwidth_gbps", "workers"])
+    assert len(fig.axes) == 2
+    assert [ax.get_title() for ax in fig.axes] == ["resnet50, workers=8", "resnet50, workers=16"]
+
+
+@pytest.mark.django_db
+def test_a_sweep_experiment_renders_line_plots_and_a_csv_with_its_conditions(user, config):
+    import dataclasses
+
+    from django.utils import timezone
+
+    from lab import actions
+    from lab.results.models import Measurement
+    from lab.runs.models import Run
+
+    swept = dataclasses.replace(config, sweep={"bandwidth_gbps": [1.0, 10.0]})
+    experiment = actions.create_experiment(user, swept)
+    for run in experiment.runs.all():
+        bandwidth = run.spec["cluster"]["bandwidth_gbps"]
+        value = (2.0 if run.system == "wfbp" else 1.0) / bandwidth + 0.01 * run.seed
+        Measurement.objects.create(run=run, metric="iteration_time_s", value=value, unit="s")
+    experiment.runs.update(state=Run.SUCCEEDED, finished_at=timezone.now())
+    paths = figures.render(experiment)
+    assert {p.name for p in paths} >= {"data.csv", "comparison-iteration_time_s.png"}
+    data = pd.read_csv(figures.figure_dir(experiment) / "data.csv")
+    assert sorted(data["bandwidth_gbps"].unique()) == [1.0, 10.0]
+    assert set(data["workers"]) == {4}
+    assert figures.is_current(experiment)
+    assert figures.swept(experiment) == ["bandwidth_gbps"]

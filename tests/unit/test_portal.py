@@ -85,6 +85,15 @@ def test_repeats_give_seeds_when_no_seeds_are_given(browser):
         ({"seeds": "1, 1"}, "seeds", "distinct"),
         ({"cluster_stragglers": "9:2"}, "cluster_stragglers", "cluster.stragglers[0].worker"),
         ({"cluster_stragglers": "1-2"}, "cluster_stragglers", "worker:slowdown"),
+        ({"cluster_stragglers": "1:2@x-4"}, "cluster_stragglers", "worker:slowdown[@from-until]"),
+        ({"cluster_stragglers": "1:2@4-4"}, "cluster_stragglers", "until_iteration"),
+        ({"cluster_bandwidth_gbps": "1, ten"}, "cluster_bandwidth_gbps", "numbers separated"),
+        ({"cluster_bandwidth_gbps": "1, 10, 0"}, "cluster_bandwidth_gbps", "got 0"),
+        ({"cluster_workers": "4, 4"}, "cluster_workers", "only once"),
+        ({"cluster_workers": "2.5"}, "cluster_workers", "whole numbers"),
+        ({"cluster_ps": "9"}, "cluster_ps", "more PSs than servers"),
+        ({"cluster_ps_stragglers": "1:0.5"}, "cluster_ps_stragglers", "server:bandwidth_factor"),
+        ({"cluster_ps_stragglers": "8:0.5:1"}, "cluster_ps_stragglers", "ps_stragglers[0].server"),
         ({"workloads": []}, "workloads", "required"),
         ({"system": "nope"}, "system", "Select a valid choice"),
         ({"mode": "real"}, "mode", "supports sim only"),
@@ -110,6 +119,52 @@ def test_too_many_runs_are_refused(browser):
         reverse("experiment-new"), {**FORM, "seeds": seeds, "workloads": workloads}
     )
     assert "limit is 500" in response.content.decode()
+
+
+def test_several_bandwidths_and_workers_make_a_sweep_of_every_combination(browser):
+    form = {**FORM, "cluster_workers": "2, 4", "cluster_bandwidth_gbps": "1, 10, 100"}
+    response = browser.post(reverse("experiment-new"), form)
+    assert response.status_code == 302
+    experiment = Experiment.objects.get()
+    assert experiment.sweep == {"bandwidth_gbps": [1.0, 10.0, 100.0], "workers": [2, 4]}
+    runs = list(experiment.runs.all())
+    assert len(runs) == 2 * 2 * 3 * 2  # entries x workers x bandwidths x seeds
+    points = {(r.spec["cluster"]["workers"], r.spec["cluster"]["bandwidth_gbps"]) for r in runs}
+    assert points == {(w, b) for w in (2, 4) for b in (1.0, 10.0, 100.0)}
+    page = browser.get(experiment.get_absolute_url()).content.decode()
+    assert "2 workers, 100 Gbit/s" in page  # the runs table shows each run's condition
+
+
+def test_a_copy_of_a_sweep_with_ps_fields_round_trips_through_the_form(browser):
+    form = {
+        **FORM,
+        "system": "psld",
+        "baselines": ["ps-default"],
+        "params": "{}",
+        "cluster_bandwidth_gbps": "5, 25",
+        "cluster_stragglers": "1:2@3-6, 0:1.5",
+        "cluster_ps": "2",
+        "cluster_servers": "3",
+        "cluster_server_agg_gbps": "20",
+        "cluster_ps_stragglers": "2:0.5:3@4-",
+    }
+    assert browser.post(reverse("experiment-new"), form).status_code == 302
+    source = Experiment.objects.get()
+    spec = source.runs.first().spec["cluster"]
+    assert spec["stragglers"][0] == {
+        "worker": 1,
+        "slowdown": 2.0,
+        "from_iteration": 3,
+        "until_iteration": 6,
+    }
+    assert spec["ps_stragglers"][0]["from_iteration"] == 4
+    assert spec["server_bandwidth_gbps"] == spec["bandwidth_gbps"]  # empty: the workers' own
+    initial = browser.get(reverse("experiment-new") + f"?copy={source.pk}").context["form"].initial
+    copied = {**FORM, **{k: v for k, v in initial.items() if isinstance(v, (str, int, float))}}
+    copied.update(baselines=initial["baselines"], workloads=initial["workloads"], params="{}")
+    assert browser.post(reverse("experiment-new"), copied).status_code == 302
+    copy = Experiment.objects.exclude(pk=source.pk).get()
+    assert (copy.cluster, copy.sweep) == (source.cluster, source.sweep)
 
 
 def test_the_form_preselects_the_baselines_of_the_systems_arena(browser):

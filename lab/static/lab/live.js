@@ -40,6 +40,8 @@
         box.checked = sameArena && entry.role === "baseline" && entry.name !== chosen.name;
         box.disabled = !sameArena || entry.name === chosen.name;
       });
+      const psFields = document.getElementById("ps-fields");
+      if (psFields) { psFields.hidden = chosen.arena !== "ps"; }
       if (hint) {
         const params = chosen.params.map(function (p) { return p.name + " (default " + p.default + ")"; });
         hint.textContent = params.length ? "Parameters of " + chosen.name + ": " + params.join(", ")
