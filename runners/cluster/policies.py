@@ -79,12 +79,12 @@ def lif(sim: ClusterSim, job: Job) -> Placement | None:
 
 
 def bin_packing(sim: ClusterSim, job: Job) -> Placement | None:
-    w, p = job.worker_demand, job.ps_demand
+    g, c, m = _job_total(job)
+    g, c, m = g - 1e-9, c - 1e-9, m - 1e-9
     best, best_left = -1, 0.0
-    for server, free in enumerate(sim.free):
-        need = tuple(job.workers * w[k] + job.ps * p[k] for k in range(3))
-        if _fits(free, need):  # type: ignore[arg-type]
-            left = free[0] - need[0]
+    for server, free in enumerate(sim.free):  # the hot loop of FIFO: kept flat
+        if free[0] >= g and free[1] >= c and free[2] >= m:
+            left = free[0] - g
             if best < 0 or left < best_left:
                 best, best_left = server, left
     if best >= 0:
