@@ -27,9 +27,6 @@ from runners.executors import local
 
 log = logging.getLogger(__name__)
 
-# Cluster fields an experiment may sweep (a grid: entries x workloads x these x seeds).
-SWEEP_KEYS = CONDITION_KEYS
-
 
 @dataclass(frozen=True)
 class ExperimentConfig:
@@ -50,7 +47,7 @@ class ExperimentConfig:
     def conditions(self) -> list[dict[str, Any]]:
         """The cluster of every point of the sweep (just ``cluster`` without one)."""
         points = [dict(self.cluster)]
-        for key in SWEEP_KEYS:
+        for key in CONDITION_KEYS:  # the fields an experiment may sweep
             for_key = self.sweep.get(key)
             if for_key:
                 points = [{**p, key: value} for p in points for value in for_key]

@@ -12,10 +12,8 @@ from django.views.decorators.http import require_http_methods
 
 from lab import actions
 from lab.accounts.auth import token_required
-from lab.actions import SWEEP_KEYS
 from lab.experiments.forms import (
     CLUSTER_KEYS,
-    PS_KEYS,
     STRAGGLER_NAMES,
     ExperimentForm,
     api_field,
@@ -23,8 +21,7 @@ from lab.experiments.forms import (
 )
 from lab.experiments.models import Experiment
 from lab.reports import figures
-from lab.runs.models import Run
-from runners import spec as run_spec
+from lab.runs.models import CONDITION_KEYS, Run
 
 FIELDS = {
     "name",
@@ -83,24 +80,21 @@ def _form_data(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[str
     if not isinstance(cluster, dict):
         errors["cluster"] = ["must be an object"]
         cluster = {}
-    defaults = run_spec.CommCluster()
     for key in CLUSTER_KEYS:
-        if key in PS_KEYS or key == "overlap_slowdown":
-            value = cluster.get(key)  # absent: the form's empty value, i.e. the default
-        else:
-            value = cluster.get(key, getattr(defaults, key))
-        if key in SWEEP_KEYS:
+        value = cluster.get(key)
+        if value is None:
+            continue  # the form's initial value (the spec's default) fills it in below
+        if key in CONDITION_KEYS:
             values = value if isinstance(value, list) else [value]
             if not values or not all(_is_number(v) for v in values):
                 errors[f"cluster.{key}"] = ["must be a number or a list of numbers (a sweep)"]
                 continue
             value = ", ".join(map(str, values))
         elif key in STRAGGLER_NAMES:
-            value = _straggler_text(key, value if value is not None else [], errors)
+            value = _straggler_text(key, value, errors)
             if value is None:
                 continue
-        if value is not None:
-            data[f"cluster_{key}"] = value
+        data[f"cluster_{key}"] = value
     for key in sorted(set(cluster) - set(CLUSTER_KEYS)):
         errors[f"cluster.{key}"] = [f"unknown field (allowed: {', '.join(CLUSTER_KEYS)})"]
     for name, form_field in ExperimentForm.base_fields.items():

@@ -10,8 +10,9 @@ from typing import Any
 
 from django import forms
 
-from lab.actions import SWEEP_KEYS, ExperimentConfig
+from lab.actions import ExperimentConfig
 from lab.catalogue.models import CatalogueEntry, Workload
+from lab.runs.models import CONDITION_KEYS
 from runners import registry
 from runners import spec as run_spec
 from workloads import devices
@@ -33,8 +34,6 @@ CLUSTER_KEYS = (
     "server_agg_gbps",
     "ps_stragglers",
 )
-# Fields of the parameter-server arena; empty in the form = the spec's default.
-PS_KEYS = ("ps", "servers", "server_bandwidth_gbps", "server_agg_gbps", "ps_stragglers")
 STRAGGLER_HELP = (
     "worker:slowdown, optionally @from-until iterations (until exclusive, open-ended if "
     "left out); e.g. 0:1.5, 3:2@10-20"
@@ -193,7 +192,7 @@ class ExperimentForm(forms.Form):
             )
             return data
         seeds = data.get("seeds") or list(range(data.get("repeats") or 1))
-        sweep = {k: data[f"cluster_{k}"] for k in SWEEP_KEYS if len(data[f"cluster_{k}"]) > 1}
+        sweep = {k: data[f"cluster_{k}"] for k in CONDITION_KEYS if len(data[f"cluster_{k}"]) > 1}
         points = 1
         for values in sweep.values():
             points *= len(values)
@@ -208,9 +207,9 @@ class ExperimentForm(forms.Form):
         cluster = {}
         for key in CLUSTER_KEYS:
             value = data.get(f"cluster_{key}")
-            if key in SWEEP_KEYS:
+            if key in CONDITION_KEYS:
                 value = value[0]
-            if value is None or (key in PS_KEYS and value == []):
+            if value is None:
                 continue  # left empty: the spec's default
             cluster[key] = value
         config = ExperimentConfig(

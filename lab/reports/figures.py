@@ -36,8 +36,7 @@ LABELS = {
 FORMATS = ("png", "pdf", "svg")
 HATCHES = ("", "//", "\\\\", "xx", "..", "++", "--", "oo")
 CI_SEED = 0
-CONDITIONS = CONDITION_KEYS
-COLUMNS = ["run", "system", "role", "workload", *CONDITIONS, "seed", "metric", "value", "unit"]
+COLUMNS = ["run", "system", "role", "workload", *CONDITION_KEYS, "seed", "metric", "value", "unit"]
 AXIS_LABELS = {"workers": "workers", "bandwidth_gbps": "bandwidth (Gbit/s per worker)"}
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
@@ -70,7 +69,7 @@ def tidy_frame(experiment: Experiment) -> pd.DataFrame:
         "run_id", "run__system", "run__workload", "run__seed", "metric", "value", "unit"
     )
     records = [
-        (run, system, role, workload, *(conditions[run][c] for c in CONDITIONS), seed, *rest)
+        (run, system, role, workload, *(conditions[run][c] for c in CONDITION_KEYS), seed, *rest)
         for run, system, workload, seed, *rest in values
         for role in ["system" if system == experiment.system else "baseline"]
     ]
@@ -107,19 +106,26 @@ def plot_comparison(data: pd.DataFrame, metric: str, order: list[str]) -> Figure
     ax.set_xlabel("workload")
     ax.set_ylabel(LABELS.get(metric, metric))
     ax.legend(title=None, frameon=False, fontsize="small")
-    seeds = data.groupby(["system", "workload"])["seed"].nunique()
+    _caption(fig, data, ["system", "workload"], "bars", "error bars", "bar")
+    return fig
+
+
+def _caption(
+    fig: Figure, data: pd.DataFrame, keys: list[str], mark: str, spread: str, unit: str
+) -> None:
+    """The method and n under a figure (one sentence shape for every plot)."""
+    seeds = data.groupby(keys)["seed"].nunique()
     n = f"n={seeds.min()}" if seeds.min() == seeds.max() else f"n={seeds.min()}-{seeds.max()}"
     fig.text(
         0.01,
         0.0,
-        f"bars: mean over seeds; error bars: bootstrap 95% CI "
-        f"(1000 resamples, seed {CI_SEED}), {n} seeds per bar",
+        f"{mark}: mean over seeds; {spread}: bootstrap 95% CI "
+        f"(1000 resamples, seed {CI_SEED}), {n} seeds per {unit}",
         fontsize="x-small",
         ha="left",
         va="bottom",
     )
     fig.get_layout_engine().set(h_pad=0.15)
-    return fig
 
 
 def plot_sweep(data: pd.DataFrame, metric: str, order: list[str], axes: list[str]) -> Figure:
@@ -166,18 +172,7 @@ def plot_sweep(data: pd.DataFrame, metric: str, order: list[str], axes: list[str
     if legend is not None:
         legend.set_title(None)
         legend.set_frame_on(False)
-    seeds = data.groupby(["system", "workload", *axes])["seed"].nunique()
-    n = f"n={seeds.min()}" if seeds.min() == seeds.max() else f"n={seeds.min()}-{seeds.max()}"
-    fig.text(
-        0.01,
-        0.0,
-        f"lines: mean over seeds; bands: bootstrap 95% CI (1000 resamples, seed {CI_SEED}), "
-        f"{n} seeds per point",
-        fontsize="x-small",
-        ha="left",
-        va="bottom",
-    )
-    fig.get_layout_engine().set(h_pad=0.15)
+    _caption(fig, data, ["system", "workload", *axes], "lines", "bands", "point")
     return fig
 
 

@@ -6,7 +6,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
-# Cluster fields that tell apart the runs of one experiment's sweep (lab.actions.SWEEP_KEYS).
+# Cluster fields an experiment may sweep; they tell apart the runs of one experiment.
 CONDITION_KEYS = ("workers", "bandwidth_gbps")
 
 

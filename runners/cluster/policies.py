@@ -218,13 +218,12 @@ class Tiresias(_Preemptive):
     def after(self, sim: ClusterSim) -> None:
         # Wake up when the first running job crosses its next threshold (it may lose its
         # place); one armed timer at a time.
-        crossings = [
-            sim.now + (t - attained) / state.job.gpus
-            for job_id, state in sim.running.items()
-            for attained in [self._attained(sim, job_id)]
-            for t in self.thresholds[:1] + tuple(x for x in self.thresholds if x > attained)
-            if t > attained
-        ]
+        crossings = []
+        for job_id, state in sim.running.items():
+            attained = self._attained(sim, job_id)
+            above = [t for t in self.thresholds if t > attained]
+            if above:
+                crossings.append(sim.now + (above[0] - attained) / state.job.gpus)
         if not crossings:
             return
         first = min(crossings)

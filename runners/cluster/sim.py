@@ -15,6 +15,7 @@ preemptive schedulers) returns a job to the queue with its progress kept, after 
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import time
@@ -102,9 +103,13 @@ class ClusterSim:
                     )
             if job.gpus > config.servers * config.gpus_per_server:
                 raise ValueError(f"job {job.id}: {job.gpus} GPUs exceed the whole cluster")
-        speed = config.speed
+        isolated = config.speed.isolated_rate
         self.states = {
-            j.id: JobState(j, work=j.duration_s * speed.isolated_rate(j), queued_since=j.arrival_s)
+            j.id: JobState(
+                j,
+                work=j.duration_s * isolated(j, config.gpus_per_server),
+                queued_since=j.arrival_s,
+            )
             for j in jobs
         }
         self.free = [list(cap) for _ in range(config.servers)]
@@ -196,8 +201,10 @@ class ClusterSim:
         self._release(state)
         state.version += 1
         state.queued_since = self.now
-        self.pending.append(job_id)
-        self.pending.sort(key=lambda j: (self.states[j].job.arrival_s, j))
+        bisect.insort(self.pending, job_id, key=self._arrival_key)
+
+    def _arrival_key(self, job_id: int) -> tuple[float, int]:
+        return (self.states[job_id].job.arrival_s, job_id)
 
     # -- internals --------------------------------------------------------------------------
     def _accrue(self, state: JobState) -> None:

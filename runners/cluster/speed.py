@@ -69,10 +69,9 @@ class SpeedModel:
     def speed(self, model: str) -> ModelSpeed:
         return model_speed(model, self.gpu, self.efficiency)
 
-    def isolated_rate(self, job: Job) -> float:
-        """Steps per second at the job's requested size, packed as tightly as possible and
-        alone (how a trace's duration becomes work)."""
-        gpus_per_server = 8
+    def isolated_rate(self, job: Job, gpus_per_server: int) -> float:
+        """Steps per second at the job's requested size, packed as tightly as possible on
+        servers of ``gpus_per_server`` GPUs and alone (how a trace's duration becomes work)."""
         placement = _packed(job, gpus_per_server)
         return 1.0 / self.step_time(job, placement, {s: 1 for s, _, _ in placement}, {})
 

@@ -155,7 +155,6 @@ class _PSJob(ComputeJob):
         self.s_cpu = [_Station(f"ps{j}.cpu", j) for j in range(n_servers)]
         self.s_out = [_Station(f"ps{j}.out", j) for j in range(n_servers)]
         self.seq = 0
-        self.push = self._push
         self.done_cb = self._done
         self.serve_next_cb = self._serve_next
         # Orders: per (group, iteration) priority of each task on the worker queues.
@@ -195,7 +194,7 @@ class _PSJob(ComputeJob):
 
     def _worker_key(self, order: str, g: int, it: int, task: int) -> tuple[int, int]:
         if order == "priority":
-            return (it, self.tasks[task].priority)
+            return (it, self.priority[task])
         if order == "random":
             perm = self.random_prio.get((g, it))
             if perm is None:
@@ -206,8 +205,8 @@ class _PSJob(ComputeJob):
         return (0, 0)  # arrival order
 
     def _server_key(self, it: int, task: int) -> tuple[int, int]:
-        if self.plan.server_order == "priority":
-            return (it, self.tasks[task].priority)
+        if self.server_priority:
+            return (it, self.priority[task])
         return (0, 0)
 
     # -- hooks ----------------------------------------------------------------------------
@@ -248,7 +247,7 @@ class _PSJob(ComputeJob):
             self.seq += 1
             if not st.pending:
                 st.pending = True
-                self.push(st.free_at, self.serve_next_cb, (st,))
+                self._push(st.free_at, self.serve_next_cb, (st,))
         else:
             self._begin(st, item)
 
@@ -265,19 +264,15 @@ class _PSJob(ComputeJob):
         if kind == _UP:
             size = self.sizes[task]
             end = now + (self.alpha + size / self.bw_worker)
-            if self.server_priority:
-                self._enqueue(
-                    self.s_in[server], it, self.priority[task], (_IN, it, task, g, server, end)
-                )
-            else:
-                self._enqueue(self.s_in[server], 0, 0, (_IN, it, task, g, server, end))
+            k1, k2 = self._server_key(it, task)
+            self._enqueue(self.s_in[server], k1, k2, (_IN, it, task, g, server, end))
             if g == 0:
                 self.comm_up[it] += end - now
             self.timeline.append((it, st.name, "push", self.labels[task], now, end, size))
             st.free_at = end
             if st.queue:
                 st.pending = True
-                self.push(end, self.serve_next_cb, (st,))
+                self._push(end, self.serve_next_cb, (st,))
             return
         if kind == _DOWN:
             size = self.sizes[task]
@@ -289,7 +284,7 @@ class _PSJob(ComputeJob):
             self.timeline.append((it, st.name, "pull", self.labels[task], now, end, size))
             st.free_at = end
             st.pending = True
-            self.push(end, self.done_cb, (st, item))
+            self._push(end, self.done_cb, (st, item))
             return
         if task >= 0:
             size = self.sizes[task]
@@ -318,10 +313,10 @@ class _PSJob(ComputeJob):
         self.timeline.append((it, st.name, _KIND_NAMES[kind], label, now, end, size))
         if kind in (_IN, _AGG):
             st.pending = True
-            self.push(end, self.done_cb, (st, item))
+            self._push(end, self.done_cb, (st, item))
         elif st.queue:
             st.pending = True
-            self.push(end, self.serve_next_cb, (st,))
+            self._push(end, self.serve_next_cb, (st,))
 
     def _done(self, st: _Station, item: tuple) -> None:
         kind, it, task, g, server, _ = item

@@ -6,10 +6,10 @@ import pytest
 
 import workloads
 from runners import registry
-from runners.execute import simulate
 from runners.sim.core import EventLoop
 from runners.sim.network import RingAllReduce
-from runners.spec import validate
+from runners.spec import CommCluster
+from tests.unit.simruns import run
 
 ALLREDUCE_ENTRIES = [e.name for e in registry.entries("allreduce")]
 WORKLOADS = ["resnet50", "vgg16"]
@@ -17,19 +17,10 @@ WORKLOADS = ["resnet50", "vgg16"]
 REL = 1e-9
 
 
-def sim(system, workload, *, params=None, iterations=8, warmup=2, seed=0, **cluster):
-    raw = {
-        "system": system,
-        "workload": workload,
-        "iterations": iterations,
-        "warmup_iterations": warmup,
-        "seed": seed,
-        "cluster": cluster,
-    }
-    if params is not None:
-        raw["params"] = params
-    spec = validate(raw)
-    return spec, simulate(spec)
+def sim(system, workload, *, iterations=8, **kw):
+    """``simruns.run`` with the spec's own compute jitter unless ``kw`` sets it."""
+    kw.setdefault("compute_jitter_cv", CommCluster.compute_jitter_cv)
+    return run(system, workload, iterations=iterations, **kw)
 
 
 def rows(result, resource=None, op=None):
