@@ -25,6 +25,7 @@ import workloads
 from workloads import devices
 
 from . import bench, grid, registry, rundir
+from .cluster.run import TraceInputError
 from .execute import run_to_directory
 from .spec import SpecError, load_file, validate
 
@@ -105,6 +106,9 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     try:
         summary = run_to_directory(spec, args.out, sys.argv)
+    except TraceInputError as err:  # found once the trace is read: still bad input
+        print(f"invalid trace: {err}", file=sys.stderr)
+        return 2
     except Exception as err:  # the run failed: say why on one line, keep the traceback in stderr
         logging.getLogger("runners").exception("run failed")
         print(f"run failed: {type(err).__name__}: {err}", file=sys.stderr)

@@ -326,6 +326,13 @@ def _systems(raw: dict[str, Any]) -> list[str]:
                 chosen = [registry.get(item).name]
             except registry.UnknownEntry as err:
                 raise GridError("systems", err.args[0]) from None
+        cluster = [n for n in chosen if registry.get(n).arena not in SINGLE_JOB_ARENAS]
+        if cluster:
+            raise GridError(
+                "systems",
+                f"'{cluster[0]}' is in the cluster arena: grids sweep the communication arenas; "
+                "run cluster specs one by one with `python -m runners run`",
+            )
         out.extend(name for name in chosen if name not in out)
     if not out:
         raise GridError("systems", f"{items!r} selects no systems (see `python -m runners list`)")

@@ -84,6 +84,204 @@ MIB = 1024 * 1024
 _AR = "runners.policies.allreduce"
 _PS = "runners.policies.ps"
 
+# --- cluster arena ------------------------------------------------------------------------
+_CL = "runners.cluster.policies"
+CLUSTER_SCHEDULERS = ("fifo", "drf", "srtf", "tiresias")
+CLUSTER_PLACEMENTS = ("bin-packing", "load-balance", "lif")
+
+
+def _placement_param() -> Param:
+    return Param(
+        "placement",
+        str,
+        "bin-packing",
+        "Placement rule the scheduler uses for the trace's workers and PSs.",
+        choices=CLUSTER_PLACEMENTS,
+    )
+
+
+def _scheduler_param() -> Param:
+    return Param(
+        "scheduler",
+        str,
+        "fifo",
+        "Scheduler deciding which job starts next (the placement rule decides where).",
+        choices=CLUSTER_SCHEDULERS,
+    )
+
+
+CLUSTER_ENTRIES: tuple[Entry, ...] = (
+    Entry(
+        name="oasis",
+        arena="cluster",
+        role="system",
+        modes=("sim",),
+        paper="Bao, Peng, Wu, Li. Online job scheduling in distributed machine learning "
+        "clusters (OASiS), IEEE INFOCOM 2018",
+        summary="Online primal-dual admission and per-slot worker/PS allocation: exponential "
+        "resource prices, a DP over slots with cheapest-server placement, admit iff the best "
+        "payoff is positive. Slot model of a job and price constants from the trace are ours.",
+        factory="runners.cluster.oasis:oasis",
+        params=(
+            Param(
+                "slot_s",
+                float,
+                3600.0,
+                "Length of a time slot (the paper: 1 hour or longer).",
+                minimum=1.0,
+                unit="s",
+            ),
+            Param(
+                "horizon_slots",
+                int,
+                100,
+                "Slots a job's schedule may span (the paper's T: 100-300).",
+                minimum=1,
+                maximum=10_000,
+            ),
+            Param(
+                "max_scale",
+                float,
+                2.0,
+                "Most workers a job may get, as a multiple of its trace request (stands for "
+                "the paper's chunk count N_i, absent from traces).",
+                minimum=1.0,
+                maximum=64.0,
+                reconstructed=True,
+            ),
+            Param(
+                "price_ratio_scale",
+                float,
+                1.0,
+                "Multiplies the estimated U/L ratios (the paper's Fig. 6 sensitivity study).",
+                minimum=0.01,
+                maximum=100.0,
+            ),
+            Param(
+                "min_price_ratio",
+                float,
+                1e-6,
+                "Floor of the lowest price L, as a fraction of the smallest U (ours: keeps "
+                "prices positive when a utility falls to zero within the horizon).",
+                minimum=1e-12,
+                maximum=1.0,
+                reconstructed=True,
+            ),
+        ),
+    ),
+    Entry(
+        name="fifo",
+        arena="cluster",
+        role="baseline",
+        modes=("sim",),
+        paper="First-in first-out with head-of-line blocking (YARN; Gavel's FIFO policy)",
+        summary="Jobs start in arrival order; the head of the queue blocks the rest.",
+        factory=f"{_CL}:fifo",
+        params=(_placement_param(),),
+    ),
+    Entry(
+        name="drf",
+        arena="cluster",
+        role="baseline",
+        modes=("sim",),
+        paper="Ghodsi et al., Dominant resource fairness, USENIX NSDI 2011",
+        summary="The next job comes from the user with the smallest dominant share (GPU, CPU, "
+        "memory); jobs that do not fit are skipped (backfilling).",
+        factory=f"{_CL}:drf",
+        params=(_placement_param(),),
+    ),
+    Entry(
+        name="srtf",
+        arena="cluster",
+        role="baseline",
+        modes=("sim",),
+        paper="Shortest remaining time first (preemptive), as in DL2's and Blox's baselines",
+        summary="Preemptive: the jobs with the least remaining time at their isolated speed run "
+        "(an oracle that knows durations).",
+        factory=f"{_CL}:srtf",
+        params=(_placement_param(),),
+    ),
+    Entry(
+        name="tiresias",
+        arena="cluster",
+        role="baseline",
+        modes=("sim",),
+        paper="Gu et al., Tiresias: a GPU cluster manager for distributed deep learning, "
+        "USENIX NSDI 2019",
+        summary="Discretised 2D-LAS: queues by attained GPU-time, FIFO inside a queue, "
+        "preemptive, optional starvation promotion.",
+        factory=f"{_CL}:tiresias",
+        params=(
+            _placement_param(),
+            Param(
+                "threshold_1_gpu_s",
+                float,
+                3600.0,
+                "First queue limit in attained GPU-seconds (the Tiresias simulator's).",
+                minimum=0.0,
+                unit="GPU-s",
+            ),
+            Param(
+                "threshold_2_gpu_s",
+                float,
+                7200.0,
+                "Second queue limit (0 = none).",
+                minimum=0.0,
+                unit="GPU-s",
+            ),
+            Param(
+                "threshold_3_gpu_s",
+                float,
+                18000.0,
+                "Third queue limit (0 = none).",
+                minimum=0.0,
+                unit="GPU-s",
+            ),
+            Param(
+                "promote_knob",
+                float,
+                0.0,
+                "Starvation promotion: a job waiting longer than this times its executed time "
+                "returns to the first queue (0 = off).",
+                minimum=0.0,
+            ),
+        ),
+    ),
+    Entry(
+        name="bin-packing",
+        arena="cluster",
+        role="baseline",
+        modes=("sim",),
+        paper="Consolidated placement (Tiresias' and Gandiva's consolidation; Harmony's baseline)",
+        summary="The whole job on the fullest server that holds it, else over the fewest, "
+        "emptiest servers.",
+        factory=f"{_CL}:bin_packing_policy",
+        params=(_scheduler_param(),),
+    ),
+    Entry(
+        name="load-balance",
+        arena="cluster",
+        role="baseline",
+        modes=("sim",),
+        paper="Load balancing placement (Harmony's and Optimus' baseline)",
+        summary="Every task on the server with the most free GPUs (PSs: the most free CPU).",
+        factory=f"{_CL}:load_balance_policy",
+        params=(_scheduler_param(),),
+    ),
+    Entry(
+        name="lif",
+        arena="cluster",
+        role="baseline",
+        modes=("sim",),
+        paper="Least interference first (Harmony's baseline, after Paragon-style "
+        "interference-aware placement)",
+        summary="Every task on the feasible server where the job suffers the least modelled "
+        "interference from the jobs already there.",
+        factory=f"{_CL}:lif_policy",
+        params=(_scheduler_param(),),
+    ),
+)
+
 ENTRIES: tuple[Entry, ...] = (
     # --- all-reduce arena -----------------------------------------------------------------
     Entry(
@@ -507,6 +705,7 @@ ENTRIES: tuple[Entry, ...] = (
             ),
         ),
     ),
+    *CLUSTER_ENTRIES,
 )
 
 _BY_NAME = {e.name: e for e in ENTRIES}

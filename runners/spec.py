@@ -12,7 +12,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -20,6 +20,9 @@ import workloads
 from workloads import devices
 
 from . import registry
+
+if TYPE_CHECKING:
+    from .cluster.spec import ClusterRunSpec
 
 SPEC_VERSION = 1
 
@@ -165,14 +168,24 @@ def load_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def validate(raw: Any) -> RunSpec:
-    """Check ``raw`` against the contract and return the resolved spec."""
+def validate(raw: Any) -> RunSpec | ClusterRunSpec:
+    """Check ``raw`` against the contract and return the resolved spec: a ``RunSpec`` for the
+    communication arenas, a ``runners.cluster.spec.ClusterRunSpec`` for the cluster arena."""
     if not isinstance(raw, dict):
         raise SpecError("SPEC", f"must be a mapping (got {type(raw).__name__})")
+    entry = _entry(raw)
+    if entry.arena == "cluster":
+        from .cluster import spec as cluster_spec
+
+        return cluster_spec.validate(raw, entry)
+    return validate_comm(raw, entry)
+
+
+def validate_comm(raw: dict[str, Any], entry: registry.Entry) -> RunSpec:
+    """The communication arenas' half of ``validate``."""
     unknown = _unknown_keys(raw, _TOP_KEYS)
     if unknown:
         raise SpecError(unknown[0], f"unknown field (allowed: {', '.join(sorted(_TOP_KEYS))})")
-    entry = _entry(raw)
     mode = raw.get("mode", "sim")
     if mode not in registry.MODES:
         raise SpecError("mode", f"must be one of {', '.join(registry.MODES)} (got {mode!r})")
@@ -246,8 +259,6 @@ def _entry(raw: dict[str, Any]) -> registry.Entry:
         entry = registry.get(name)
     except registry.UnknownEntry as err:
         raise SpecError("system", err.args[0]) from None
-    if entry.arena == "cluster":
-        raise SpecError("system", f"'{name}' is in the cluster arena, which is not available yet")
     return entry
 
 

@@ -43,6 +43,11 @@ PS_STRAGGLER_HELP = (
 )
 
 
+# The portal queues the single-job (communication) arenas; the cluster arena runs from the
+# command line for now (``python -m runners run``).
+PORTAL_ARENAS = ("allreduce", "ps")
+
+
 class ExperimentForm(forms.Form):
     name = forms.CharField(max_length=200)
     description = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
@@ -131,7 +136,7 @@ class ExperimentForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        entries = CatalogueEntry.objects.filter(active=True)
+        entries = CatalogueEntry.objects.filter(active=True, arena__in=PORTAL_ARENAS)
         choices = [(e.name, f"{e.name} ({e.arena}, {e.role})") for e in entries]
         self.fields["system"].choices = choices
         self.fields["baselines"].choices = [(e.name, e.name) for e in entries]

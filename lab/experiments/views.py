@@ -10,7 +10,7 @@ from django.views.decorators.http import require_POST
 from lab import actions
 from lab.accounts.auth import session_or_token
 from lab.catalogue.models import CatalogueEntry
-from lab.experiments.forms import STRAGGLER_NAMES, ExperimentForm, straggler_text
+from lab.experiments.forms import PORTAL_ARENAS, STRAGGLER_NAMES, ExperimentForm, straggler_text
 from lab.experiments.models import Experiment
 from lab.reports import figures
 from lab.runs.models import Run
@@ -34,7 +34,9 @@ def experiment_new(request: HttpRequest) -> HttpResponse:
     else:
         form = ExperimentForm(initial=_initial(request))
     catalogue = list(
-        CatalogueEntry.objects.filter(active=True).values("name", "arena", "role", "params")
+        CatalogueEntry.objects.filter(active=True, arena__in=PORTAL_ARENAS).values(
+            "name", "arena", "role", "params"
+        )
     )
     return render(request, "experiments/new.html", {"form": form, "catalogue": catalogue})
 
@@ -43,7 +45,7 @@ def _initial(request: HttpRequest) -> dict[str, object]:
     """Defaults for a blank form; ``?copy=<id>`` starts from an existing experiment."""
     source = Experiment.objects.filter(pk=request.GET.get("copy") or 0).first()
     if source is None:
-        systems = CatalogueEntry.objects.filter(active=True)
+        systems = CatalogueEntry.objects.filter(active=True, arena__in=PORTAL_ARENAS)
         first = systems.filter(role="system").first() or systems.first()
         if first is None:
             return {}

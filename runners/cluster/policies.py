@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from workloads.traces import Job
 
@@ -49,7 +51,7 @@ def _greedy(
     placement: Placement = {}
     for kind, demand in _tasks(job):
         best, best_score = -1, 0.0
-        for server in range(len(free)):
+        for server in sim.worker_servers if kind == "w" else sim.ps_hosts:
             if not _fits(free[server], demand):
                 continue
             s = score(server, kind, free)
@@ -79,26 +81,43 @@ def lif(sim: ClusterSim, job: Job) -> Placement | None:
 
 
 def bin_packing(sim: ClusterSim, job: Job) -> Placement | None:
-    g, c, m = _job_total(job)
-    g, c, m = g - 1e-9, c - 1e-9, m - 1e-9
+    pool = sim.config.ps_servers > 0 and job.ps > 0
+    if pool:  # workers packed on the GPU servers, PSs packed on the PS pool
+        g, c, m = (job.workers * d - 1e-9 for d in job.worker_demand)
+    else:
+        g, c, m = (x - 1e-9 for x in _job_total(job))
     best, best_left = -1, 0.0
-    for server, free in enumerate(sim.free):  # the hot loop of FIFO: kept flat
+    for server in sim.worker_servers:  # the hot loop of FIFO: kept flat
+        free = sim.free[server]
         if free[0] >= g and free[1] >= c and free[2] >= m:
             left = free[0] - g
             if best < 0 or left < best_left:
                 best, best_left = server, left
-    if best >= 0:
+    if best >= 0 and not pool:
         return {best: [job.workers, job.ps]}
-    # Spread: fill the emptiest servers first, so the job uses as few as possible.
-    order = sorted(range(len(sim.free)), key=lambda s: (-sim.free[s][0], s))
-    free = {s: list(sim.free[s]) for s in order}
+    # Spread: the emptiest servers first, each filled before the next, so the job uses as few
+    # servers as possible.
+    free = {s: list(sim.free[s]) for s in range(len(sim.free))}
     placement: Placement = {}
-    for kind, demand in _tasks(job):
-        used = [s for s in placement if _fits(free[s], demand)]
-        candidates = used or [s for s in order if _fits(free[s], demand)]
-        if not candidates:
-            return None
-        server = candidates[0]
+    if best >= 0:
+        placement[best] = [job.workers, 0]
+        for k in range(3):
+            free[best][k] -= job.workers * job.worker_demand[k]
+        tasks = [("p", job.ps_demand)] * job.ps
+    else:
+        tasks = _tasks(job)
+    for kind, demand in tasks:
+        pool_servers = sim.worker_servers if kind == "w" else sim.ps_hosts
+        used = [s for s in placement if s in pool_servers and _fits(free[s], demand)]
+        if used:
+            server = used[0]
+        else:
+            # Emptiest server of the pool (most free GPUs, or CPU for a PS pool) first.
+            k = 0 if kind == "w" or not pool else 1
+            candidates = [s for s in pool_servers if _fits(free[s], demand)]
+            if not candidates:
+                return None
+            server = min(candidates, key=lambda s: (-free[s][k], s))
         for k in range(3):
             free[server][k] -= demand[k]
         slot = placement.setdefault(server, [0, 0])
@@ -121,7 +140,7 @@ class Fifo:
 
 class Drf:
     def schedule(self, sim: ClusterSim) -> None:
-        total = [c * sim.config.servers for c in sim.config.capacity]
+        total = list(sim.config.total)
         used: dict[str, list[float]] = {}
         for state in sim.running.values():
             _add(used.setdefault(state.job.user, [0.0, 0.0, 0.0]), state.job)
@@ -230,3 +249,68 @@ class Tiresias(_Preemptive):
         if not (sim.now < self._armed <= first):
             sim.timer(first)
             self._armed = first
+
+
+# -- what the registry builds ---------------------------------------------------------------
+
+
+@dataclass
+class ClusterPolicy:
+    """A registry entry of the cluster arena, built: the scheduler and the placement rule."""
+
+    scheduler: Any
+    place: Callable[[ClusterSim, Job], Placement | None]
+    scheduler_name: str
+    placement_name: str
+
+
+def _policy(scheduler: str, placement: str, **kwargs: Any) -> ClusterPolicy:
+    return ClusterPolicy(
+        SCHEDULERS[scheduler](**kwargs), PLACEMENTS[placement], scheduler, placement
+    )
+
+
+def fifo(placement: str = "bin-packing") -> ClusterPolicy:
+    return _policy("fifo", placement)
+
+
+def drf(placement: str = "bin-packing") -> ClusterPolicy:
+    return _policy("drf", placement)
+
+
+def srtf(placement: str = "bin-packing") -> ClusterPolicy:
+    return _policy("srtf", placement)
+
+
+def tiresias(
+    placement: str = "bin-packing",
+    threshold_1_gpu_s: float = TIRESIAS_THRESHOLDS_S[0],
+    threshold_2_gpu_s: float = TIRESIAS_THRESHOLDS_S[1],
+    threshold_3_gpu_s: float = TIRESIAS_THRESHOLDS_S[2],
+    promote_knob: float = 0.0,
+) -> ClusterPolicy:
+    thresholds = tuple(
+        t for t in (threshold_1_gpu_s, threshold_2_gpu_s, threshold_3_gpu_s) if t > 0
+    )
+    return _policy("tiresias", placement, thresholds_s=thresholds, promote_knob=promote_knob)
+
+
+def placement_policy(name: str) -> Callable[..., ClusterPolicy]:
+    """The factory of a placement entry: the rule under a scheduler chosen by parameter."""
+
+    def build(scheduler: str = "fifo") -> ClusterPolicy:
+        return _policy(scheduler, name)
+
+    return build
+
+
+bin_packing_policy = placement_policy("bin-packing")
+load_balance_policy = placement_policy("load-balance")
+lif_policy = placement_policy("lif")
+
+SCHEDULERS: dict[str, Callable[..., Any]] = {
+    "fifo": Fifo,
+    "drf": Drf,
+    "srtf": Srtf,
+    "tiresias": Tiresias,
+}

@@ -69,10 +69,11 @@ class SpeedModel:
     def speed(self, model: str) -> ModelSpeed:
         return model_speed(model, self.gpu, self.efficiency)
 
-    def isolated_rate(self, job: Job, gpus_per_server: int) -> float:
+    def isolated_rate(self, job: Job, gpus_per_server: int, ps_pool: bool = False) -> float:
         """Steps per second at the job's requested size, packed as tightly as possible on
-        servers of ``gpus_per_server`` GPUs and alone (how a trace's duration becomes work)."""
-        placement = _packed(job, gpus_per_server)
+        servers of ``gpus_per_server`` GPUs and alone (how a trace's duration becomes work);
+        with ``ps_pool`` the PSs sit on their own machines, one per machine."""
+        placement = _packed(job, gpus_per_server, ps_pool)
         return 1.0 / self.step_time(job, placement, {s: 1 for s, _, _ in placement}, {})
 
     def step_time(
@@ -115,14 +116,19 @@ class SpeedModel:
         return compute + 2 * (workers - 1) / workers * m / link
 
 
-def _packed(job: Job, gpus_per_server: int) -> list[tuple[int, int, int]]:
-    """Workers filled server by server; PSs spread round-robin over the same servers."""
+def _packed(job: Job, gpus_per_server: int, ps_pool: bool = False) -> list[tuple[int, int, int]]:
+    """Workers filled server by server; PSs spread round-robin over the same servers (or one
+    per machine of a PS pool)."""
     out: list[list[int]] = []
     left = job.workers
+    per_server = max(1, gpus_per_server)
     while left > 0:
-        n = min(left, gpus_per_server)
+        n = min(left, per_server)
         out.append([len(out), n, 0])
         left -= n
+    if ps_pool:
+        out.extend([len(out) + k, 0, 1] for k in range(job.ps))
+        return [tuple(x) for x in out]  # type: ignore[misc]
     for k in range(job.ps):
         out[k % len(out)][2] += 1
     return [tuple(x) for x in out]  # type: ignore[misc]

@@ -25,14 +25,16 @@ class CheckedSim(ClusterSim):
 
     def _update_rates(self) -> None:
         super()._update_rates()
-        cap = self.config.capacity
-        used = [[0.0, 0.0, 0.0] for _ in range(self.config.servers)]
+        caps = self.config.capacities()
+        used = [[0.0, 0.0, 0.0] for _ in caps]
         for state in self.running.values():
             assert state.job.arrival_s <= self.now, "started before it arrived"
             for server, (w, p) in state.placement.items():
+                assert not w or server in self.config.worker_servers, "worker off the GPU pool"
+                assert not p or server in self.config.ps_hosts, "PS off the PS pool"
                 for k in range(3):
                     used[server][k] += w * state.job.worker_demand[k] + p * state.job.ps_demand[k]
-        for server in range(self.config.servers):
+        for server, cap in enumerate(caps):
             for k in range(3):
                 assert used[server][k] <= cap[k] + 1e-9, f"server {server} over capacity"
                 assert abs(self.free[server][k] - (cap[k] - used[server][k])) < 1e-6
@@ -44,12 +46,18 @@ def trace(n: int = 120, seed: int = 3, ps_fraction: float = 0.3) -> tuple[Job, .
     return tuple(dataclasses.replace(j, duration_s=j.duration_s / 20) for j in jobs)
 
 
+@pytest.mark.parametrize("ps_servers", [0, 2], ids=["one-pool", "ps-pool"])
 @pytest.mark.parametrize("placement", sorted(policies.PLACEMENTS))
 @pytest.mark.parametrize("scheduler", sorted(SCHEDULERS))
-def test_every_scheduler_and_placement_keeps_capacity_and_finishes_every_job(scheduler, placement):
+def test_every_scheduler_and_placement_keeps_capacity_and_finishes_every_job(
+    scheduler, placement, ps_servers
+):
     jobs = trace()
     sim = CheckedSim(
-        jobs, ClusterConfig(servers=4), SCHEDULERS[scheduler](), policies.PLACEMENTS[placement]
+        jobs,
+        ClusterConfig(servers=4, ps_servers=ps_servers),
+        SCHEDULERS[scheduler](),
+        policies.PLACEMENTS[placement],
     )
     result = sim.run()
     assert result.metrics["jobs_finished"] == len(jobs)
