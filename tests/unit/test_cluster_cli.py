@@ -117,7 +117,9 @@ def test_bad_cluster_input_exits_2_naming_the_field(tmp_path, capsys):
     bad(tmp_path, capsys, {**base, "cluster": {"servers": -1}}, "cluster.servers")
     bad(tmp_path, capsys, {**base, "cluster": {"workers": 4}}, "cluster.workers")
     bad(tmp_path, capsys, {**base, "params": {"placement": "random"}}, "params.placement")
-    bad(tmp_path, capsys, {**base, "trace": {"file": "/nope.csv", "format": "helios"}}, "trace.file")
+    bad(
+        tmp_path, capsys, {**base, "trace": {"file": "/nope.csv", "format": "helios"}}, "trace.file"
+    )
     folder = tmp_path / "t"
     folder.mkdir()
     helios = str(samples.write_helios(folder))
@@ -131,7 +133,9 @@ def test_bad_trace_rows_exit_2_naming_file_and_row_or_are_skipped_when_asked(tmp
     folder.mkdir()
     tiresias = str(samples.write_tiresias(folder, extra=["9,2,-5,100,vgg16,50,10"]))
     base = {"system": "fifo", "cluster": {"servers": 4}}
-    err = bad(tmp_path, capsys, {**base, "trace": {"file": tiresias, "format": "tiresias"}}, "row 6")
+    err = bad(
+        tmp_path, capsys, {**base, "trace": {"file": tiresias, "format": "tiresias"}}, "row 6"
+    )
     assert "tiresias.csv" in err and "invalid trace" in err
     trace = {"file": tiresias, "format": "tiresias", "on_error": "skip"}
     code, summary, err = run_spec(tmp_path, {**base, "trace": trace}, capsys)
