@@ -68,6 +68,11 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also time the full comm grid (examples/grids/comm-full.yaml, 2 jobs)",
     )
+    p.add_argument(
+        "--only",
+        choices=("comm", "cluster"),
+        help="only the communication arenas' cases or only the cluster arena's",
+    )
     p.set_defaults(func=_bench)
     return parser
 
@@ -156,7 +161,12 @@ def _bench(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         print("--repeats: must be >= 1", file=sys.stderr)
         return 2
-    report = bench.run(repeats=args.repeats, progress=not args.json)
+    if args.only == "cluster":
+        report: dict = {"cases": [], "target_s": bench.CASE_TARGET_S}
+    else:
+        report = bench.run(repeats=args.repeats, progress=not args.json)
+    if args.only != "comm":
+        report["cluster"] = bench.run_cluster(repeats=args.repeats, progress=not args.json)
     if args.grid:
         report["grid"] = bench.run_grid(progress=not args.json)
     if args.json:
@@ -168,6 +178,18 @@ def _bench(args: argparse.Namespace) -> int:
             f"{case['name']:44} median {case['median_wall_s'] * 1e3:8.1f} ms  "
             f"plan {case['plan_wall_s'] * 1e3:7.1f} ms  "
             f"{case['events_per_s']:10,.0f} events/s{flag}"
+        )
+    for case in report.get("cluster", []):
+        target = case["target"]
+        goal = (
+            f">= {target['min_jobs_per_s']:,.0f} jobs/s"
+            if "min_jobs_per_s" in target
+            else f"<= {target['max_wall_s']:.0f} s"
+        )
+        flag = "" if case["meets_target"] else "  (misses the target)"
+        print(
+            f"cluster {case['name']:34} median {case['median_wall_s']:7.2f} s  "
+            f"{case['simulated_jobs_per_s']:9,.0f} jobs/s  (target {goal}){flag}"
         )
     if "grid" in report:
         g = report["grid"]

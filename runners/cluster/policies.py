@@ -71,10 +71,10 @@ def load_balance(sim: ClusterSim, job: Job) -> Placement | None:
 
 
 def lif(sim: ClusterSim, job: Job) -> Placement | None:
-    row = sim.config.speed.interference.get(job.model, {})
+    model = job.model
 
     def score(server: int, kind: str, free: list[list[float]]) -> float:
-        hurt = sum(row.get(sim.states[o].job.model, 0.0) for o in sim.on_server[server])
+        hurt = sim.hurt_on[server].get(model, 0.0)  # from the jobs already there
         return hurt - 1e-6 * free[server][0]  # ties: the emptier server
 
     return _greedy(sim, job, score)
@@ -106,18 +106,27 @@ def bin_packing(sim: ClusterSim, job: Job) -> Placement | None:
         tasks = [("p", job.ps_demand)] * job.ps
     else:
         tasks = _tasks(job)
+    # Per kind of task: the pool's servers, emptiest first (most free GPUs, or CPU on a PS
+    # pool), scanned once: a server too full for a task now stays too full for the same task.
+    queues: dict[str, tuple[list[int], list[int]]] = {}
     for kind, demand in tasks:
         pool_servers = sim.worker_servers if kind == "w" else sim.ps_hosts
         used = [s for s in placement if s in pool_servers and _fits(free[s], demand)]
         if used:
             server = used[0]
         else:
-            # Emptiest server of the pool (most free GPUs, or CPU for a PS pool) first.
-            k = 0 if kind == "w" or not pool else 1
-            candidates = [s for s in pool_servers if _fits(free[s], demand)]
-            if not candidates:
+            if kind not in queues:
+                k = 0 if kind == "w" or not pool else 1
+                order = sorted(pool_servers, key=lambda s: (-free[s][k], s))
+                queues[kind] = (order, [0])
+            order, at = queues[kind]
+            while at[0] < len(order) and (
+                order[at[0]] in placement or not _fits(free[order[at[0]]], demand)
+            ):
+                at[0] += 1
+            if at[0] == len(order):
                 return None
-            server = min(candidates, key=lambda s: (-free[s][k], s))
+            server = order[at[0]]
         for k in range(3):
             free[server][k] -= demand[k]
         slot = placement.setdefault(server, [0, 0])

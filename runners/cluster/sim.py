@@ -178,6 +178,13 @@ class ClusterSim:
         self.cross = [0] * n  # jobs sending across servers from each server
         self.worker_servers = config.worker_servers
         self.ps_hosts = config.ps_hosts
+        # Per server: how much the jobs there slow a job of each model, itself included
+        # (kept up to date as jobs come and go; the throughput model subtracts the job's own).
+        self.hurt_on: list[dict[str, float]] = [{} for _ in range(n)]
+        self._hurt_by = {
+            m: {a: row.get(m, 0.0) for a, row in config.speed.interference.items()}
+            for m in config.speed.interference
+        }
         self.pending: list[int] = []  # arrival order
         self.running: dict[int, JobState] = {}
         self.finished: list[JobState] = []
@@ -314,6 +321,9 @@ class ClusterSim:
             gpus += w * job.worker_demand[0] + p * job.ps_demand[0]
             self.on_server[server].add(job.id)
             self._touched.add(server)
+            hurt = self.hurt_on[server]
+            for a, x in self._hurt_by.get(job.model, {}).items():
+                hurt[a] = hurt.get(a, 0.0) + x
         if len(placement) > 1:
             for server in placement:
                 self.cross[server] += 1
@@ -353,6 +363,12 @@ class ClusterSim:
                 free[k] += w * job.worker_demand[k] + p * job.ps_demand[k]
             self.on_server[server].discard(job.id)
             self._touched.add(server)
+            hurt = self.hurt_on[server]
+            if self.on_server[server]:
+                for a, x in self._hurt_by.get(job.model, {}).items():
+                    hurt[a] -= x
+            else:
+                hurt.clear()  # empty: exactly zero, no rounding left behind
         if len(state.placement) > 1:
             for server in state.placement:
                 self.cross[server] -= 1
@@ -380,17 +396,16 @@ class ClusterSim:
             affected |= self.on_server[server]
         self._touched.clear()
         speed = self.config.speed
+        hurt_on = self.hurt_on
         for job_id in sorted(affected):
             state = self.running[job_id]
             self._accrue(state)
             placement = [(s, w, p) for s, (w, p) in state.placement.items()]
-            neighbours = {
-                s: [self.states[o].job.model for o in self.on_server[s] if o != job_id]
-                for s, _, _ in placement
-            }
+            model = state.job.model
+            hurt = {s: hurt_on[s].get(model, 0.0) for s, _, _ in placement}
             nic_users = {s: self.cross[s] for s, _, _ in placement}
             workers = sum(w for _, w, _ in placement)
-            step = speed.step_time(state.job, placement, nic_users, neighbours)
+            step = speed.step_time(state.job, placement, nic_users, hurt=hurt)
             state.rate = workers * state.scale / step
             state.version += 1
             left = state.penalty_s + state.remaining / state.rate

@@ -22,7 +22,7 @@ parameter of ``SpeedModel``):
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -74,24 +74,33 @@ class SpeedModel:
         servers of ``gpus_per_server`` GPUs and alone (how a trace's duration becomes work);
         with ``ps_pool`` the PSs sit on their own machines, one per machine."""
         placement = _packed(job, gpus_per_server, ps_pool)
-        return 1.0 / self.step_time(job, placement, {s: 1 for s, _, _ in placement}, {})
+        return 1.0 / self.step_time(job, placement, {s: 1 for s, _, _ in placement})
 
     def step_time(
         self,
         job: Job,
         placement: Iterable[tuple[int, int, int]],
         nic_users: dict[int, int],
-        neighbours: dict[int, list[str]],
+        neighbours: Mapping[int, Iterable[str]] | None = None,
+        hurt: Mapping[int, float] | None = None,
     ) -> float:
         """Seconds per step of ``job`` placed as ``(server, workers, ps)`` triples, with
         ``nic_users[server]`` jobs sending across servers from each server and
-        ``neighbours[server]`` the models of the other jobs there."""
+        ``neighbours[server]`` the models of the other jobs there; or, instead of
+        ``neighbours``, ``hurt[server]`` = the summed interference on a job of this model from
+        every job there, this one included (the simulator keeps it up to date)."""
         placement = [p for p in placement if p[1] or p[2]]
         speed = self.speed(job.model)
         slow = 1.0
         row = self.interference.get(job.model, {})
-        for server, _, _ in placement:
-            slow = max(slow, 1.0 + sum(row.get(m, 0.0) for m in neighbours.get(server, ())))
+        if hurt is not None:
+            own = row.get(job.model, 0.0)
+            for server, _, _ in placement:
+                slow = max(slow, 1.0 + hurt.get(server, 0.0) - own)
+        elif neighbours:
+            for server, _, _ in placement:
+                models = neighbours.get(server, ())
+                slow = max(slow, 1.0 + sum(row.get(m, 0.0) for m in models))
         compute = speed.compute_s * slow
         nic = self.nic_gbps * 1e9 / 8
         m = speed.model_bytes
