@@ -248,6 +248,135 @@ CLUSTER_ENTRIES: tuple[Entry, ...] = (
         ),
     ),
     Entry(
+        name="tetris",
+        arena="cluster",
+        role="baseline",
+        modes=("sim",),
+        paper="Grandl et al., Multi-resource packing for cluster schedulers (Tetris), "
+        "ACM SIGCOMM 2014",
+        summary="Non-preemptive: start the pending job whose demand best aligns with the free "
+        "resources (dot product), minus a shortest-remaining-work term.",
+        factory="runners.cluster.baselines:tetris",
+        params=(
+            _placement_param(),
+            Param(
+                "srtf_weight",
+                float,
+                1.0,
+                "Weight of the remaining-work term against alignment (0 = pure packing), "
+                "scaled as in DL2's Tetris baseline.",
+                minimum=0.0,
+                reconstructed=True,
+            ),
+        ),
+    ),
+    Entry(
+        name="optimus",
+        arena="cluster",
+        role="baseline",
+        modes=("sim",),
+        paper="Peng et al., Optimus: an efficient dynamic resource scheduler for deep learning "
+        "clusters, ACM EuroSys 2018",
+        summary="Elastic: at arrivals and completions, give workers/PSs one at a time to the job "
+        "with the largest drop in remaining time per dominant share; the throughput model "
+        "stands in for Optimus' fitted speed function.",
+        factory="runners.cluster.baselines:optimus",
+        params=(
+            Param(
+                "placement",
+                str,
+                "optimus",
+                "Placement: 'optimus' (fewest servers, tasks spread evenly) or a placement rule.",
+                choices=("optimus", *CLUSTER_PLACEMENTS),
+            ),
+            Param(
+                "worker_factor",
+                float,
+                2.0,
+                "Most workers, as a multiple of the trace's request.",
+                minimum=1.0,
+                reconstructed=True,
+            ),
+            Param("max_workers", int, 32, "Most workers of one job.", minimum=1),
+            Param(
+                "ps_factor",
+                float,
+                2.0,
+                "Most PSs, as a multiple of the trace's request.",
+                minimum=1.0,
+                reconstructed=True,
+            ),
+            Param("max_ps", int, 32, "Most PSs of one job.", minimum=1),
+            Param(
+                "sticky",
+                bool,
+                True,
+                "A running job keeps its servers when its counts change (fewest moves).",
+                reconstructed=True,
+            ),
+        ),
+    ),
+    Entry(
+        name="dorm",
+        arena="cluster",
+        role="baseline",
+        modes=("sim",),
+        paper="Sun et al., Dorm: dynamically partitioning cluster resources for distributed "
+        "machine learning, 2017 (OASiS' baseline)",
+        summary="Elastic max-min fair partition of dominant shares at arrivals and completions, "
+        "at most max_adjust running jobs resized per round; a greedy stand-in for the "
+        "paper's MILP.",
+        factory="runners.cluster.baselines:dorm",
+        params=(
+            _placement_param(),
+            Param(
+                "max_factor",
+                float,
+                1.0,
+                "Most workers, as a multiple of the trace's request.",
+                minimum=1.0,
+                reconstructed=True,
+            ),
+            Param(
+                "max_adjust",
+                int,
+                2,
+                "Running jobs resized per round at most (adjustment overhead).",
+                minimum=0,
+                reconstructed=True,
+            ),
+        ),
+    ),
+    Entry(
+        name="rrh",
+        arena="cluster",
+        role="baseline",
+        modes=("sim",),
+        paper="Risk-reward heuristic (OASiS' baseline): admission by utility minus the delay "
+        "cost imposed on admitted jobs, then utility density first",
+        summary="Admit a job if its expected utility minus the utility it takes from admitted "
+        "jobs exceeds a threshold; run admitted jobs by utility per GPU-second.",
+        factory="runners.cluster.baselines:rrh",
+        params=(
+            _placement_param(),
+            Param(
+                "admit_threshold",
+                float,
+                0.0,
+                "Admit iff utility minus delay cost exceeds this.",
+                reconstructed=True,
+            ),
+            Param(
+                "preemptive",
+                bool,
+                False,
+                "Keep the densest jobs running (pause others).",
+                reconstructed=True,
+            ),
+            Param("backfill", bool, True, "A job that fits may start past one that does not."),
+        ),
+    ),
+    Entry(
         name="bin-packing",
         arena="cluster",
         role="baseline",
