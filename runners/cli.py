@@ -3,7 +3,8 @@
     python -m runners list [--json] [--arena ARENA]
     python -m runners run SPEC --out DIR
     python -m runners grid GRID --out DIR [--jobs N] [--resume] [--keep-runs]
-    python -m runners bench [--json] [--repeats N]
+    python -m runners bench [--json] [--repeats N] [--only comm|cluster] [--grid]
+    python -m runners harmony train --out DIR [--epochs E] [--seed S] | evaluate --checkpoint P
 
 ``grid`` expands a sweep (systems x workloads x cluster/params/spec axes x seeds, see
 ``runners.grid``), validates every run, runs them in parallel and writes DIR/results.csv (one row
@@ -31,6 +32,10 @@ from .spec import SpecError, load_file, validate
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["harmony"]:  # its own parser (train / evaluate), options passed through
+        logging.basicConfig(level=logging.INFO, format="[runners] %(message)s", stream=sys.stderr)
+        return _harmony(argparse.Namespace(args=argv[1:]))
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[runners] %(message)s", stream=sys.stderr)
     return args.func(args)
@@ -60,6 +65,13 @@ def _parser() -> argparse.ArgumentParser:
         "--keep-runs", action="store_true", help="also write every run directory under DIR/runs/"
     )
     p.set_defaults(func=_grid)
+    p = sub.add_parser(
+        "harmony",
+        help="train or evaluate a Harmony placement policy (train --out DIR | evaluate ...)",
+        add_help=False,
+    )
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_harmony)
     p = sub.add_parser("bench", help="benchmark the simulators")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--repeats", type=int, default=5, help="timed repeats per case (median)")
@@ -112,7 +124,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         summary = run_to_directory(spec, args.out, sys.argv)
     except TraceInputError as err:  # found once the trace is read: still bad input
-        print(f"invalid trace: {err}", file=sys.stderr)
+        print(f"invalid {err.what}: {err}", file=sys.stderr)
         return 2
     except Exception as err:  # the run failed: say why on one line, keep the traceback in stderr
         logging.getLogger("runners").exception("run failed")
@@ -155,6 +167,15 @@ def _grid(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _harmony(args: argparse.Namespace) -> int:
+    from .cluster import harmony
+
+    try:
+        return harmony.main(args.args)
+    except SystemExit as err:  # argparse: usage errors exit 2, --help exits 0
+        return int(err.code or 0)
 
 
 def _bench(args: argparse.Namespace) -> int:

@@ -131,6 +131,7 @@ def _cluster_to_directory(spec: ClusterRunSpec, out: Path, argv: list[str]) -> d
                     "seed": spec.seed,
                     "arena": spec.arena,
                 },
+                "policy": sim.policy_names,
                 "trace": {
                     "source": info.source,
                     "jobs": info.jobs,

@@ -248,6 +248,28 @@ CLUSTER_ENTRIES: tuple[Entry, ...] = (
         ),
     ),
     Entry(
+        name="harmony",
+        arena="cluster",
+        role="system",
+        modes=("sim",),
+        paper="Bao, Peng, Wu. Deep learning-based job placement in distributed machine learning "
+        "clusters (Harmony), IEEE INFOCOM 2019",
+        summary="Deep-RL placement: an actor-critic places a job's workers and PSs one at a time "
+        "on masked servers, trained offline with job-aware exploration, experience replay and "
+        "an auxiliary reward-prediction network. Per-job placement MDP and all constants ours.",
+        factory="runners.cluster.harmony:harmony",
+        params=(
+            Param(
+                "checkpoint",
+                str,
+                "",
+                "A harmony-vN.pt from `python -m runners harmony train` (empty: a quick default "
+                "policy trained on the spot, weak; the run's log says so).",
+            ),
+            _scheduler_param(),
+        ),
+    ),
+    Entry(
         name="tetris",
         arena="cluster",
         role="baseline",

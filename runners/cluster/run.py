@@ -103,14 +103,22 @@ def build_config(spec: ClusterRunSpec) -> ClusterConfig:
 
 class TraceInputError(ValueError):
     """The trace cannot be run on this cluster (bad file or row, a job larger than any server,
-    no jobs): bad input, exit code 2 on the command line."""
+    no jobs), or the policy cannot be built from its parameters (``what = "params"``): bad
+    input, exit code 2 on the command line."""
+
+    def __init__(self, message: str, what: str = "trace") -> None:
+        super().__init__(message)
+        self.what = what
 
 
 def prepare(spec: ClusterRunSpec) -> tuple[ClusterSim, TraceInfo]:
     """Build the trace, cluster and policy; raise ``TraceInputError`` for bad input."""
     from workloads.importers import TraceError
 
-    policy = registry.get(spec.system).build(spec.params)
+    try:
+        policy = registry.get(spec.system).build(spec.params)
+    except (ValueError, OSError) as err:
+        raise TraceInputError(str(err), what="params") from None
     if hasattr(policy, "reseed"):
         policy.reseed(spec.seed)
     try:
@@ -126,6 +134,7 @@ def prepare(spec: ClusterRunSpec) -> tuple[ClusterSim, TraceInfo]:
         raise TraceInputError(str(err)) from None
     except ValueError as err:
         raise TraceInputError(f"trace: {err}") from None
+    sim.policy_names = {"scheduler": policy.scheduler_name, "placement": policy.placement_name}
     return sim, info
 
 

@@ -189,6 +189,7 @@ class ClusterSim:
         self.running: dict[int, JobState] = {}
         self.finished: list[JobState] = []
         self.rejected: list[int] = []
+        self.policy_names: dict[str, str] = {}  # for reports: what scheduled and placed
         self.now = 0.0
         self._events: list[tuple[float, int, int, int, int]] = []
         self._seq = 0

@@ -167,3 +167,26 @@ def test_cluster_systems_are_refused_in_grids(tmp_path, capsys):
     grid.write_text(yaml.safe_dump({"systems": ["fifo"], "workloads": ["resnet50"]}))
     assert main(["grid", str(grid), "--out", str(tmp_path / "g")]) == 2
     assert "cluster arena" in capsys.readouterr().err
+
+
+def test_harmony_trains_from_the_command_line_and_the_checkpoint_runs(tmp_path, capsys):
+    assert main(["harmony", "train"]) == 2  # --out is required
+    capsys.readouterr()
+    out = tmp_path / "ck"
+    code = main(["harmony", "train", "--out", str(out), "--epochs", "1", "--episodes", "1",
+                 "--jobs", "20"])  # fmt: skip
+    assert code == 0
+    checkpoint = out / "harmony-v1.pt"
+    assert checkpoint.is_file() and (out / "harmony-v1.json").is_file()
+    capsys.readouterr()
+    spec = {
+        "system": "harmony",
+        "trace": {**SMALL, "duration_scale": 0.1},
+        "cluster": {"servers": 4},
+        "params": {"checkpoint": str(checkpoint)},
+    }
+    code, summary, err = run_spec(tmp_path, spec, capsys, name="trained")
+    assert code == 0, err
+    assert summary["policy"] == {"scheduler": "fifo", "placement": "harmony"}
+    spec["params"] = {"checkpoint": str(tmp_path / "missing.pt")}
+    bad(tmp_path, capsys, spec, "params.checkpoint")
