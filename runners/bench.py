@@ -156,7 +156,7 @@ def run_cluster(repeats: int = 3, progress: bool = True) -> list[dict[str, Any]]
     """Time the cluster cases: trace generation untimed, simulator construction and run timed
     (median of ``min(repeats, case repeats)``), on the synthetic Philly-like trace with 30% PS
     jobs and the throughput model on."""
-    from .cluster.run import build_jobs, prepare
+    from .cluster.run import prepare
     from .cluster.spec import validate as validate_cluster
 
     out = []
@@ -172,8 +172,7 @@ def run_cluster(repeats: int = 3, progress: bool = True) -> list[dict[str, Any]]
             "cluster": {"servers": case["servers"]},
         }
         spec = validate_cluster(raw, registry.get(case["system"]))
-        build_jobs(spec)  # warm the caches (profiles, imports, a policy's training) untimed
-        prepare(spec)
+        prepare(spec)  # warm the caches (profiles, imports, a policy's training) untimed
         walls, metrics = [], {}
         for _ in range(max(1, min(repeats, case["repeats"]))):
             sim, _info = prepare(spec)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,30 +33,36 @@ def run_to_directory(spec: RunSpec | ClusterRunSpec, out: Path, argv: list[str])
     """Execute ``spec`` and write the complete run directory at ``out``; return the summary."""
     if isinstance(spec, ClusterRunSpec):
         return _cluster_to_directory(spec, out, argv)
+    with _staged_run(spec, out, argv) as tmp:
+        log.info("run %s on %s, mode %s, seed %d", spec.system, spec.workload, spec.mode, spec.seed)
+        started = time.perf_counter()
+        result = simulate(spec)
+        wall_s = time.perf_counter() - started
+        log.info(
+            "simulated %d iterations in %.3f s (%d events)",
+            spec.iterations,
+            wall_s,
+            int(result.metrics["sim_events"]),
+        )
+        summary = _write_results(tmp, spec, result, wall_s)
+        log.info("iteration_time_s=%.6f", result.metrics["iteration_time_s"])
+    return summary
+
+
+@contextlib.contextmanager
+def _staged_run(spec: RunSpec | ClusterRunSpec, out: Path, argv: list[str]) -> Iterator[Path]:
+    """A staging directory for ``out`` with the manifest written and the run's log file
+    attached to the ``runners`` logger while the body runs."""
     with rundir.staging(out) as tmp:
         handler = logging.FileHandler(tmp / rundir.LOG)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         log.addHandler(handler)
         try:
             rundir.write_json(tmp / rundir.MANIFEST, manifest.build(spec, argv))
-            log.info(
-                "run %s on %s, mode %s, seed %d", spec.system, spec.workload, spec.mode, spec.seed
-            )
-            started = time.perf_counter()
-            result = simulate(spec)
-            wall_s = time.perf_counter() - started
-            log.info(
-                "simulated %d iterations in %.3f s (%d events)",
-                spec.iterations,
-                wall_s,
-                int(result.metrics["sim_events"]),
-            )
-            summary = _write_results(tmp, spec, result, wall_s)
-            log.info("iteration_time_s=%.6f", result.metrics["iteration_time_s"])
+            yield tmp
         finally:
             log.removeHandler(handler)
             handler.close()
-    return summary
 
 
 def _write_results(tmp: Path, spec: RunSpec, result: SimResult, wall_s: float) -> dict[str, Any]:
@@ -101,51 +109,43 @@ JOB_COLUMNS = (
 def _cluster_to_directory(spec: ClusterRunSpec, out: Path, argv: list[str]) -> dict[str, Any]:
     from .cluster import run as cluster_run
 
-    with rundir.staging(out) as tmp:
-        handler = logging.FileHandler(tmp / rundir.LOG)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-        log.addHandler(handler)
-        try:
-            rundir.write_json(tmp / rundir.MANIFEST, manifest.build(spec, argv))
-            log.info("run %s on %s, seed %d", spec.system, spec.workload, spec.seed)
-            sim, info = cluster_run.prepare(spec)
-            log.info("trace %s: %d jobs", info.source, info.jobs)
-            started = time.perf_counter()
-            result = sim.run()
-            wall_s = time.perf_counter() - started
-            log.info(
-                "simulated %d jobs in %.3f s (%.0f jobs/s)",
-                info.jobs,
-                wall_s,
-                result.metrics["sim_jobs_per_s"],
-            )
-            with (tmp / "jobs.csv").open("w", newline="") as f:
-                writer = csv.DictWriter(f, JOB_COLUMNS, extrasaction="ignore")
-                writer.writeheader()
-                writer.writerows(result.jobs)
-            summary = {
-                "run": {
-                    "system": spec.system,
-                    "workload": spec.workload,
-                    "mode": spec.mode,
-                    "seed": spec.seed,
-                    "arena": spec.arena,
-                },
-                "policy": sim.policy_names,
-                "trace": {
-                    "source": info.source,
-                    "jobs": info.jobs,
-                    "rows_skipped": len(info.skipped),
-                    "rows_filtered": info.filtered,
-                },
-                "metrics": {k: _finite(v) for k, v in result.metrics.items()},
-                "units": result.units,
-                "artifacts": [{"kind": "jobs", "path": "jobs.csv"}],
-            }
-            rundir.write_json(tmp / rundir.SUMMARY, summary)
-        finally:
-            log.removeHandler(handler)
-            handler.close()
+    with _staged_run(spec, out, argv) as tmp:
+        log.info("run %s on %s, seed %d", spec.system, spec.workload, spec.seed)
+        sim, info = cluster_run.prepare(spec)
+        log.info("trace %s: %d jobs", info.source, info.jobs)
+        started = time.perf_counter()
+        result = sim.run()
+        wall_s = time.perf_counter() - started
+        log.info(
+            "simulated %d jobs in %.3f s (%.0f jobs/s)",
+            info.jobs,
+            wall_s,
+            result.metrics["sim_jobs_per_s"],
+        )
+        with (tmp / "jobs.csv").open("w", newline="") as f:
+            writer = csv.DictWriter(f, JOB_COLUMNS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(result.jobs)
+        summary = {
+            "run": {
+                "system": spec.system,
+                "workload": spec.workload,
+                "mode": spec.mode,
+                "seed": spec.seed,
+                "arena": spec.arena,
+            },
+            "policy": sim.policy_names,
+            "trace": {
+                "source": info.source,
+                "jobs": info.jobs,
+                "rows_skipped": len(info.skipped),
+                "rows_filtered": info.filtered,
+            },
+            "metrics": {k: _finite(v) for k, v in result.metrics.items()},
+            "units": result.units,
+            "artifacts": [{"kind": "jobs", "path": "jobs.csv"}],
+        }
+        rundir.write_json(tmp / rundir.SUMMARY, summary)
     return summary
 
 

@@ -114,7 +114,7 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
     "gpu": (
         str,
         lambda v: v in devices.DEVICES or v.startswith("measured:"),
-        "a known device",
+        f"one of {', '.join(sorted(devices.DEVICES))} or measured:<label>",
     ),
     "compute_efficiency": (float, lambda v: 0 < v <= 1, "a fraction in (0, 1]"),
     "compute_jitter_cv": (float, lambda v: 0 <= v < 1, "a fraction in [0, 1)"),
@@ -281,16 +281,7 @@ def _cluster(raw: Any) -> CommCluster:
         raise SpecError(
             f"cluster.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(allowed))})"
         )
-    values: dict[str, Any] = {}
-    for key, (kind, check, what) in _CLUSTER_RULES.items():
-        if key not in raw:
-            continue
-        value = _coerce(f"cluster.{key}", raw[key], kind)
-        if not check(value):
-            if key == "gpu":
-                what = f"one of {', '.join(sorted(devices.DEVICES))} or measured:<label>"
-            raise SpecError(f"cluster.{key}", f"must be {what} (got {raw[key]!r})")
-        values[key] = value
+    values = checked_fields(raw, _CLUSTER_RULES, "cluster")
     workers = values.get("workers", CommCluster.workers)
     servers = values.get("servers", CommCluster.servers)
     ps = values.get("ps", CommCluster.ps)
@@ -305,6 +296,22 @@ def _cluster(raw: Any) -> CommCluster:
     values["stragglers"] = _stragglers(raw.get("stragglers", []), workers)
     values["ps_stragglers"] = _ps_stragglers(raw.get("ps_stragglers", []), servers)
     return CommCluster(**values)
+
+
+def checked_fields(
+    raw: dict[str, Any], rules: dict[str, tuple[type, Any, str]], prefix: str
+) -> dict[str, Any]:
+    """The ``rules`` keys present in ``raw``, coerced to their type and checked; a failed check
+    raises ``SpecError`` on ``prefix.key`` with the rule's description."""
+    values: dict[str, Any] = {}
+    for key, (kind, check, what) in rules.items():
+        if key not in raw:
+            continue
+        value = _coerce(f"{prefix}.{key}", raw[key], kind)
+        if not check(value):
+            raise SpecError(f"{prefix}.{key}", f"must be {what} (got {raw[key]!r})")
+        values[key] = value
+    return values
 
 
 def _iteration_range(where: str, item: dict[str, Any]) -> tuple[int, int | None]:

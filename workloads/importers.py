@@ -57,7 +57,7 @@ import math
 import os
 import random
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -327,6 +327,24 @@ class _Context:
             raise exc
         self.skipped.append((err.row, str(exc)))
 
+    def collect(
+        self, rows: Iterable[tuple[int, Any]], parse: Callable[[int, Any], _Raw | None]
+    ) -> list[_Raw]:
+        """Parse every (row, record): a ``_Raw`` is kept, None is filtered out (counted), a
+        ``_RowError`` is rejected (stop or skip)."""
+        raws = []
+        for row, record in rows:
+            try:
+                raw = parse(row, record)
+            except _RowError as e:
+                self.reject(e)
+                continue
+            if raw is None:
+                self.filtered += 1
+            else:
+                raws.append(raw)
+        return raws
+
 
 def _read_text(path: Path) -> str:
     try:
@@ -447,18 +465,7 @@ def _span(start: float, end: float, row: int, end_field: str, start_field: str) 
 
 def _philly(ctx: _Context) -> list[_Raw]:
     ctx.unit = "record"
-    raws = []
-    for row, record in _philly_records(ctx):
-        try:
-            raw = _philly_job(row, record)
-        except _RowError as e:
-            ctx.reject(e)
-            continue
-        if raw is None:
-            ctx.filtered += 1
-        else:
-            raws.append(raw)
-    return raws
+    return ctx.collect(_philly_records(ctx), _philly_job)
 
 
 def _philly_records(ctx: _Context) -> list[tuple[int, Any]]:
@@ -519,60 +526,48 @@ def _philly_job(row: int, record: Any) -> _Raw | None:
 
 
 def _helios(ctx: _Context) -> list[_Raw]:
-    raws = []
-    for row, rec in _header_rows(ctx, _HELIOS_COLUMNS):
-        try:
-            gpus = _int(rec["gpu_num"], row, "gpu_num")
-            cpus = _int(rec["cpu_num"], row, "cpu_num") if "cpu_num" in rec else 0
-            arrival = _time(rec["submit_time"], row, "submit_time")
-            start = _time(rec["start_time"], row, "start_time")
-            end = _time(rec["end_time"], row, "end_time")
-            duration = _span(start, end, row, "end_time", "start_time")
-        except _RowError as e:
-            ctx.reject(e)
-            continue
-        if gpus == 0 or duration == 0:
-            ctx.filtered += 1
-            continue
-        cores = cpus / gpus if cpus else _DEFAULT_WORKER[1]
-        raws.append(
-            _Raw(
-                source_id=rec["job_id"],
-                arrival_s=arrival,
-                duration_s=duration,
-                workers=gpus,
-                user=rec.get("user") or "u0",
-                worker_demand=(1.0, cores, _DEFAULT_WORKER[2]),
-            )
-        )
-    return raws
+    return ctx.collect(_header_rows(ctx, _HELIOS_COLUMNS), _helios_job)
+
+
+def _helios_job(row: int, rec: dict[str, str]) -> _Raw | None:
+    gpus = _int(rec["gpu_num"], row, "gpu_num")
+    cpus = _int(rec["cpu_num"], row, "cpu_num") if "cpu_num" in rec else 0
+    arrival = _time(rec["submit_time"], row, "submit_time")
+    start = _time(rec["start_time"], row, "start_time")
+    end = _time(rec["end_time"], row, "end_time")
+    duration = _span(start, end, row, "end_time", "start_time")
+    if gpus == 0 or duration == 0:
+        return None
+    cores = cpus / gpus if cpus else _DEFAULT_WORKER[1]
+    return _Raw(
+        source_id=rec["job_id"],
+        arrival_s=arrival,
+        duration_s=duration,
+        workers=gpus,
+        user=rec.get("user") or "u0",
+        worker_demand=(1.0, cores, _DEFAULT_WORKER[2]),
+    )
 
 
 def _tiresias(ctx: _Context) -> list[_Raw]:
-    raws = []
-    for row, rec in _header_rows(ctx, _TIRESIAS_COLUMNS):
-        try:
-            gpus = _int(rec["num_gpu"], row, "num_gpu")
-            arrival = _float(rec["submit_time"], row, "submit_time")
-            duration = _float(rec["duration"], row, "duration", positive=True)
-            model = _known_model(rec["model_name"], row, "model_name")
-        except _RowError as e:
-            ctx.reject(e)
-            continue
-        if gpus == 0:
-            ctx.filtered += 1
-            continue
-        raws.append(
-            _Raw(
-                source_id=rec["job_id"],
-                arrival_s=arrival,
-                duration_s=duration,
-                workers=gpus,
-                model=model,
-                job_type=rec["model_name"],
-            )
-        )
-    return raws
+    return ctx.collect(_header_rows(ctx, _TIRESIAS_COLUMNS), _tiresias_job)
+
+
+def _tiresias_job(row: int, rec: dict[str, str]) -> _Raw | None:
+    gpus = _int(rec["num_gpu"], row, "num_gpu")
+    arrival = _float(rec["submit_time"], row, "submit_time")
+    duration = _float(rec["duration"], row, "duration", positive=True)
+    model = _known_model(rec["model_name"], row, "model_name")
+    if gpus == 0:
+        return None
+    return _Raw(
+        source_id=rec["job_id"],
+        arrival_s=arrival,
+        duration_s=duration,
+        workers=gpus,
+        model=model,
+        job_type=rec["model_name"],
+    )
 
 
 def _known_model(name: str, row: int, field_name: str) -> str:
@@ -585,13 +580,9 @@ def _known_model(name: str, row: int, field_name: str) -> str:
 
 def _gavel(ctx: _Context) -> list[_Raw]:
     rates = _gavel_rates(ctx)
-    raws = []
-    for row, fields in _tab_rows(ctx.path):
-        try:
-            raws.append(_gavel_job(row, fields, rates, ctx.gpu))
-        except _RowError as e:
-            ctx.reject(e)
-    return raws
+    return ctx.collect(
+        _tab_rows(ctx.path), lambda row, fields: _gavel_job(row, fields, rates, ctx.gpu)
+    )
 
 
 def _gavel_rates(ctx: _Context) -> Mapping[str, Any]:

@@ -121,8 +121,8 @@ import numpy as np
 
 from workloads.traces import Job
 
-from .policies import PLACEMENTS, ClusterPolicy
-from .sim import ClusterSim, JobState, Placement
+from .policies import PLACEMENTS, ClusterPolicy, _fits, job_demand, keep_best
+from .sim import ClusterSim, JobState, Placement, same_placement
 
 Vec = list[float]
 
@@ -134,20 +134,8 @@ def _needs_ps(job: Job) -> bool:
     return job.arch == "ps"
 
 
-def _total_demand(job: Job, workers: int | None = None, ps: int | None = None) -> Vec:
-    w = job.workers if workers is None else workers
-    p = job.ps if ps is None else ps
-    return [w * job.worker_demand[k] + p * job.ps_demand[k] for k in range(3)]
-
-
 def _counts(placement: Placement) -> tuple[int, int]:
     return (sum(w for w, _ in placement.values()), sum(p for _, p in placement.values()))
-
-
-def _same(a: Placement, b: Placement) -> bool:
-    return {s: tuple(x) for s, x in a.items() if any(x)} == {
-        s: tuple(x) for s, x in b.items() if any(x)
-    }
 
 
 def _arrival(sim: ClusterSim) -> Callable[[int], tuple[float, int]]:
@@ -160,22 +148,10 @@ def _isolated_rate(state: JobState) -> float:
     return state.work / state.job.duration_s if state.job.duration_s > 0 else math.inf
 
 
-def _remaining_work(sim: ClusterSim, state: JobState) -> float:
-    """Remaining worker-steps now (a running job's progress since its last update included)."""
-    left = state.remaining
-    if state.job.id in sim.running:  # the simulator's accrual: lost restart time first
-        left -= max(0.0, sim.now - state.since - state.penalty_s) * state.rate
-    return max(0.0, left)
-
-
 def _remaining_time(sim: ClusterSim, state: JobState) -> float:
     """Remaining seconds at the job's isolated speed."""
     rate = _isolated_rate(state)
-    return _remaining_work(sim, state) / rate if rate > 0 else 0.0
-
-
-def _fits(free: Vec, demand: tuple[float, ...] | Vec) -> bool:
-    return all(free[k] + 1e-9 >= demand[k] for k in range(3))
+    return sim.remaining_now(state) / rate if rate > 0 else 0.0
 
 
 class _Pools:
@@ -516,7 +492,7 @@ def _apply(sim: ClusterSim, plan: dict[int, Placement | None]) -> None:
         if placement is not None
         and job_id in sim.running
         and placement is not sim.running[job_id].placement
-        and not _same(placement, sim.running[job_id].placement)
+        and not same_placement(placement, sim.running[job_id].placement)
     ]
     while todo:
         left = [job_id for job_id in todo if not sim.resize(job_id, plan[job_id])]  # type: ignore[arg-type]
@@ -562,7 +538,7 @@ class Tetris:
         if vec is None:
             total = sim.config.total
             vec = np.array(
-                [d / t if t > 0 else 0.0 for d, t in zip(_total_demand(job), total, strict=True)]
+                [d / t if t > 0 else 0.0 for d, t in zip(job_demand(job), total, strict=True)]
             )
             self._norm[job.id] = vec
         return vec
@@ -699,7 +675,7 @@ class Optimus(_OnChange):
                 refused.add(need)
                 continue
             alloc[job_id] = [1, p]
-            left[job_id] = _remaining_work(sim, state) / state.scale
+            left[job_id] = sim.remaining_now(state) / state.scale
             push(job_id)
         while heap:
             _, _, job_id, kind = heapq.heappop(heap)
@@ -756,13 +732,13 @@ def _consolidated(sim: Any, job: Job, workers: int, ps: int) -> list[tuple[int, 
         return max(1, min(limit, n))
 
     if pool:  # the PSs one per machine of the pool, as far as it goes (the simulator's rule)
-        k = servers_for(_total_demand(job, workers, 0), config.capacity, workers)
+        k = servers_for(job_demand(job, workers, 0), config.capacity, workers)
         kp = max(
             min(ps, config.ps_servers),
-            servers_for(_total_demand(job, 0, ps), config.ps_capacity, ps),
+            servers_for(job_demand(job, 0, ps), config.ps_capacity, ps),
         )
     else:
-        k = servers_for(_total_demand(job, workers, ps), config.capacity, max(1, workers))
+        k = servers_for(job_demand(job, workers, ps), config.capacity, max(1, workers))
         kp = 0
     out = [[s, workers // k + (s < workers % k), 0] for s in range(k)]
     if pool:
@@ -798,7 +774,7 @@ class Dorm(_OnChange):
 
     @staticmethod
     def share(total: tuple[float, ...], job: Job, workers: int, ps: int) -> float:
-        demand = _total_demand(job, workers, ps)
+        demand = job_demand(job, workers, ps)
         return max((demand[k] / total[k] for k in range(3) if total[k] > 0), default=0.0)
 
     def fill(self, sim: ClusterSim, jobs: list[int], pools: _Pools) -> dict[int, tuple[int, int]]:
@@ -951,22 +927,8 @@ class Rrh:
                 break
 
     def _preemptive(self, sim: ClusterSim) -> None:
-        active = sorted([*sim.running, *sim.pending], key=lambda j: self._key(sim, j))
-        capacity = sim.config.servers * sim.config.gpus_per_server
-        wanted, used = [], 0
-        for job_id in active:
-            gpus = sim.states[job_id].job.gpus
-            if used + gpus <= capacity:
-                wanted.append(job_id)
-                used += gpus
-            elif not self.backfill:
-                break
-        keep = set(wanted)
-        for job_id in [j for j in sim.running if j not in keep]:
-            sim.preempt(job_id)
-        for job_id in wanted:
-            if job_id not in sim.running and not sim.try_start(job_id) and not self.backfill:
-                break
+        order = sorted([*sim.running, *sim.pending], key=lambda j: self._key(sim, j))
+        keep_best(sim, order, self.backfill)
 
 
 # -- what the registry builds -----------------------------------------------------------------

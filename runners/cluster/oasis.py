@@ -158,7 +158,6 @@ class SlotCluster:
         costs = np.full(n + 1, INF)
         costs[0] = 0.0
         costs[1 : len(prices) + 1] = np.cumsum(prices)
-        ps_costs = None
         if gamma > 0 and not bundle:
             hosts = self.ps_hosts
             ps_unit = price[hosts] @ s
@@ -172,9 +171,6 @@ class SlotCluster:
             ps_costs[1 : len(ps_prices) + 1] = np.cumsum(ps_prices)
             z = np.array([job.ps_for(d) for d in range(n + 1)])
             costs = costs + ps_costs[z]
-        elif bundle:
-            # The bundle's price counts gamma PSs per worker; the ceil adds the rest.
-            pass
 
         def place(d: int) -> Placement:
             out: Placement = {}

@@ -24,7 +24,7 @@ Placement rules return ``{server: [workers, ps]}`` or None:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,7 @@ from .sim import ClusterSim, Placement
 TIRESIAS_THRESHOLDS_S = (3600.0, 7200.0, 18000.0)  # the simulator's MLFQ limits (cluster.md §4.3)
 
 
-def _fits(free: list[float], demand: tuple[float, float, float], n: int = 1) -> bool:
+def _fits(free: Sequence[float], demand: Sequence[float], n: int = 1) -> bool:
     return all(free[k] + 1e-9 >= n * demand[k] for k in range(3))
 
 
@@ -85,7 +85,7 @@ def bin_packing(sim: ClusterSim, job: Job) -> Placement | None:
     if pool:  # workers packed on the GPU servers, PSs packed on the PS pool
         g, c, m = (job.workers * d - 1e-9 for d in job.worker_demand)
     else:
-        g, c, m = (x - 1e-9 for x in _job_total(job))
+        g, c, m = (x - 1e-9 for x in job_demand(job))
     best, best_left = -1, 0.0
     for server in sim.worker_servers:  # the hot loop of FIFO: kept flat
         free = sim.free[server]
@@ -175,12 +175,36 @@ class Drf:
 
 
 def _add(used: list[float], job: Job) -> None:
-    for k, amount in enumerate(_job_total(job)):
+    for k, amount in enumerate(job_demand(job)):
         used[k] += amount
 
 
-def _job_total(job: Job) -> tuple[float, ...]:
-    return tuple(job.workers * job.worker_demand[k] + job.ps * job.ps_demand[k] for k in range(3))
+def job_demand(job: Job, workers: int | None = None, ps: int | None = None) -> list[float]:
+    """(GPU, CPU, GB) of all of a job's tasks: the trace's counts, or the ones given."""
+    w = job.workers if workers is None else workers
+    p = job.ps if ps is None else ps
+    return [w * job.worker_demand[k] + p * job.ps_demand[k] for k in range(3)]
+
+
+def keep_best(sim: ClusterSim, order: list[int], backfill: bool = True) -> None:
+    """Keep the first jobs of ``order`` that fit the cluster's GPUs running: preempt the
+    others, then start the kept ones in order. With ``backfill`` a job that does not fit does
+    not stop the ones after it."""
+    capacity = sim.config.servers * sim.config.gpus_per_server
+    wanted, used = [], 0.0
+    for job_id in order:
+        gpus = sim.states[job_id].job.gpus
+        if used + gpus <= capacity:
+            wanted.append(job_id)
+            used += gpus
+        elif not backfill:
+            break
+    keep = set(wanted)
+    for job_id in [j for j in sim.running if j not in keep]:
+        sim.preempt(job_id)
+    for job_id in wanted:
+        if job_id not in sim.running and not sim.try_start(job_id) and not backfill:
+            break
 
 
 class _Preemptive:
@@ -190,20 +214,7 @@ class _Preemptive:
         raise NotImplementedError
 
     def schedule(self, sim: ClusterSim) -> None:
-        active = sorted([*sim.running, *sim.pending], key=lambda j: self.priority(sim, j))
-        capacity = sim.config.servers * sim.config.gpus_per_server
-        wanted, used = [], 0
-        for job_id in active:
-            gpus = sim.states[job_id].job.gpus
-            if used + gpus <= capacity:
-                wanted.append(job_id)
-                used += gpus
-        keep = set(wanted)
-        for job_id in [j for j in sim.running if j not in keep]:
-            sim.preempt(job_id)
-        for job_id in wanted:
-            if job_id not in sim.running:
-                sim.try_start(job_id)
+        keep_best(sim, sorted([*sim.running, *sim.pending], key=lambda j: self.priority(sim, j)))
         self.after(sim)
 
     def after(self, sim: ClusterSim) -> None:

@@ -88,12 +88,9 @@ class ClusterConfig:
 
     @property
     def total(self) -> tuple[float, float, float]:
-        caps = self.capacities()
-        return (
-            sum(c[0] for c in caps),
-            sum(c[1] for c in caps),
-            sum(c[2] for c in caps),
-        )
+        gpu, ps = self.capacity, self.ps_capacity
+        n, m = self.servers, self.ps_servers
+        return (n * gpu[0] + m * ps[0], n * gpu[1] + m * ps[1], n * gpu[2] + m * ps[2])
 
 
 @dataclass
@@ -268,7 +265,7 @@ class ClusterSim:
         progress; False (and nothing changes) if it does not fit once the job's own resources
         are freed. A resize costs ``restart_overhead_s`` like a restart (checkpoint/restore)."""
         state = self.running[job_id]
-        if _same(placement, state.placement):
+        if same_placement(placement, state.placement):
             return True
         self._accrue(state)
         old = state.placement
@@ -283,6 +280,14 @@ class ClusterSim:
             state.penalty_s += self.restart_overhead_s
         self.resizes += 1
         return True
+
+    def remaining_now(self, state: JobState) -> float:
+        """Worker-steps left now, a running job's progress since its last update included
+        (restart time it still has to serve is lost first, as in the accrual)."""
+        left = state.remaining
+        if state.job.id in self.running:
+            left -= max(0.0, self.now - state.since - state.penalty_s) * state.rate
+        return max(0.0, left)
 
     def reject(self, job_id: int) -> None:
         """Refuse a pending job (admission control): it never runs."""
@@ -493,7 +498,8 @@ class ClusterSim:
         return ClusterResult(metrics, units, jobs)
 
 
-def _same(a: Placement, b: Placement) -> bool:
+def same_placement(a: Placement, b: Placement) -> bool:
+    """Whether two placements put the same tasks on the same servers (empty entries ignored)."""
     return {s: tuple(x) for s, x in a.items() if any(x)} == {
         s: tuple(x) for s, x in b.items() if any(x)
     }

@@ -37,7 +37,15 @@ from typing import Any
 from workloads import devices
 
 from .. import registry
-from ..spec import SPEC_VERSION, SpecError, _coerce, _int, _unknown_keys, validate_params
+from ..spec import (
+    SPEC_VERSION,
+    SpecError,
+    _coerce,
+    _int,
+    _unknown_keys,
+    checked_fields,
+    validate_params,
+)
 
 GENERATORS = ("philly", "dl2")
 ARRIVALS = ("poisson", "google")
@@ -110,7 +118,7 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
     "gpus_per_server": (int, lambda v: 0 <= v <= 1024, "an integer between 0 and 1024"),
     "cpus_per_server": (float, lambda v: 0 < v <= 1e5, "a number > 0 (cores)"),
     "mem_gb_per_server": (float, lambda v: 0 < v <= 1e7, "a number > 0 (GB)"),
-    "gpu": (str, lambda v: v in devices.DEVICES, "a known device"),
+    "gpu": (str, lambda v: v in devices.DEVICES, f"one of {', '.join(sorted(devices.DEVICES))}"),
     "compute_efficiency": (float, lambda v: 0 < v <= 1, "a fraction in (0, 1]"),
     "nic_gbps": (float, lambda v: 0 < v <= 1e6, "a number > 0 (Gbit/s per server NIC)"),
     "intra_gbps": (float, lambda v: 0 < v <= 1e6, "a number > 0 (Gbit/s inside a server)"),
@@ -249,14 +257,4 @@ def _cluster(raw: Any) -> ClusterSpec:
             f"cluster.{unknown[0]}",
             f"unknown field for the cluster arena (allowed: {', '.join(sorted(_CLUSTER_RULES))})",
         )
-    values: dict[str, Any] = {}
-    for key, (kind, check, what) in _CLUSTER_RULES.items():
-        if key not in raw:
-            continue
-        value = _coerce(f"cluster.{key}", raw[key], kind)
-        if not check(value):
-            if key == "gpu":
-                what = f"one of {', '.join(sorted(devices.DEVICES))}"
-            raise SpecError(f"cluster.{key}", f"must be {what} (got {raw[key]!r})")
-        values[key] = value
-    return ClusterSpec(**values)
+    return ClusterSpec(**checked_fields(raw, _CLUSTER_RULES, "cluster"))
