@@ -12,7 +12,8 @@ What the paper gives (``research/cluster.md`` §2) and how it is built here:
   NIC users (``sim.cross``), how many of this job's workers and PSs are already there, whether the
   job's remaining workers would fit there, and its pool; per job, its model one-hot, the kind of
   the task being placed, its architecture, the tasks still to place, its size, its per-task
-  demands and its compute/communication profile. The paper's state covers every concurrent job
+  demands and its compute/communication profile; for the cluster, the number of jobs waiting
+  and the fraction of GPUs in use. The paper's state covers every concurrent job
   (a padded M x 2N matrix); ours describes the other jobs through per-server summaries, so one
   network works for any number of servers (a policy trained on 8 servers runs on 32).
 * **Policy** (ours: sizes unknown in the paper): an actor-critic pair of small MLPs. The actor
@@ -20,12 +21,25 @@ What the paper gives (``research/cluster.md`` §2) and how it is built here:
   job's); the critic reads the mean and max of the server features and the job's features.
   Inference is **deterministic**: the argmax of the masked logits (ties: the lowest server id);
   the actor runs in NumPy at inference (copied from the torch weights) for speed.
-* **Reward** of a completed placement: the job's normalised speed under the simulator's
-  throughput model, ``isolated step time / placed step time`` (in (0, 1]; interference, NIC
-  sharing and communication included), minus ``neighbour_weight`` x the interference it adds to
-  the jobs already on its servers (ours). Every task of the job gets that reward as its return
-  (one decision sequence per job; undiscounted). A sequence that dead-ends (a task with no
-  feasible server although a heuristic could place the job) gets reward 0.
+* **Reward**, two choices (``TrainConfig.reward``):
+
+  - ``"interval"`` (the paper's, after DL2): the cluster-wide normalised progress,
+    ``R(t) = sum over running jobs of rate_j / work_j`` (fraction of each job done per second),
+    recorded after every event of a training simulation. A job's placement made at ``t0``
+    gets the discounted progress that follows, ``integral_{t0} exp(-(t - t0) / tau) R(t) dt``
+    (in jobs), as the return of each of its tasks. The paper uses fixed intervals and a
+    discount factor; ours is the continuous-time limit, with ``tau = interval_tau_s`` (ours:
+    the paper's interval and discount are not published). Returns are divided by their
+    episode's mean (ours: an episode-level baseline, since traces differ in load far more than
+    placements differ in effect).
+  - ``"placement"`` (ours): the job's normalised speed under the simulator's throughput model,
+    ``isolated step time / placed step time`` (in (0, 1]; interference, NIC sharing and
+    communication included), minus ``neighbour_weight`` x the interference it adds to the
+    jobs already on its servers; immediate, one decision sequence per job, undiscounted.
+
+  A sequence that dead-ends (a task with no feasible server although a heuristic could place
+  the job) gets ``dead_end_reward`` under ``"placement"``; under ``"interval"`` the fallback
+  placement's consequences are its return like any other.
 * **Auxiliary reward-prediction model** (paper §2.5): an MLP from a full placement's features
   (model one-hot, sizes, and per used server: its workers, PSs, interference, NIC users) to the
   reward. Training first logs (placement features, reward) samples from simulations with
@@ -40,6 +54,15 @@ What the paper gives (``research/cluster.md`` §2) and how it is built here:
   policy; otherwise actions are sampled from the policy. An entropy bonus is also used.
 * **Experience replay**: a FIFO buffer of (state, mask, action, return) samples; after every
   episode, minibatch actor-critic updates (advantage = return - value).
+
+* **Warm start** (``TrainConfig.imitate``; ours, after DL2 by the same group, whose agent first
+  learns by supervised imitation of an existing scheduler): before reinforcement learning, the
+  actor is fitted by cross-entropy to a heuristic's per-task choices on ``imitation_episodes``
+  traces. Off by default.
+* **Checkpoint selection** (``keep_best``; ours): after every epoch (and after the warm start)
+  the policy is scored on ``val_traces`` validation traces; the checkpoint keeps the weights
+  with the lowest mean validation JCT. Claims are measured on other, held-out traces
+  (``harmony evaluate``), never on the validation ones.
 
 Ours, beyond the paper: when the policy's sequence dead-ends but the job fits, the placement
 falls back to ``fallback`` (least-interference by default) rather than leaving a job that fits
@@ -77,10 +100,10 @@ from workloads.traces import JOB_MODELS, Job, philly_like
 from .policies import SCHEDULERS, ClusterPolicy, Fifo, bin_packing, lif, load_balance
 from .sim import ClusterConfig, ClusterSim, Placement
 
-CODE_VERSION = "harmony-1"  # bump when features or networks change (checkpoints record it)
+CODE_VERSION = "harmony-2"  # bump when features or networks change (checkpoints record it)
 
 N_SERVER_FEATURES = 13
-N_JOB_FEATURES = len(JOB_MODELS) + 14
+N_JOB_FEATURES = len(JOB_MODELS) + 16
 RM_TOP_SERVERS = 4  # servers described individually in the reward model's input
 N_RM_FEATURES = len(JOB_MODELS) + 5 + 5 * RM_TOP_SERVERS
 
@@ -147,6 +170,11 @@ class _JobView:
         base[k + 9 : k + 12] = self.ps_demand / np.maximum(caps[list(sim.ps_hosts)[0]], 1e-12)
         base[k + 12] = math.log10(max(speed.compute_s, 1e-6)) / 3.0
         base[k + 13] = math.log10(max(speed.model_bytes / nic / speed.compute_s, 1e-6)) / 3.0
+        # The rest of the cluster (the paper's state covers every concurrent job; ours
+        # summarises it): jobs waiting, and the fraction of the GPUs in use.
+        base[k + 14] = len(sim.pending) / 16.0
+        gpus = sum(caps[s][0] for s in sim.worker_servers)
+        base[k + 15] = 1.0 - sum(sim.free[s][0] for s in sim.worker_servers) / max(gpus, 1e-12)
         self.base = base
 
     def state(
@@ -453,20 +481,28 @@ def random_placement(seed: int = 0) -> RandomPlacement:
 class TrainConfig:
     """Training settings. Every constant here is ours: the paper does not publish them.
 
-    Traces: ``philly_like(jobs_per_episode, seed, jobs_per_hour, ps_fraction)`` with durations
-    divided by ``duration_scale``, on ``servers`` GPU servers of ``gpus_per_server`` GPUs
-    (``ps_servers`` PS machines), FIFO scheduling; episode e of epoch k uses trace seed
+    Traces: ``philly_like(jobs_per_episode, seed, rate, ps_fraction)`` with durations divided
+    by ``duration_scale``, on ``servers`` GPU servers of ``gpus_per_server`` GPUs (``ps_servers``
+    PS machines), FIFO scheduling; episode e of epoch k uses trace seed
     ``seed * 100_003 + k * episodes_per_epoch + e``; validation uses ``val_seed`` (held out).
+
+    The arrival rate is ``jobs_per_hour`` when set, else derived from ``load``, the offered GPU
+    load (GPU-seconds asked per second / GPUs; ``arrival_rate``). Ours: 0.8, a loaded but stable
+    cluster. Above 1 the queue grows without bound, JCT is dominated by waiting and every
+    placement that keeps a job on one server ties with bin packing (``harmony evaluate`` prints a
+    load sweep, so that regime stays visible). ``servers`` = 6 is the paper's testbed size [V];
+    its arrival rate and GPUs per server are not published.
     """
 
     seed: int = 0
     epochs: int = 10
     episodes_per_epoch: int = 4
     jobs_per_episode: int = 60
-    jobs_per_hour: float = 120.0
+    load: float = 0.8
+    jobs_per_hour: float = 0.0  # 0: derived from ``load``
     ps_fraction: float = 0.5
     duration_scale: float = 20.0
-    servers: int = 8
+    servers: int = 6
     gpus_per_server: int = 8
     ps_servers: int = 0
     val_seed: int = 10_001
@@ -483,7 +519,14 @@ class TrainConfig:
     neighbour_weight: float = 0.5
     dead_end_reward: float = 0.0
     min_log_prob: float = -5.0  # policy-gradient clamp on replayed actions (see _update)
-    reward_model: bool = True
+    reward: str = "placement"  # "placement" (ours) or "interval" (the paper's; see the module)
+    interval_tau_s: float = 3600.0  # discount time constant of the "interval" reward (ours)
+    reward_model: bool = True  # used by the "placement" reward only
+    imitate: str = ""  # warm start by imitating this heuristic ("": none; ours, after DL2)
+    imitation_episodes: int = 8
+    imitation_steps: int = 400
+    val_traces: int = 2  # validation traces (seeds val_seed, val_seed + 1, ...)
+    keep_best: bool = True  # the checkpoint keeps the epoch with the best validation JCT
     reward_hidden: tuple[int, ...] = (64, 64)
     reward_warmup_episodes: int = 4
     reward_fit_steps: int = 300
@@ -491,9 +534,19 @@ class TrainConfig:
     audit_fraction: float = 0.1
     max_train_s: float = 0.0  # stop after the epoch that crosses this wall time (0: no limit)
 
+    def arrival_rate(self) -> float:
+        """Jobs per hour: ``jobs_per_hour``, or the rate at which the trace's mean GPU-seconds
+        per job (``mean_gpu_seconds``) offer ``load`` x the cluster's GPUs."""
+        if self.jobs_per_hour > 0:
+            return self.jobs_per_hour
+        if self.load <= 0:
+            raise ValueError("load must be > 0 (or set jobs_per_hour)")
+        per_job = mean_gpu_seconds(self.ps_fraction, self.duration_scale)
+        return self.load * self.servers * self.gpus_per_server * 3600.0 / per_job
+
     def trace(self, seed: int, n_jobs: int) -> tuple[Job, ...]:
         jobs = philly_like(
-            n_jobs, seed=seed, jobs_per_hour=self.jobs_per_hour, ps_fraction=self.ps_fraction
+            n_jobs, seed=seed, jobs_per_hour=self.arrival_rate(), ps_fraction=self.ps_fraction
         )
         return tuple(
             dataclasses.replace(j, duration_s=j.duration_s / self.duration_scale) for j in jobs
@@ -503,6 +556,45 @@ class TrainConfig:
         return ClusterConfig(
             servers=self.servers, gpus_per_server=self.gpus_per_server, ps_servers=self.ps_servers
         )
+
+
+class _ProgressSim(ClusterSim):
+    """A training simulation that records the cluster-wide normalised progress rate
+    ``R(t) = sum_j rate_j / work_j`` after every event (piecewise constant in between)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.progress_t: list[float] = []
+        self.progress_r: list[float] = []
+
+    def _update_rates(self) -> None:
+        super()._update_rates()
+        r = sum(st.rate / st.work for st in self.running.values() if st.work > 0)
+        if self.progress_t and self.progress_t[-1] == self.now:
+            self.progress_r[-1] = r
+        else:
+            self.progress_t.append(self.now)
+            self.progress_r.append(r)
+
+    def discounted_progress(self, t0: np.ndarray, tau: float) -> np.ndarray:
+        """``integral_{t0} exp(-(t - t0) / tau) R(t) dt`` for each decision time in ``t0``."""
+        t = np.asarray(self.progress_t)
+        r = np.asarray(self.progress_r)
+        if not len(t):
+            return np.zeros(len(t0))
+        ends = np.append(t[1:], t[-1])  # R is 0 after the last event
+        lo = np.maximum(t[None, :], t0[:, None])
+        hi = np.maximum(ends[None, :], t0[:, None])
+        w = np.exp(-(lo - t0[:, None]) / tau) - np.exp(-(hi - t0[:, None]) / tau)
+        return (w * r[None, :]).sum(axis=1) * tau
+
+
+@functools.cache
+def mean_gpu_seconds(ps_fraction: float, duration_scale: float, sample: int = 20_000) -> float:
+    """Mean GPUs x duration per job of ``philly_like`` (a fixed 20,000-job sample, seed 0; the
+    durations are heavy-tailed, so this is an estimate, but a deterministic one)."""
+    jobs = philly_like(sample, seed=0, jobs_per_hour=1.0, ps_fraction=ps_fraction)
+    return sum(j.workers * j.duration_s for j in jobs) / len(jobs) / duration_scale
 
 
 class _Trainer:
@@ -519,10 +611,12 @@ class _Trainer:
         self.omega = cfg.omega_start
         self.explore_with_heuristics = True
         self.samples: list[tuple[np.ndarray, np.ndarray, np.ndarray, int, float]] = []
+        self.times: list[float] = []  # decision time of each sample ("interval" reward)
         self.rm_log: list[tuple[np.ndarray, float]] = []
         self.rewards: list[float] = []
         self.true_rewards: list[float] = []
         self.random_only = False  # warm-up: random and heuristic placements only
+        self.imitate: str = ""  # warm start: every job placed by this heuristic
 
     def refresh(self) -> None:
         self.actor = _NumpyActor(self.net.actor)
@@ -541,7 +635,9 @@ class _Trainer:
     def __call__(self, sim: ClusterSim, job: Job) -> Placement | None:
         log: list = []
         heuristic: Placement | None = None
-        if self.random_only or self.rng.random() < self.omega:
+        if self.imitate:
+            heuristic = HEURISTICS[self.imitate](sim, job)
+        elif self.random_only or self.rng.random() < self.omega:
             name = self.rng.choice([*HEURISTICS, "random"] if self.random_only else [*HEURISTICS])
             if name != "random":
                 heuristic = HEURISTICS[name](sim, job)
@@ -566,17 +662,38 @@ class _Trainer:
                 return _sample(self.actor.logits(x, j), mask, self.np_rng)
 
         placement = _sequential(sim, job, choose, log)
-        if placement is None:
+        dead_end = placement is None
+        if dead_end:
             placement = lif(sim, job)
             if placement is None:
                 return None  # the job does not fit now: nothing learned
+        if self.cfg.reward == "interval":
+            reward = math.nan  # filled in after the episode (_Trainer.finish)
+        elif dead_end:
             reward = self.cfg.dead_end_reward
         else:
             reward = self._reward(sim, job, placement)
-        self.rewards.append(reward)
         for x, j, mask, a in log:
             self.samples.append((x, j, mask, a, reward))
+            self.times.append(sim.now)
+        if self.cfg.reward != "interval":
+            self.rewards.append(reward)
         return placement
+
+    def run(self, jobs: tuple[Job, ...], cluster: ClusterConfig) -> None:
+        """One training episode; afterwards ``samples`` hold their returns."""
+        self.samples, self.times = [], []
+        sim = _ProgressSim(jobs, cluster, Fifo(), self)
+        sim.run()
+        if self.cfg.reward == "interval" and self.samples:
+            returns = sim.discounted_progress(np.asarray(self.times), self.cfg.interval_tau_s)
+            # Relative to the episode's mean (ours): traces differ in load far more than
+            # placements differ in effect, so this removes the episode's level from the return.
+            returns = returns / max(float(returns.mean()), 1e-12)
+            self.samples = [
+                (*smp[:4], float(g)) for smp, g in zip(self.samples, returns, strict=True)
+            ]
+            self.rewards.extend(returns.tolist())
 
 
 def evaluate(
@@ -587,6 +704,40 @@ def evaluate(
 ) -> dict[str, float]:
     """Run one simulation and return its metrics."""
     return ClusterSim(jobs, config, SCHEDULERS[scheduler](), place).run().metrics
+
+
+def evaluate_sweep(
+    placement: Callable[[ClusterSim, Job], Placement | None],
+    base: TrainConfig,
+    loads: Sequence[float],
+    jobs: int,
+    seed: int,
+    traces: int,
+    servers: int | None = None,
+) -> list[dict[str, Any]]:
+    """Harmony, random placement and every placement heuristic on the same ``traces`` traces
+    (seeds ``seed``, ``seed + 1``, ...) at each offered load: the mean of each metric."""
+    rows = []
+    for load_ in loads:
+        cfg = dataclasses.replace(
+            base, load=load_, jobs_per_hour=0.0, servers=servers or base.servers
+        )
+        traces_ = [cfg.trace(seed + k, jobs) for k in range(traces)]
+        rules: dict[str, Callable[[ClusterSim, Job], Placement | None]] = {
+            "harmony": placement,
+            "random": random_placement(seed),
+            **HEURISTICS,
+        }
+        for name, rule in rules.items():
+            ms = [evaluate(rule, t, cfg.cluster()) for t in traces_]
+            rows.append({
+                "load": load_,
+                "rule": name,
+                "traces": traces,
+                "avg_jct_s": float(np.mean([m["avg_jct_s"] for m in ms])),
+                "p95_jct_s": float(np.mean([m["p95_jct_s"] for m in ms])),
+            })  # fmt: skip
+    return rows
 
 
 def _next_version(out_dir: Path) -> int:
@@ -612,7 +763,9 @@ def train(
     started = time.perf_counter()
     net = ActorCritic(cfg.hidden)
     opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
-    rm = RewardModel(cfg.reward_hidden) if cfg.reward_model else None
+    if cfg.reward not in ("placement", "interval"):
+        raise ValueError(f"reward must be 'placement' or 'interval', not {cfg.reward!r}")
+    rm = RewardModel(cfg.reward_hidden) if cfg.reward_model and cfg.reward == "placement" else None
     trainer = _Trainer(cfg, net, rm)
     cluster = cfg.cluster()
     replay: deque = deque(maxlen=cfg.replay_size)
@@ -635,7 +788,36 @@ def train(
                 f"reward model: {len(rewards)} samples, mse {rm_curve[0]:.4f} -> {rm_curve[-1]:.4f}"
             )
 
-    val_jobs = cfg.trace(cfg.val_seed, cfg.val_jobs)
+    if cfg.imitate:
+        if cfg.imitate not in HEURISTICS:
+            raise ValueError(f"imitate: unknown heuristic {cfg.imitate!r}; {sorted(HEURISTICS)}")
+        trainer.imitate = cfg.imitate
+        demos: list = []
+        for e in range(cfg.imitation_episodes):
+            trainer.run(cfg.trace(cfg.seed * 100_003 + 70_000 + e, cfg.jobs_per_episode), cluster)
+            demos.extend(trainer.samples)
+        trainer.imitate = ""
+        trainer.rewards.clear()
+        bc = _imitate(net, demos, cfg, gen)
+        trainer.refresh()
+        if progress:
+            progress(f"imitation of {cfg.imitate}: {len(demos)} decisions, loss {bc[0]:.3f} -> "
+                     f"{bc[-1]:.3f}")  # fmt: skip
+
+    val_traces = [cfg.trace(cfg.val_seed + k, cfg.val_jobs) for k in range(cfg.val_traces)]
+
+    def validate() -> tuple[float, int]:
+        rule = HarmonyPlacement(net)
+        jct = float(np.mean([evaluate(rule, t, cluster)["avg_jct_s"] for t in val_traces]))
+        return jct, rule.fallbacks
+
+    best_jct, best_epoch = math.inf, -1
+    best_state = None
+    if cfg.imitate:
+        best_jct, _ = validate()
+        best_state = {k: v.clone() for k, v in net.state_dict().items()}
+        curve.append({"epoch": -1, "val_avg_jct_s": best_jct,
+                      "elapsed_s": time.perf_counter() - started})  # fmt: skip
     for epoch in range(cfg.epochs):
         frac = epoch / max(1, cfg.epochs - 1)
         trainer.omega = cfg.omega_start + (cfg.omega_end - cfg.omega_start) * frac
@@ -645,8 +827,7 @@ def train(
         losses = []
         for e in range(cfg.episodes_per_epoch):
             seed = cfg.seed * 100_003 + epoch * cfg.episodes_per_epoch + e
-            trainer.samples = []
-            ClusterSim(cfg.trace(seed, cfg.jobs_per_episode), cluster, Fifo(), trainer).run()
+            trainer.run(cfg.trace(seed, cfg.jobs_per_episode), cluster)
             replay.extend(trainer.samples)
             if not replay:
                 continue
@@ -662,8 +843,10 @@ def train(
             feats = np.stack([f for f, _ in trainer.rm_log])
             rewards = np.array([r for _, r in trainer.rm_log], dtype=np.float32)
             fit_reward_model(rm, feats, rewards, cfg.reward_refit_steps, seed=cfg.seed + epoch)
-        placement = HarmonyPlacement(net)
-        val = evaluate(placement, val_jobs, cluster)
+        val_jct, val_fallbacks = validate()
+        if val_jct < best_jct:
+            best_jct, best_epoch = val_jct, epoch
+            best_state = {k: v.clone() for k, v in net.state_dict().items()}
         point = {
             "epoch": epoch,
             "omega": trainer.omega,
@@ -673,8 +856,8 @@ def train(
             else math.nan,
             "reward_model_mse": rm_mse,
             "loss": float(np.mean(losses)) if losses else math.nan,
-            "val_avg_jct_s": val["avg_jct_s"],
-            "val_fallbacks": placement.fallbacks,
+            "val_avg_jct_s": val_jct,
+            "val_fallbacks": val_fallbacks,
             "elapsed_s": time.perf_counter() - started,
         }
         curve.append(point)
@@ -687,6 +870,12 @@ def train(
         if cfg.max_train_s and point["elapsed_s"] > cfg.max_train_s:
             break
 
+    kept = "last epoch"
+    if cfg.keep_best and best_state is not None and curve and best_epoch != curve[-1]["epoch"]:
+        net.load_state_dict(best_state)
+        kept = "warm start" if best_epoch < 0 else f"epoch {best_epoch + 1}"
+    if progress:
+        progress(f"checkpoint keeps the {kept} (validation avg JCT {best_jct:.1f} s)")
     version = _next_version(out_dir)
     path = out_dir / f"harmony-v{version}.pt"
     meta = {
@@ -694,6 +883,8 @@ def train(
         "checkpoint_version": version,
         "seed": cfg.seed,
         "config": dataclasses.asdict(cfg),
+        "kept": kept,
+        "best_val_avg_jct_s": best_jct,
         "curve": curve,
         "reward_model_fit": rm_curve,
         "train_s": time.perf_counter() - started,
@@ -708,6 +899,26 @@ def train(
     )
     path.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n")
     return path
+
+
+def _imitate(net: ActorCritic, demos: list, cfg: TrainConfig, gen: Any) -> list[float]:
+    """Fit the actor to demonstrated (state, mask, action) decisions by masked cross-entropy."""
+    opt = torch.optim.Adam(net.actor.parameters(), lr=cfg.lr)
+    losses = []
+    for _ in range(cfg.imitation_steps if demos else 0):
+        idx = torch.randint(0, len(demos), (min(cfg.batch_size, len(demos)),), generator=gen)
+        batch = [demos[i] for i in idx.tolist()]
+        x = torch.from_numpy(np.stack([b[0] for b in batch]))
+        j = torch.from_numpy(np.stack([b[1] for b in batch]))
+        mask = torch.from_numpy(np.stack([b[2] for b in batch]))
+        a = torch.tensor([b[3] for b in batch])
+        logits, _ = net(x, j, mask)
+        loss = nn.functional.cross_entropy(logits, a)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses or [math.nan]
 
 
 def _update(
@@ -820,13 +1031,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     t.add_argument("--jobs", type=int, default=TrainConfig.jobs_per_episode)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--no-reward-model", action="store_true")
+    t.add_argument("--reward", choices=("placement", "interval"), default=TrainConfig.reward,
+                   help="placement: the job's own speed (ours); interval: discounted "
+                   "cluster-wide progress (the paper's)")  # fmt: skip
+    t.add_argument("--imitate", choices=("", *HEURISTICS), default="",
+                   help="warm start: imitate a heuristic before RL (ours, after DL2)")  # fmt: skip
+    t.add_argument("--load", type=float, default=TrainConfig.load,
+                   help="offered GPU load of the training traces")  # fmt: skip
     t.add_argument("--max-seconds", type=float, default=0.0, help="wall-time budget (0: none)")
-    e = sub.add_parser("evaluate", help="compare a checkpoint with the baselines on a trace")
+    e = sub.add_parser("evaluate", help="compare a checkpoint with the baselines on traces")
     e.add_argument("--checkpoint", required=True)
-    e.add_argument("--jobs", type=int, default=1000)
-    e.add_argument("--servers", type=int, default=32)
-    e.add_argument("--seed", type=int, default=20_001)
-    e.add_argument("--jobs-per-hour", type=float, default=None)
+    e.add_argument("--jobs", type=int, default=200)
+    e.add_argument("--servers", type=int, default=None, help="default: the training cluster's")
+    e.add_argument("--seed", type=int, default=20_001, help="first of --traces trace seeds")
+    e.add_argument("--traces", type=int, default=3, help="traces per load (mean reported)")
+    e.add_argument("--loads", default="0.5,0.8,1.0,1.5", help="offered GPU loads to sweep")
     args = parser.parse_args(argv)
     if args.command == "train":
         cfg = TrainConfig(
@@ -835,33 +1054,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             epochs=args.epochs,
             jobs_per_episode=args.jobs,
             reward_model=not args.no_reward_model,
+            reward=args.reward,
+            imitate=args.imitate,
+            load=args.load,
             max_train_s=args.max_seconds,
         )
         path = train(cfg, args.out, progress=lambda s: print(s, flush=True))
         print(path)
         return 0
+    try:
+        loads = [float(x) for x in args.loads.split(",") if x.strip()]
+    except ValueError:
+        parser.error(f"--loads: not a comma-separated list of numbers: {args.loads!r}")
+    if not loads or any(x <= 0 for x in loads):
+        parser.error("--loads: give positive offered loads, e.g. 0.5,0.8,1.0")
     placement = load(args.checkpoint)
     base = TrainConfig(**{
         k: tuple(v) if isinstance(v, list) else v
         for k, v in placement.meta["config"].items()
     })  # fmt: skip
-    per_server = base.jobs_per_hour / base.servers
-    cfg = dataclasses.replace(
-        base,
-        servers=args.servers,
-        jobs_per_hour=args.jobs_per_hour or per_server * args.servers,
-    )
-    jobs = cfg.trace(args.seed, args.jobs)
-    rules: dict[str, Callable[[ClusterSim, Job], Placement | None]] = {
-        "harmony": placement,
-        "random": random_placement(args.seed),
-        **HEURISTICS,
-    }
-    for name, rule in rules.items():
-        m = evaluate(rule, jobs, cfg.cluster())
+    for row in evaluate_sweep(
+        placement, base, loads, args.jobs, args.seed, args.traces, args.servers
+    ):
         print(
-            f"{name:>13}: avg JCT {m['avg_jct_s']:9.1f} s  p95 {m['p95_jct_s']:9.1f} s  "
-            f"makespan {m['makespan_s']:9.1f} s  {m['sim_jobs_per_s']:8.1f} jobs/s",
+            f"load {row['load']:4.2f} {row['rule']:>13}: avg JCT {row['avg_jct_s']:9.1f} s  "
+            f"p95 {row['p95_jct_s']:9.1f} s  ({row['traces']} traces of {args.jobs} jobs)",
             flush=True,
         )
     return 0
