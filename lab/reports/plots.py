@@ -1,0 +1,340 @@
+"""Paper figures from tidy DataFrames: each function is pure (a DataFrame in, a Figure out, no
+I/O) and prints the method and n under the figure. Draw them inside `paper.paper_style(...)`
+and write them with `paper.save_figure`.
+
+Error bars and bands are percentile-bootstrap 95% confidence intervals of the mean over seeds:
+the method of seaborn's `errorbar=("ci", 95)` with its defaults (1000 resamples), vectorised
+here with a fixed seed so a convergence curve of thousands of points draws in milliseconds and
+every figure is reproducible. Series differ in colour, hatch, marker and line style
+(`paper.STYLES`), so figures survive grayscale printing.
+
+Bundles copy this file verbatim next to paper.py (the relative import below is what lets the
+copy run without the project).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from .paper import series_style
+
+CI_LEVEL = 95
+N_BOOT = 1000
+CI_SEED = 0
+CI_METHOD = f"{CI_LEVEL}% CI: percentile bootstrap of the mean ({N_BOOT} resamples, seed {CI_SEED})"
+LABELS = {
+    "baseline": "baseline",
+    "bandwidth_gbps": "bandwidth (Gbit/s per worker)",
+    "workers": "workers",
+    "load": "offered load",
+    "jct_s": "job completion time (s)",
+    "iteration_time_s": "iteration time (s)",
+    "throughput_samples_per_s": "throughput (samples/s)",
+    "time_s": "wall-clock time (s)",
+    "iteration": "iteration",
+    "loss": "training loss",
+    "speedup": "speedup over baseline (\u00d7)",
+}
+UNITS = {"s": "s", "ms": "ms", "gbps": "Gbit/s", "bytes": "bytes", "pct": "%"}
+KINDS = ("compute", "communication")  # first in every timeline, so they keep their style
+
+
+def label(column: str) -> str:
+    """Axis label of a column: a known name, else the name with its unit suffix spelled out."""
+    if column in LABELS:
+        return LABELS[column]
+    head, _, unit = column.rpartition("_")
+    if head and unit in UNITS:
+        return f"{head.replace('_', ' ')} ({UNITS[unit]})"
+    return column.replace("_", " ")
+
+
+def require(df: pd.DataFrame, columns: Iterable[str], what: str) -> None:
+    """Raise ValueError naming every required column `df` lacks."""
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"{what}: missing column(s) {', '.join(map(repr, missing))}")
+
+
+def bootstrap_ci(values: Sequence[float] | pd.Series) -> tuple[float, float, float]:
+    """(mean, low, high): percentile-bootstrap CI of the mean, NaNs dropped; a single value
+    has a zero-width interval."""
+    v = np.asarray(values, dtype=float)
+    v = v[~np.isnan(v)]
+    if v.size == 0:
+        return (np.nan, np.nan, np.nan)
+    mean = float(v.mean())
+    if v.size == 1:
+        return (mean, mean, mean)
+    rng = np.random.default_rng(CI_SEED)
+    means = v[rng.integers(0, v.size, size=(N_BOOT, v.size))].mean(axis=1)
+    low, high = np.percentile(means, [50 - CI_LEVEL / 2, 50 + CI_LEVEL / 2])
+    return (mean, float(low), float(high))
+
+
+def summarise(df: pd.DataFrame, keys: Sequence[str], value: str) -> pd.DataFrame:
+    """One row per group of `keys` (in order of appearance): mean, ci_low, ci_high, n."""
+    rows = [
+        (*(key if isinstance(key, tuple) else (key,)), *bootstrap_ci(group), group.notna().sum())
+        for key, group in df.groupby(list(keys), sort=False)[value]
+    ]
+    return pd.DataFrame(rows, columns=[*keys, "mean", "ci_low", "ci_high", "n"])
+
+
+def _order(values: Iterable) -> list:
+    return list(dict.fromkeys(values))
+
+
+def _n(counts: pd.Series) -> str:
+    low, high = int(counts.min()), int(counts.max())
+    return f"n={low}" if low == high else f"n={low}-{high}"
+
+
+def _caption(fig: Figure, caption: str | None, default: str) -> None:
+    """The method and n under the figure (`caption=""` leaves it off); supxlabel, so the
+    constrained layout keeps room for it."""
+    text = default if caption is None else caption
+    if text:
+        fig.supxlabel(text, x=0.01, ha="left", fontsize="small", wrap=True)
+
+
+def _legend(ax: Axes, **kwargs) -> None:
+    ax.legend(title=None, frameon=False, **kwargs)
+
+
+# --- speedup -------------------------------------------------------------------------------
+
+
+def speedup_bars(df: pd.DataFrame, x: str = "baseline") -> pd.DataFrame:
+    """Bars of a speedup plot: per (x, system) the mean speedup and its CI, bootstrapped over
+    the rows (seeds) or taken from the ci_low/ci_high columns when the frame has them."""
+    require(df, ["system", "baseline", "speedup", x], "speedup_plot")
+    if "ci_low" not in df.columns and "ci_high" not in df.columns:
+        return summarise(df, [x, "system"], "speedup")
+    require(df, ["ci_low", "ci_high"], "speedup_plot (with given CIs)")
+    if df.duplicated([x, "system"]).any():
+        raise ValueError("speedup_plot: with ci_low/ci_high give one row per (x, system)")
+    bars = df[[x, "system", "speedup", "ci_low", "ci_high"]].rename(columns={"speedup": "mean"})
+    return bars.assign(n=df["n"] if "n" in df.columns else np.nan)
+
+
+def speedup_plot(df: pd.DataFrame, *, x: str = "baseline", caption: str | None = None) -> Figure:
+    """Speedup of each system over each baseline (columns system, baseline, speedup; per-seed
+    rows, or one row per bar with ci_low/ci_high and optionally n): bars with CI error bars,
+    one hatch per system, a dashed line at 1.0 (no speedup)."""
+    bars = speedup_bars(df, x)
+    groups, systems = _order(bars[x]), _order(bars["system"])
+    width = 0.8 / len(systems)
+    fig = Figure(layout="constrained")
+    ax = fig.subplots()
+    for j, system in enumerate(systems):
+        style, rows = series_style(j), bars[bars["system"] == system]
+        pos = [groups.index(g) + (j - (len(systems) - 1) / 2) * width for g in rows[x]]
+        ax.bar(
+            pos,
+            rows["mean"],
+            width,
+            color=style.color,
+            hatch=style.hatch,
+            label=str(system),
+            edgecolor="black",
+        )
+        spread = [rows["mean"] - rows["ci_low"], rows["ci_high"] - rows["mean"]]
+        ax.errorbar(pos, rows["mean"], yerr=spread, fmt="none", ecolor="black", elinewidth=0.6)
+    ax.axhline(1.0, color="0.3", linestyle="--", linewidth=0.8, zorder=0)
+    ax.set_xticks(range(len(groups)), [str(g) for g in groups])
+    ax.set_xlabel(label(x))
+    ax.set_ylabel(label("speedup"))
+    if len(systems) > 1:
+        _legend(ax)
+    given = "ci_low" in df.columns
+    spread = "error bars: CI as given" if given else f"error bars: {CI_METHOD}"
+    n = _n(bars["n"]) + " seeds per bar" if bars["n"].notna().all() else "n not given"
+    _caption(fig, caption, f"bars: mean speedup; {spread}; {n}")
+    return fig
+
+
+# --- sweep -----------------------------------------------------------------------------------
+
+
+def sweep_plot(
+    df: pd.DataFrame, x: str, metric: str, *, log_x: bool = False, caption: str | None = None
+) -> Figure:
+    """`metric` against a swept condition `x` (bandwidth, workers, load): one line per system
+    with markers, mean over the rows (seeds) at each x with a CI band."""
+    require(df, ["system", x, metric], "sweep_plot")
+    points = summarise(df.sort_values(x, kind="stable"), ["system", x], metric)
+    fig = Figure(layout="constrained")
+    ax = fig.subplots()
+    for j, system in enumerate(_order(df["system"])):
+        _line_with_band(ax, points[points["system"] == system], x, j, str(system))
+    if log_x:
+        ax.set_xscale("log")
+    ax.set_xlabel(label(x))
+    ax.set_ylabel(label(metric))
+    _legend(ax)
+    _caption(fig, caption, f"lines: mean; bands: {CI_METHOD}; {_n(points['n'])} per point")
+    return fig
+
+
+def _line_with_band(ax: Axes, rows: pd.DataFrame, x: str, i: int, name: str) -> None:
+    style = series_style(i)
+    ax.fill_between(
+        rows[x], rows["ci_low"], rows["ci_high"], color=style.color, alpha=0.2, linewidth=0
+    )
+    ax.plot(
+        rows[x],
+        rows["mean"],
+        color=style.color,
+        linestyle=style.linestyle,
+        marker=style.marker,
+        markevery=_markevery(len(rows)),
+        label=name,
+    )
+
+
+def _markevery(points: int) -> int:
+    """A marker on every point of a short line, about 10 along a long one."""
+    return max(1, points // 10)
+
+
+# --- job completion time ---------------------------------------------------------------------
+
+
+def jct_cdf(df: pd.DataFrame, *, log_x: bool = False, caption: str | None = None) -> Figure:
+    """Empirical CDF of job completion time per system (columns system, jct_s), jobs of every
+    seed pooled."""
+    require(df, ["system", "jct_s"], "jct_cdf")
+    fig = Figure(layout="constrained")
+    ax = fig.subplots()
+    for j, system in enumerate(_order(df["system"])):
+        style = series_style(j)
+        sns.ecdfplot(
+            data=df[df["system"] == system],
+            x="jct_s",
+            ax=ax,
+            color=style.color,
+            linestyle=style.linestyle,
+            marker=style.marker,
+            markevery=0.1,
+            label=str(system),
+        )
+    if log_x:
+        ax.set_xscale("log")
+    ax.set_xlabel(label("jct_s"))
+    ax.set_ylabel("fraction of jobs")
+    _legend(ax, loc="lower right")
+    pooled = f", pooled over {df['seed'].nunique()} seeds" if "seed" in df.columns else ""
+    jobs = _n(df.groupby("system", sort=False)["jct_s"].count())
+    _caption(fig, caption, f"empirical CDF; {jobs} jobs per system{pooled}")
+    return fig
+
+
+# --- iteration timeline ----------------------------------------------------------------------
+
+
+def timeline_gantt(df: pd.DataFrame, *, caption: str | None = None) -> Figure:
+    """An iteration timeline (columns resource, kind, start_s, end_s, optional label): one row
+    per resource, top to bottom in order of appearance, one bar per operation with a colour and
+    hatch per kind (compute and communication first); the kinds' legend above the axes."""
+    require(df, ["resource", "kind", "start_s", "end_s"], "timeline_gantt")
+    if (df["end_s"] < df["start_s"]).any():
+        raise ValueError("timeline_gantt: an operation ends before it starts (end_s < start_s)")
+    resources, kinds = _order(df["resource"]), _kinds(df["kind"])
+    fig = Figure(layout="constrained")
+    ax = fig.subplots()
+    for j, kind in enumerate(kinds):
+        style, ops = series_style(j), df[df["kind"] == kind]
+        ax.barh(
+            [resources.index(r) for r in ops["resource"]],
+            ops["end_s"] - ops["start_s"],
+            left=ops["start_s"],
+            height=0.6,
+            color=style.color,
+            hatch=style.hatch,
+            edgecolor="black",
+            label=str(kind),
+        )
+    if "label" in df.columns:
+        _bar_labels(ax, df, resources)
+    ax.set_yticks(range(len(resources)), [str(r) for r in resources])
+    ax.set_ylim(len(resources) - 0.5, -0.5)  # first resource on top
+    ax.set_xlabel(label("time_s"))
+    fig.legend(loc="outside upper center", ncols=len(kinds), frameon=False)
+    default = f"one bar per operation [start, end); n={len(df)} operations"
+    _caption(fig, caption, f"{default} on {len(resources)} resources")
+    return fig
+
+
+def _kinds(kinds: pd.Series) -> list:
+    present = _order(kinds)
+    return [k for k in KINDS if k in present] + [k for k in present if k not in KINDS]
+
+
+def _bar_labels(ax: Axes, df: pd.DataFrame, resources: list) -> None:
+    for op in df.itertuples(index=False):
+        if isinstance(op.label, str) and op.label:
+            ax.text(
+                (op.start_s + op.end_s) / 2,
+                resources.index(op.resource),
+                op.label,
+                ha="center",
+                va="center",
+                fontsize="x-small",
+                clip_on=True,
+                bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5, "alpha": 0.8},
+            )
+
+
+# --- convergence -----------------------------------------------------------------------------
+
+
+def convergence_curves(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (system, iteration): the loss's mean and CI over seeds and the mean wall-clock time
+    at which the seeds reached that iteration (seeds do not share time stamps, so the curves
+    are aligned by iteration and placed at the mean time)."""
+    require(df, ["system", "seed", "iteration", "time_s", "loss"], "convergence_plot")
+    ordered = df.sort_values(["iteration"], kind="stable")
+    curves = summarise(ordered, ["system", "iteration"], "loss")
+    times = ordered.groupby(["system", "iteration"], sort=False)["time_s"].mean()
+    return curves.join(times, on=["system", "iteration"])
+
+
+def convergence_plot(
+    df: pd.DataFrame, *, log_y: bool = False, caption: str | None = None
+) -> Figure:
+    """Loss against wall-clock time (left) and against iteration (right): per system the mean
+    over seeds with a CI band; the panels share the loss axis."""
+    curves = convergence_curves(df)
+    fig = Figure(layout="constrained")
+    by_time, by_iteration = fig.subplots(1, 2, sharey=True)
+    for j, system in enumerate(_order(df["system"])):
+        rows = curves[curves["system"] == system]
+        for ax, x in ((by_time, "time_s"), (by_iteration, "iteration")):
+            _line_with_band(ax, rows, x, j, str(system))
+    for ax, x in ((by_time, "time_s"), (by_iteration, "iteration")):
+        ax.set_xlabel(label(x))
+        if log_y:
+            ax.set_yscale("log")
+    by_time.set_ylabel(label("loss"))
+    _legend(by_iteration)
+    seeds = _n(curves["n"])
+    _caption(
+        fig,
+        caption,
+        f"lines: mean over seeds ({seeds}); bands: {CI_METHOD}; "
+        "time: mean over seeds at each iteration",
+    )
+    return fig
+
+
+# The figure kinds a bundle can name (figures.json "kind"): the function names themselves.
+PLOTS: dict[str, Callable[..., Figure]] = {
+    f.__name__: f for f in (speedup_plot, sweep_plot, jct_cdf, timeline_gantt, convergence_plot)
+}
