@@ -22,6 +22,7 @@ from django.utils import timezone
 from lab.experiments.models import Experiment
 from lab.results.ingest import ingest_run
 from lab.runs.models import CONDITION_KEYS, Run
+from runners import registry
 from runners import spec as run_spec
 from runners.executors import local
 
@@ -55,22 +56,35 @@ class ExperimentConfig:
 
     def raw_specs(self) -> list[dict[str, Any]]:
         """One run spec per entry x workload x sweep point x seed; params apply to the system
-        only."""
+        only. A cluster-arena system has no workloads: its trace is ``cluster["trace"]``."""
+        cluster_arena = _arena(self.system) == "cluster"
+        workloads = self.workloads or (("",) if cluster_arena else ())
         return [
-            {
-                "system": entry,
-                "mode": self.mode,
-                "workload": workload,
-                "cluster": cluster,
-                "params": dict(self.params) if entry == self.system else {},
-                "iterations": self.iterations,
-                "seed": seed,
-            }
+            self._raw_spec(entry, workload, cluster, seed)
             for entry in (self.system, *self.baselines)
-            for workload in self.workloads
+            for workload in workloads
             for cluster in self.conditions()
             for seed in self.seeds
         ]
+
+    def _raw_spec(
+        self, entry: str, workload: str, cluster: dict[str, Any], seed: int
+    ) -> dict[str, Any]:
+        params = dict(self.params) if entry == self.system else {}
+        if _arena(entry) == "cluster":
+            rest = {k: v for k, v in cluster.items() if k != "trace"}
+            trace = cluster.get("trace", {})
+            return {"system": entry, "mode": self.mode, "trace": trace, "cluster": rest,
+                    "params": params, "seed": seed}  # fmt: skip
+        return {
+            "system": entry,
+            "mode": self.mode,
+            "workload": workload,
+            "cluster": cluster,
+            "params": params,
+            "iterations": self.iterations,
+            "seed": seed,
+        }
 
     def model_fields(self) -> dict[str, Any]:
         """The Experiment model's fields for this definition (JSON-ready: lists, dicts)."""
@@ -84,6 +98,14 @@ class ExperimentConfig:
     def of(cls, experiment: Experiment) -> ExperimentConfig:
         values = {f.name: getattr(experiment, f.name) for f in dataclasses.fields(cls)}
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+
+def _arena(name: str) -> str | None:
+    """The registry arena of ``name``; None if unknown (validation reports it)."""
+    try:
+        return registry.get(name).arena
+    except registry.UnknownEntry:
+        return None
 
 
 def create_experiment(

@@ -532,7 +532,8 @@ class TrainConfig:
     reward_fit_steps: int = 300
     reward_refit_steps: int = 50
     audit_fraction: float = 0.1
-    max_train_s: float = 0.0  # stop after the epoch that crosses this wall time (0: no limit)
+    max_train_s: float = 0.0  # stop after the epoch that crosses this wall time (0: no limit);
+    # with a budget, omega decays over whichever ends first, the epochs or the budget
 
     def arrival_rate(self) -> float:
         """Jobs per hour: ``jobs_per_hour``, or the rate at which the trace's mean GPU-seconds
@@ -820,6 +821,8 @@ def train(
                       "elapsed_s": time.perf_counter() - started})  # fmt: skip
     for epoch in range(cfg.epochs):
         frac = epoch / max(1, cfg.epochs - 1)
+        if cfg.max_train_s:  # a time budget: omega decays over the budget instead
+            frac = min(1.0, max(frac, (time.perf_counter() - started) / cfg.max_train_s))
         trainer.omega = cfg.omega_start + (cfg.omega_end - cfg.omega_start) * frac
         trainer.rewards.clear()
         trainer.true_rewards.clear()

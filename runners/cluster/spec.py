@@ -106,11 +106,18 @@ class ClusterRunSpec:
         return Path(t.file).name if t.file else f"{t.generator}-{t.jobs}"
 
     def as_dict(self) -> dict[str, Any]:
+        """The resolved spec; it validates again as it is (a run's spec.json, a queued run)."""
         data = asdict(self)
+        keep = _FILE_KEYS if self.trace.file else _GENERATED_KEYS
+        data["trace"] = {k: v for k, v in data["trace"].items() if k in keep}
         data["spec_version"] = SPEC_VERSION
         return data
 
 
+_GENERATED_KEYS = {
+    "generator", "jobs", "jobs_per_hour", "ps_fraction", "arrivals", "duration_scale"
+}  # fmt: skip
+_FILE_KEYS = {"file", "format", "on_error", "throughputs", "limit", "duration_scale"}
 _TOP_KEYS = {"system", "mode", "trace", "cluster", "params", "seed", "labels", "spec_version"}
 
 _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
@@ -161,9 +168,8 @@ def _trace(raw: Any) -> TraceSpec:
         )
     if not isinstance(raw, dict):
         raise SpecError("trace", "must be a mapping")
-    generated = {"generator", "jobs", "jobs_per_hour", "ps_fraction", "arrivals"}
-    from_file = {"file", "format", "on_error", "throughputs", "limit"}
-    allowed = generated | from_file | {"duration_scale"}
+    generated = _GENERATED_KEYS - {"duration_scale"}
+    allowed = _GENERATED_KEYS | _FILE_KEYS
     unknown = _unknown_keys(raw, allowed)
     if unknown:
         raise SpecError(
@@ -216,7 +222,7 @@ def _trace(raw: Any) -> TraceSpec:
             throughputs=throughputs,
             limit=limit,
         )
-    extra = sorted(set(raw) & from_file)
+    extra = sorted(set(raw) & (_FILE_KEYS - {"duration_scale"}))
     if extra:
         raise SpecError(f"trace.{extra[0]}", "belongs to a trace file: give trace.file too")
     generator = raw.get("generator", "philly")

@@ -190,3 +190,14 @@ def test_harmony_trains_from_the_command_line_and_the_checkpoint_runs(tmp_path, 
     assert summary["policy"] == {"scheduler": "fifo", "placement": "harmony"}
     spec["params"] = {"checkpoint": str(tmp_path / "missing.pt")}
     bad(tmp_path, capsys, spec, "params.checkpoint")
+
+
+@pytest.mark.parametrize("fmt", [None, "philly", "gavel"], ids=["generated", "philly", "gavel"])
+def test_a_resolved_cluster_spec_validates_again_unchanged(tmp_path, fmt):
+    """A queued run stores the resolved spec and the runner validates it again."""
+    from runners import spec as run_spec
+
+    trace = SMALL if fmt is None else _format_samples(tmp_path)[fmt]
+    first = run_spec.validate({"system": "fifo", "trace": trace, "cluster": {"servers": 4}})
+    again = run_spec.validate(json.loads(json.dumps(first.as_dict())))
+    assert again == first

@@ -1,0 +1,85 @@
+"""``python manage.py reproduce [CLAIM ...] [--all] --mode sim|real [--json]``.
+
+Runs each claim's experiment through the normal queue (a Celery worker must be running, as
+``make run`` starts one) and store, then prints one line per claim: a table, or with ``--json``
+one JSON object per line with ``claim``, ``system``, ``claimed``, ``measured``, ``unit``,
+``verdict`` and ``conditions``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from lab.reports import claims as ledger
+from lab.reports import reproduce
+
+
+class Command(BaseCommand):
+    help = "Run the claims ledger's experiments and print claimed vs measured with a verdict."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("claims", nargs="*", metavar="CLAIM", help="claim ids (see --list)")
+        parser.add_argument("--all", action="store_true", help="every claim in the ledger")
+        parser.add_argument("--mode", choices=("sim", "real"), default="sim")
+        parser.add_argument("--json", action="store_true", help="one JSON line per claim")
+        parser.add_argument("--list", action="store_true", help="list the claims and exit")
+        parser.add_argument("--timeout", type=float, default=3600.0,
+                            help="seconds to wait for the runs (default 3600)")  # fmt: skip
+        parser.add_argument("--ledger", default=str(ledger.LEDGER_PATH), help="ledger file")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        try:
+            claims = ledger.load_ledger(opts["ledger"])
+        except ledger.LedgerError as err:
+            raise CommandError(f"invalid ledger: {err}", returncode=2) from None
+        by_id = {c.id: c for c in claims}
+        if opts["list"]:
+            for c in claims:
+                self.stdout.write(f"{c.id:<28} {c.system:<18} {'/'.join(c.modes):<9} {c.claim}")
+            return
+        if opts["all"] == bool(opts["claims"]):
+            raise CommandError("name claims or pass --all (not both); --list shows them",
+                               returncode=2)  # fmt: skip
+        unknown = [name for name in opts["claims"] if name not in by_id]
+        if unknown:
+            raise CommandError(
+                f"unknown claim(s) {', '.join(unknown)}; known: {', '.join(by_id)}", returncode=2
+            )
+        chosen = claims if opts["all"] else [by_id[name] for name in opts["claims"]]
+        mode = opts["mode"]
+        started = {c.id: reproduce.start(c, mode) for c in chosen}
+        queued = [e for e in started.values() if e is not None]
+        if queued:
+            n_runs = sum(e.runs.count() for e in queued)
+            self.stderr.write(f"queued {len(queued)} experiment(s), {n_runs} runs "
+                              f"(experiments {', '.join(str(e.pk) for e in queued)})")  # fmt: skip
+            finished = reproduce.wait(queued, opts["timeout"], progress=self._progress)
+            sys.stderr.write("\n")
+            if not finished:
+                raise CommandError(
+                    f"the runs did not all end within {opts['timeout']:.0f} s; is a Celery "
+                    "worker running (`make run` starts one)? The experiments stay queued: "
+                    "see them in the portal.",
+                    returncode=1,
+                )
+        for claim in chosen:
+            result = reproduce.judge(claim, started[claim.id], mode)
+            line = result.line(mode)
+            if opts["json"]:
+                self.stdout.write(json.dumps(line, sort_keys=True))
+            else:
+                measured = "-" if line["measured"] is None else f"{line['measured']:.3g}"
+                self.stdout.write(
+                    f"{claim.id:<28} claimed {claim.claimed:>6g} {claim.unit:<2} measured "
+                    f"{measured:>7} {claim.unit:<2} {line['verdict']:<15} {line['reason']}"
+                )
+
+    def _progress(self, done: int, total: int) -> None:
+        width = 30
+        filled = width * done // max(total, 1)
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} runs")
+        sys.stderr.flush()
