@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import fmean
 from typing import Any
 
 import yaml
@@ -296,39 +297,30 @@ def assess(claim: Claim, values: Mapping[str, Mapping[str, Sequence[float]]]) ->
     """The verdict of ``claim`` from ``values[condition][system or baseline]`` = per-seed values
     of the claim's metric (``VERDICT_RULE``)."""
     primary = claim.baselines[0]
-    per_condition: dict[str, float] = {}
     for condition, groups in values.items():
         if not groups.get(claim.system) or not groups.get(primary):
             return not_run(claim, f"no values for {claim.system} and {primary} at {condition}")
-        s = sum(groups[claim.system]) / len(groups[claim.system])
-        b = sum(groups[primary]) / len(groups[primary])
-        per_condition[condition] = improvement(claim.measure, claim.lower_is_better, s, b)
+    per_condition = _improvements(claim, values, primary)
     if not per_condition or any(math.isnan(v) for v in per_condition.values()):
         return not_run(claim, "no usable values (a metric was missing or not positive)")
     if claim.aggregate == "max":
         at = max(per_condition, key=lambda k: per_condition[k])
         measured = per_condition[at]
     else:
-        at = min(per_condition, key=lambda k: abs(per_condition[k] - _mean(per_condition)))
-        measured = _mean(per_condition)
+        measured = fmean(per_condition.values())
+        at = min(per_condition, key=lambda k: abs(per_condition[k] - measured))
     groups = values[at]
     comparison = compare(
         list(groups[claim.system]), list(groups[primary]), lower_is_better=claim.lower_is_better
     )
     per_baseline = {}
     for name in claim.baselines:
-        ratios = [
-            improvement(
-                claim.measure,
-                claim.lower_is_better,
-                _mean_of(g[claim.system]),
-                _mean_of(g[name]),
+        found = _improvements(claim, values, name)
+        if found:
+            found_values = found.values()
+            per_baseline[name] = (
+                max(found_values) if claim.aggregate == "max" else fmean(found_values)
             )
-            for g in values.values()
-            if g.get(name)
-        ]
-        if ratios:
-            per_baseline[name] = max(ratios) if claim.aggregate == "max" else _mean_of(ratios)
     better = comparison.ratio > 1.0
     exact = _no_spread(groups[claim.system]) and _no_spread(groups[primary])
     established = better and (comparison.significant or exact)
@@ -350,12 +342,21 @@ def assess(claim: Claim, values: Mapping[str, Mapping[str, Sequence[float]]]) ->
     return Assessment(claim, verdict, measured, at, reason, per_condition, per_baseline, comparison)
 
 
-def _mean(values: Mapping[str, float]) -> float:
-    return sum(values.values()) / len(values)
-
-
-def _mean_of(values: Sequence[float]) -> float:
-    return sum(values) / len(values)
+def _improvements(
+    claim: Claim, values: Mapping[str, Mapping[str, Sequence[float]]], baseline: str
+) -> dict[str, float]:
+    """condition -> the claim's measure from the mean values of the system and ``baseline``,
+    at the conditions where both have values."""
+    return {
+        condition: improvement(
+            claim.measure,
+            claim.lower_is_better,
+            fmean(groups[claim.system]),
+            fmean(groups[baseline]),
+        )
+        for condition, groups in values.items()
+        if groups.get(claim.system) and groups.get(baseline)
+    }
 
 
 def _no_spread(values: Sequence[float]) -> bool:

@@ -20,7 +20,7 @@ from lab import actions
 from lab.experiments.models import Experiment
 from lab.reports.claims import Assessment, Claim, assess, not_run
 from lab.results.models import Measurement
-from lab.runs.models import CONDITION_KEYS, Run
+from lab.runs.models import Run, condition_of
 
 BOT_USER = "claims-bot"
 
@@ -81,9 +81,8 @@ def wait(
 
 
 def _condition_label(run: Run) -> str:
-    cluster = run.spec.get("cluster", {})
     parts = [run.workload] if run.workload else []
-    parts += [f"{k}={cluster[k]}" for k in CONDITION_KEYS if cluster.get(k) is not None]
+    parts += [f"{k}={v}" for k, v in condition_of(run.spec).items() if v is not None]
     return ", ".join(parts) or "default"
 
 

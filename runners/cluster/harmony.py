@@ -610,7 +610,6 @@ class _Trainer:
         self.rng = random.Random(f"harmony-train:{cfg.seed}")
         self.np_rng = np.random.default_rng(cfg.seed)
         self.omega = cfg.omega_start
-        self.explore_with_heuristics = True
         self.samples: list[tuple[np.ndarray, np.ndarray, np.ndarray, int, float]] = []
         self.times: list[float] = []  # decision time of each sample ("interval" reward)
         self.rm_log: list[tuple[np.ndarray, float]] = []
@@ -777,8 +776,7 @@ def train(
     if rm is not None:  # the "historical trace": heuristic and random placements, true rewards
         trainer.random_only = True
         for e in range(cfg.reward_warmup_episodes):
-            jobs = cfg.trace(cfg.seed * 100_003 + 50_000 + e, cfg.jobs_per_episode)
-            ClusterSim(jobs, cluster, Fifo(), trainer).run()
+            trainer.run(cfg.trace(cfg.seed * 100_003 + 50_000 + e, cfg.jobs_per_episode), cluster)
         trainer.random_only = False
         trainer.samples.clear()
         feats = np.stack([f for f, _ in trainer.rm_log])
@@ -909,12 +907,7 @@ def _imitate(net: ActorCritic, demos: list, cfg: TrainConfig, gen: Any) -> list[
     opt = torch.optim.Adam(net.actor.parameters(), lr=cfg.lr)
     losses = []
     for _ in range(cfg.imitation_steps if demos else 0):
-        idx = torch.randint(0, len(demos), (min(cfg.batch_size, len(demos)),), generator=gen)
-        batch = [demos[i] for i in idx.tolist()]
-        x = torch.from_numpy(np.stack([b[0] for b in batch]))
-        j = torch.from_numpy(np.stack([b[1] for b in batch]))
-        mask = torch.from_numpy(np.stack([b[2] for b in batch]))
-        a = torch.tensor([b[3] for b in batch])
+        x, j, mask, a, _ = _minibatch(demos, cfg.batch_size, gen)
         logits, _ = net(x, j, mask)
         loss = nn.functional.cross_entropy(logits, a)
         opt.zero_grad()
@@ -924,16 +917,24 @@ def _imitate(net: ActorCritic, demos: list, cfg: TrainConfig, gen: Any) -> list[
     return losses or [math.nan]
 
 
+def _minibatch(samples: Sequence, size: int, gen: Any) -> tuple[torch.Tensor, ...]:
+    """A random minibatch (with replacement) of (x, j, mask, action, return) samples, stacked:
+    (x, j, mask, actions, returns)."""
+    idx = torch.randint(0, len(samples), (min(size, len(samples)),), generator=gen)
+    batch = [samples[i] for i in idx.tolist()]
+    return (
+        torch.from_numpy(np.stack([b[0] for b in batch])),
+        torch.from_numpy(np.stack([b[1] for b in batch])),
+        torch.from_numpy(np.stack([b[2] for b in batch])),
+        torch.tensor([b[3] for b in batch]),
+        torch.tensor([b[4] for b in batch], dtype=torch.float32),
+    )
+
+
 def _update(
     net: ActorCritic, opt: torch.optim.Optimizer, replay: deque, cfg: TrainConfig, gen: Any
 ) -> float:
-    idx = torch.randint(0, len(replay), (min(cfg.batch_size, len(replay)),), generator=gen)
-    batch = [replay[i] for i in idx.tolist()]
-    x = torch.from_numpy(np.stack([b[0] for b in batch]))
-    j = torch.from_numpy(np.stack([b[1] for b in batch]))
-    mask = torch.from_numpy(np.stack([b[2] for b in batch]))
-    a = torch.tensor([b[3] for b in batch])
-    ret = torch.tensor([b[4] for b in batch], dtype=torch.float32)
+    x, j, mask, a, ret = _minibatch(replay, cfg.batch_size, gen)
     logits, value = net(x, j, mask)
     logp = torch.log_softmax(logits, dim=1)
     probs = logp.exp()
