@@ -302,10 +302,26 @@ def cancel_experiment(experiment: Experiment, by: str = "") -> int:
 
 
 def _after_change(experiment_id: int) -> None:
-    """Results changed: redraw the experiment's figures once the transaction commits."""
-    from lab.reports.tasks import render_figures
+    """Results changed: redraw the experiment's figures once the transaction commits; when its
+    last run ended and a claim check or a night waits on it, settle them."""
+    from lab.reports.tasks import render_figures, settle
 
     transaction.on_commit(lambda: render_figures.delay(experiment_id))
+    if _awaited(experiment_id):
+        transaction.on_commit(settle.delay)
+
+
+def _awaited(experiment_id: int) -> bool:
+    from lab.reports.models import ClaimCheck, NightlyRun
+
+    if Run.objects.filter(experiment_id=experiment_id, state__in=Run.ACTIVE).exists():
+        return False
+    return (
+        ClaimCheck.objects.filter(experiment_id=experiment_id, state=ClaimCheck.PENDING).exists()
+        or NightlyRun.objects.filter(
+            state=NightlyRun.RUNNING, experiments__id=experiment_id
+        ).exists()
+    )
 
 
 def render_figures(experiment_id: int) -> list[str]:

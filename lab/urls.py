@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, JsonResponse
-from django.urls import path
+from django.urls import include, path
 
 from lab.api import views as api
 from lab.catalogue.views import catalogue
@@ -22,6 +22,7 @@ urlpatterns = [
     path("experiments/<int:pk>/live/", experiments.experiment_live, name="experiment-live"),
     path("experiments/<int:pk>/cancel/", experiments.experiment_cancel, name="experiment-cancel"),
     path("experiments/<int:pk>/rerun/", experiments.experiment_rerun, name="experiment-rerun"),
+    path("experiments/<int:pk>/export/", experiments.experiment_export, name="experiment-export"),
     path(
         "experiments/<int:pk>/files/<str:filename>",
         experiments.experiment_file,
@@ -30,6 +31,7 @@ urlpatterns = [
     path("runs/<int:pk>/log/", runs.run_log, name="run-log"),
     path("runs/<int:pk>/cancel/", runs.run_cancel, name="run-cancel"),
     path("catalogue/", catalogue, name="catalogue"),
+    path("", include("lab.reports.urls")),
     path("api/experiments/", api.experiments, name="api-experiments"),
     path("api/experiments/<int:pk>/", api.experiment, name="api-experiment"),
     path("api/experiments/<int:pk>/cancel/", api.experiment_cancel, name="api-experiment-cancel"),

@@ -28,6 +28,9 @@ class Experiment(models.Model):
     )
     params = models.JSONField(default=dict, help_text="parameters of the system under test")
     iterations = models.PositiveIntegerField(default=20)
+    nightly = models.BooleanField(
+        default=False, help_text="re-run every night with the claims suite, tracked for regressions"
+    )
     rerun_of = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns"
     )

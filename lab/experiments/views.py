@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django import forms
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.db.models import Prefetch
@@ -12,7 +13,7 @@ from lab.accounts.auth import session_or_token
 from lab.catalogue.models import CatalogueEntry
 from lab.experiments.forms import PORTAL_ARENAS, STRAGGLER_NAMES, ExperimentForm, straggler_text
 from lab.experiments.models import Experiment
-from lab.reports import figures
+from lab.reports import export, figures, paper
 from lab.runs.models import Run
 
 
@@ -75,9 +76,46 @@ def _initial(request: HttpRequest) -> dict[str, object]:
     return initial
 
 
+class ExportForm(forms.Form):
+    venue = forms.ChoiceField(
+        choices=[(name, name) for name in paper.VENUES],
+        initial=next(iter(paper.VENUES)),
+        help_text="page geometry and type size the figures are drawn for",
+    )
+    note = forms.CharField(
+        required=False,
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+        help_text="needed when a run came from a working tree with uncommitted changes; "
+        "recorded in the bundle's README.txt",
+    )
+
+
 def experiment_detail(request: HttpRequest, pk: int) -> HttpResponse:
     experiment = get_object_or_404(Experiment.objects.select_related("owner"), pk=pk)
-    return render(request, "experiments/detail.html", _live_context(experiment))
+    context = {**_live_context(experiment), "export_form": ExportForm()}
+    return render(request, "experiments/detail.html", context)
+
+
+@require_POST
+def experiment_export(request: HttpRequest, pk: int) -> HttpResponse:
+    """The experiment's artifact bundle for a paper (figures, CSVs, manifests, regenerate.py,
+    table.tex) as a download; a bad venue, nothing to export or a dirty run without a note
+    re-renders the page with the error next to the form (400)."""
+    experiment = get_object_or_404(Experiment.objects.select_related("owner"), pk=pk)
+    form = ExportForm(request.POST)
+    if form.is_valid():
+        venue, note = form.cleaned_data["venue"], form.cleaned_data["note"]
+        try:
+            path = export.export_experiment(experiment, venue, note)
+        except export.DirtyRunsError as error:
+            form.add_error("note", str(error))
+        except export.ExportError as error:
+            form.add_error(None, str(error))
+        else:
+            return FileResponse(path.open("rb"), as_attachment=True, filename=path.name)
+    context = {**_live_context(experiment), "export_form": form}
+    return render(request, "experiments/detail.html", context, status=400)
 
 
 def experiment_live(request: HttpRequest, pk: int) -> HttpResponse:
@@ -103,10 +141,25 @@ def _live_context(experiment: Experiment) -> dict[str, object]:
 
 
 def _figures(experiment: Experiment) -> tuple[list[dict[str, object]], bool]:
-    """Figures on disk, and whether they are up to date with the latest finished run."""
+    """Figures on disk (per metric the comparison, then the speedup over each baseline), and
+    whether they are up to date with the latest finished run."""
+    comparisons = figures.available(experiment)
+    speedups = figures.available(experiment, stem=figures.speedup_stem)
+    kinds = [
+        (comparisons, figures.figure_stem, "data.csv", "vs baselines"),
+        (speedups, figures.speedup_stem, figures.SPEEDUP_CSV, "speedup over each baseline"),
+    ]
     out = [
-        {"metric": metric, "stem": figures.figure_stem(metric), "version": png.stat().st_mtime_ns}
-        for metric, png in figures.available(experiment).items()
+        {
+            "metric": metric,
+            "stem": stem(metric),
+            "csv": csv,
+            "alt": f"{metric}: {experiment.system} {what}",
+            "version": pngs[metric].stat().st_mtime_ns,
+        }
+        for metric in figures.METRICS
+        for pngs, stem, csv, what in kinds
+        if metric in pngs
     ]
     return out, figures.is_current(experiment)
 

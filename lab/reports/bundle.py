@@ -11,6 +11,7 @@ Layout of the zip:
     regenerate.py                   python regenerate.py [NAME ...] [--out DIR]
     requirements.txt                the library versions the figures were drawn with
     README.txt                      what is inside, how to regenerate, the dirty-tree note
+    <extra>                         extra text files the caller adds (e.g. table.tex)
 
 regenerate.py is self-contained: rather than import the project (which would need a checkout
 of the same commit on PYTHONPATH) or embed a second, hand-written copy of the plotting (which
@@ -45,6 +46,11 @@ LIBRARY = "figlib"
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 REQUIREMENTS = ("matplotlib", "seaborn", "pandas", "numpy")
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed, so the same inputs give the same zip
+# Names at the top of a bundle that extra files may not take.
+RESERVED = frozenset(
+    {"README.txt", "figures.json", "regenerate.py", "requirements.txt", LIBRARY}
+    | {"data", "figures", "manifests"}
+)
 
 
 class DirtyTreeError(RuntimeError):
@@ -70,22 +76,25 @@ def write_bundle(
     *,
     dirty: bool,
     note: str = "",
+    extras: Mapping[str, str] | None = None,
 ) -> Path:
     """Write the bundle to `out_zip` atomically: it is built in a temporary file beside the
     target and moved into place at the end, so on any error `out_zip` is as it was. A dirty
     tree is refused unless `note` says why the export is fine; the note is recorded in
-    README.txt and figures.json."""
+    README.txt and figures.json. `extras` maps file names to text written at the top of the
+    bundle beside README.txt (a LaTeX table, say); they may not replace the bundle's own files."""
     if dirty and not note.strip():
         raise DirtyTreeError(
             "the working tree has uncommitted changes: commit them and export again, or pass "
             "note='...' saying why these figures may be exported from a dirty tree"
         )
-    check(figures, manifests)
+    extras = dict(extras or {})
+    check(figures, manifests, extras)
     out_zip = Path(out_zip)
     out_zip.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bundle-") as work:
         root = Path(work)
-        _write_tree(root, figures, manifests, dirty=dirty, note=note.strip())
+        _write_tree(root, figures, manifests, extras, dirty=dirty, note=note.strip())
         temp = paper.temp_beside(out_zip)
         try:
             _zip(root, temp)
@@ -96,12 +105,20 @@ def write_bundle(
     return out_zip
 
 
-def check(figures: list[FigureSpec], manifests: Mapping[str, Mapping]) -> None:
+def check(
+    figures: list[FigureSpec],
+    manifests: Mapping[str, Mapping],
+    extras: Mapping[str, str] | None = None,
+) -> None:
     """Refuse what would make a broken bundle, before anything is drawn."""
+    extras = extras or {}
     names = [f.name for f in figures]
-    bad = [n for n in [*names, *manifests] if not NAME.match(n)]
+    bad = [n for n in [*names, *manifests, *extras] if not NAME.match(n)]
     if bad:
         raise ValueError(f"not a file name (letters, digits, . _ -): {', '.join(map(repr, bad))}")
+    taken = sorted(set(extras) & RESERVED)
+    if taken:
+        raise ValueError(f"extra file(s) would replace the bundle's own: {', '.join(taken)}")
     if len(set(names)) != len(names):
         raise ValueError("two figures share a name")
     for spec in figures:
@@ -117,9 +134,17 @@ def check(figures: list[FigureSpec], manifests: Mapping[str, Mapping]) -> None:
 
 
 def _write_tree(
-    root: Path, figures: list[FigureSpec], manifests: Mapping, *, dirty: bool, note: str
+    root: Path,
+    figures: list[FigureSpec],
+    manifests: Mapping,
+    extras: Mapping[str, str],
+    *,
+    dirty: bool,
+    note: str,
 ) -> None:
     entries = [_figure(root, spec) for spec in figures]
+    for name, text in extras.items():
+        _write(root / name, text)
     for run, manifest in manifests.items():
         _write(root / "manifests" / f"{run}.json", _json(manifest))
     library = root / LIBRARY
@@ -137,6 +162,7 @@ def _write_tree(
         "error_bars": plots.CI_METHOD,
         "figures": entries,
         "manifests": [f"manifests/{run}.json" for run in manifests],
+        "extras": sorted(extras),
     }
     _write(root / "figures.json", _json(index))
     _write(root / "README.txt", readme(index))
@@ -182,6 +208,7 @@ def readme(index: Mapping[str, Any]) -> str:
         f"  {LIBRARY}/                       the plotting code the figures were drawn with",
         "  regenerate.py                 rebuilds every figure from the CSVs",
         "  requirements.txt              the library versions the figures were drawn with",
+        *(f"  {name:<29} added by the exporter" for name in index.get("extras", [])),
         "",
         "Regenerate (Python >= 3.11, nothing else from the project is needed)",
         "  python -m pip install -r requirements.txt",

@@ -243,6 +243,11 @@ def load_ledger(path: Path | str = LEDGER_PATH) -> list[Claim]:
     return [_check_claim(path, i, raw, seen) for i, raw in enumerate(data)]
 
 
+def claim_from_dict(raw: dict[str, Any]) -> Claim:
+    """A claim back from ``Claim.as_dict`` (as a claim check stores it), validated again."""
+    return _check_claim(Path("stored claim"), 0, dict(raw), set())
+
+
 def improvement(measure: str, lower_is_better: bool, system: float, baseline: float) -> float:
     """The claim's measure for one pair of means (see ``MEASURES``)."""
     if system <= 0 or baseline <= 0:
@@ -300,7 +305,7 @@ def assess(claim: Claim, values: Mapping[str, Mapping[str, Sequence[float]]]) ->
     for condition, groups in values.items():
         if not groups.get(claim.system) or not groups.get(primary):
             return not_run(claim, f"no values for {claim.system} and {primary} at {condition}")
-    per_condition = _improvements(claim, values, primary)
+    per_condition = improvements_by_condition(claim, values, primary)
     if not per_condition or any(math.isnan(v) for v in per_condition.values()):
         return not_run(claim, "no usable values (a metric was missing or not positive)")
     if claim.aggregate == "max":
@@ -315,7 +320,7 @@ def assess(claim: Claim, values: Mapping[str, Mapping[str, Sequence[float]]]) ->
     )
     per_baseline = {}
     for name in claim.baselines:
-        found = _improvements(claim, values, name)
+        found = improvements_by_condition(claim, values, name)
         if found:
             found_values = found.values()
             per_baseline[name] = (
@@ -342,7 +347,7 @@ def assess(claim: Claim, values: Mapping[str, Mapping[str, Sequence[float]]]) ->
     return Assessment(claim, verdict, measured, at, reason, per_condition, per_baseline, comparison)
 
 
-def _improvements(
+def improvements_by_condition(
     claim: Claim, values: Mapping[str, Mapping[str, Sequence[float]]], baseline: str
 ) -> dict[str, float]:
     """condition -> the claim's measure from the mean values of the system and ``baseline``,

@@ -3,6 +3,11 @@
 The bar is the mean over seeds; the error bar is seaborn's bootstrap 95% confidence interval
 (1000 resamples, fixed seed so a figure is reproducible). Method and n are printed under the
 figure.
+
+Beside each comparison, the speedup of the system under test over each baseline
+(`speedup_frame`): the ratio of the means over seeds, oriented so > 1 means the system is
+better, with `stats.compare`'s bootstrap CI, drawn by `plots.speedup_plot` per workload and
+swept condition.
 """
 
 from __future__ import annotations
@@ -25,10 +30,12 @@ from django.db.models import Count, Max
 from matplotlib.figure import Figure
 
 from lab.experiments.models import Experiment
+from lab.reports import plots, stats
 from lab.results.models import Measurement
 from lab.runs.models import CONDITION_KEYS, Run, condition_of
 
 METRICS = ("iteration_time_s", "throughput_samples_per_s")
+LOWER_IS_BETTER = {"iteration_time_s": True, "throughput_samples_per_s": False}
 LABELS = {
     "iteration_time_s": "iteration time (s), lower is better",
     "throughput_samples_per_s": "throughput (samples/s), higher is better",
@@ -49,13 +56,23 @@ def figure_stem(metric: str) -> str:
     return f"comparison-{metric}"
 
 
-FILES = frozenset({"data.csv"} | {f"{figure_stem(m)}.{fmt}" for m in METRICS for fmt in FORMATS})
+def speedup_stem(metric: str) -> str:
+    return f"speedup-{metric}"
 
 
-def available(experiment: Experiment) -> dict[str, Path]:
-    """The metrics that have a figure on disk, with the path of its PNG."""
+SPEEDUP_CSV = "speedup.csv"
+STEMS = (figure_stem, speedup_stem)
+FILES = frozenset(
+    {"data.csv", SPEEDUP_CSV}
+    | {f"{stem(m)}.{fmt}" for stem in STEMS for m in METRICS for fmt in FORMATS}
+)
+
+
+def available(experiment: Experiment, stem=figure_stem) -> dict[str, Path]:
+    """The metrics that have a figure on disk (the comparison, or the figure `stem` names),
+    with the path of its PNG."""
     directory = figure_dir(experiment)
-    pngs = {metric: directory / f"{figure_stem(metric)}.png" for metric in METRICS}
+    pngs = {metric: directory / f"{stem(metric)}.png" for metric in METRICS}
     return {metric: png for metric, png in pngs.items() if png.exists()}
 
 
@@ -176,6 +193,104 @@ def plot_sweep(data: pd.DataFrame, metric: str, order: list[str], axes: list[str
     return fig
 
 
+CELL_KEYS = ["workload", *CONDITION_KEYS]
+SPEEDUP_COLUMNS = [
+    "system",
+    "baseline",
+    *CELL_KEYS,
+    "metric",
+    "speedup",
+    "ci_low",
+    "ci_high",
+    "n",
+    "n_system",
+    "n_baseline",
+]
+
+
+def by_cell(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows in the order of their workload's first appearance, then by swept condition."""
+    first = {w: i for i, w in enumerate(dict.fromkeys(frame["workload"]))}
+    keys = ["_order", *CONDITION_KEYS]
+    ordered = frame.assign(_order=frame["workload"].map(first)).sort_values(keys, kind="stable")
+    return ordered.drop(columns="_order")
+
+
+def speedup_frame(frame: pd.DataFrame, system: str, baselines: list[str]) -> pd.DataFrame:
+    """Per metric, workload and cluster condition, the speedup of `system` over each baseline:
+    the ratio of the means over seeds (baseline/system for a time, system/baseline for a
+    throughput, so > 1 always means the system is better) with the bootstrap CI of
+    `stats.compare`, which resamples each side's seeds independently. n is the smaller of
+    the two sides' seed counts. Cells where either side has no value are left out."""
+    rows = []
+    for metric in METRICS:
+        data = by_cell(frame[frame["metric"] == metric])
+        for cell, group in data.groupby(CELL_KEYS, sort=False, dropna=False):
+            values = {name: g["value"].to_numpy() for name, g in group.groupby("system")}
+            if system not in values:
+                continue
+            for baseline in baselines:
+                if baseline not in values:
+                    continue
+                mine, theirs = values[system], values[baseline]
+                c = stats.compare(mine, theirs, lower_is_better=LOWER_IS_BETTER[metric])
+                n = min(mine.size, theirs.size)
+                rows.append(
+                    (system, baseline, *cell, metric, c.ratio, c.ratio_ci_low, c.ratio_ci_high)
+                    + (n, mine.size, theirs.size)
+                )
+    speedups = pd.DataFrame(rows, columns=SPEEDUP_COLUMNS)
+    finite = speedups["speedup"].abs() < float("inf")  # a zero time has no speedup
+    return speedups[finite].reset_index(drop=True)
+
+
+def speedup_plot_data(speedups: pd.DataFrame, metric: str) -> tuple[pd.DataFrame, dict]:
+    """The rows of one metric shaped for `plots.speedup_plot`, and its kwargs. With one
+    workload and condition the bars are the baselines; otherwise the groups are what varies
+    (the workload, the swept condition, or a "condition" label of all of them) and there is
+    one bar per baseline, named "<system> vs <baseline>"."""
+    rows = speedups[speedups["metric"] == metric]
+    if rows.empty:
+        return rows, {}
+    system = rows["system"].iloc[0]
+    varying = [k for k in CELL_KEYS if rows[k].nunique(dropna=False) > 1]
+    spread = f"{stats.DEFAULT_RESAMPLES:,} resamples of each side's seeds, seed 0"
+    low, high = int(rows["n"].min()), int(rows["n"].max())
+    n = f"n={low}" if low == high else f"n={low}-{high}"
+    over = ", ".join(dict.fromkeys(rows["baseline"]))
+    caption = (
+        f"bars: speedup of {system} over {over}: ratio of mean {plots.label(metric)} over "
+        f"seeds (> 1: {system} better); error bars: 95% CI, percentile bootstrap ({spread}); "
+        f"{n} seeds per side"
+    )
+    if not varying:
+        return rows, {"x": "baseline", "caption": caption}
+    if len(varying) == 1:
+        x = varying[0]
+    else:
+        x = "condition"
+        rows = rows.assign(condition=[_condition(r, varying) for _, r in rows.iterrows()])
+    return rows.assign(system=system + " vs " + rows["baseline"]), {"x": x, "caption": caption}
+
+
+def _condition(row: pd.Series, keys: list[str]) -> str:
+    text = {
+        "workload": lambda v: str(v),
+        "workers": lambda v: f"{v:g} workers",
+        "bandwidth_gbps": lambda v: f"{v:g} Gbit/s",
+    }
+    return ", ".join(text[k](row[k]) for k in keys)
+
+
+def plot_speedup(speedups: pd.DataFrame, metric: str) -> Figure | None:
+    """The speedup figure of one metric for the experiment page, or None without data."""
+    data, kwargs = speedup_plot_data(speedups, metric)
+    if data.empty:
+        return None
+    with matplotlib.rc_context({"figure.figsize": (6.4, 3.6)}):
+        return plots.speedup_plot(data, **kwargs)
+
+
 def swept(experiment: Experiment) -> list[str]:
     """The conditions the experiment sweeps, bandwidth first (the usual x axis)."""
     return [c for c in ("bandwidth_gbps", "workers") if len(experiment.sweep.get(c, [])) > 1]
@@ -257,5 +372,26 @@ def render(experiment: Experiment) -> list[Path]:
             else:
                 figure = plot_comparison(data, metric, experiment.entries)
             paths += save(figure, directory, figure_stem(metric))
+        paths += _render_speedups(experiment, frame, directory)
         _atomic(directory / FINGERPRINT, lambda tmp: Path(tmp).write_text(fingerprint))
+    return paths
+
+
+def _render_speedups(experiment: Experiment, frame: pd.DataFrame, directory: Path) -> list[Path]:
+    """The speedup figures and the CSV behind them; those without data any more are removed."""
+    speedups = speedup_frame(frame, experiment.system, experiment.baselines)
+    paths: list[Path] = []
+    for metric in METRICS:
+        figure = plot_speedup(speedups, metric)
+        if figure is None:
+            for fmt in FORMATS:
+                (directory / f"{speedup_stem(metric)}.{fmt}").unlink(missing_ok=True)
+            continue
+        paths += save(figure, directory, speedup_stem(metric))
+    csv_path = directory / SPEEDUP_CSV
+    if speedups.empty:
+        csv_path.unlink(missing_ok=True)
+    else:
+        _atomic(csv_path, lambda tmp: speedups.to_csv(tmp, index=False))
+        paths.append(csv_path)
     return paths

@@ -147,7 +147,34 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": RECONCILE_INTERVAL_S,
         "options": {"expires": RECONCILE_INTERVAL_S * 2},
     },
+    "settle-claims-and-nights": {
+        "task": "lab.reports.tasks.settle",
+        "schedule": env.number("LAB_SETTLE_INTERVAL_S", 30.0, minimum=1.0),
+        "options": {"expires": 60},
+    },
 }
+
+# --- Claims and nightly reproducibility runs -------------------------------------------------
+# The nightly schedule itself lives in the database (django-celery-beat), editable on the
+# Nightly page; LAB_NIGHTLY_CRON only seeds it the first time (minute hour day-of-month month
+# day-of-week).
+CLAIMS_LEDGER = env.path("LAB_CLAIMS_LEDGER", BASE_DIR / "claims" / "ledger.yaml")
+NIGHTLY_CRON = env.text("LAB_NIGHTLY_CRON", "30 2 * * *")
+NIGHTLY_TIMEOUT_H = env.number("LAB_NIGHTLY_TIMEOUT_H", 12.0, minimum=0.01)
+NIGHTLY_NOTIFY = env.text("LAB_NIGHTLY_NOTIFY", "alerts")
+if NIGHTLY_NOTIFY not in ("alerts", "always"):
+    raise env.ConfigError(f"LAB_NIGHTLY_NOTIFY={NIGHTLY_NOTIFY!r}: expected alerts or always")
+NIGHTLY_EMAIL = env.csv("LAB_NIGHTLY_EMAIL", "")
+NIGHTLY_WEBHOOK = env.text("LAB_NIGHTLY_WEBHOOK")
+PUBLIC_URL = env.text("LAB_PUBLIC_URL", "http://localhost:8000")
+EMAIL_BACKEND = env.text("LAB_EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env.text("LAB_EMAIL_HOST", "localhost")
+EMAIL_PORT = env.integer("LAB_EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env.text("LAB_EMAIL_USER", "")
+EMAIL_HOST_PASSWORD = env.text("LAB_EMAIL_PASSWORD", "")  # a secret: only from the environment
+EMAIL_USE_TLS = env.flag("LAB_EMAIL_TLS", False)
+EMAIL_TIMEOUT = 20
+DEFAULT_FROM_EMAIL = env.text("LAB_EMAIL_FROM", "scheduler-lab@localhost")
 
 # --- Runs ------------------------------------------------------------------------------------
 MAX_PARALLEL_RUNS = env.integer("LAB_MAX_PARALLEL_RUNS", os.cpu_count() or 1, minimum=1)

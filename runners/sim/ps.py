@@ -177,9 +177,16 @@ class _PSJob(ComputeJob):
         self.comm_down = [0.0] * self.n_iter
         self.migrated_bytes = 0
         self.round_end: dict[int, float] = {}
+        # Per group and iteration: when the group's last push left its uplink (see
+        # ``straggler_times``); written once per group and iteration, off the per-event path.
+        self.push_done = [[0.0] * self.n_iter for _ in setup.groups]
 
     # -- per-iteration state ----------------------------------------------------------------
     def _group_state(self, g: int, it: int) -> None:
+        if it:
+            # The first gradient of ``it``: every push of ``it - 1`` has left the uplink (the
+            # forward of ``it`` needed their pulls), and nothing else has used it since.
+            self.push_done[g][it - 1] = self.uplink[g].free_at
         self.parts_left[g, it] = list(self.n_parts)
         self.layers_left[g, it] = self.n_layers - len(self.keyless)
         for layer in self.keyless:
@@ -405,6 +412,38 @@ class _PSJob(ComputeJob):
             self._enqueue(self.s_in[dst], -1, -1, (_MIGRATE_IN, it + 1, -1, size, dst, 0.0))
 
     # -- results --------------------------------------------------------------------------
+    def straggler_times(self) -> list[float]:
+        """Straggler time of every simulated iteration, % of the iteration (sync mode).
+
+        Reconstruction of TicTac's metric (Hashemi et al., MLSys 2019: "the maximum time any
+        worker waits, as a percentage of the iteration"; the paper measures it inside
+        TensorFlow, which this simulator does not model). A worker's own work in iteration
+        ``i`` ends when its last push of ``i`` has left its uplink, ``done_g(i)``: its compute
+        and its gradient transfers are then over, and everything until it can go on
+        (aggregation, pulls) waits for every worker's pushes. The iteration ends when the
+        slowest worker is done, ``E(i) = max_g done_g(i)``, and lasts ``T(i) = E(i) - E(i-1)``
+        (``E(-1) = 0``; the mean of ``T`` over many iterations is the iteration time). Worker
+        ``g`` waits ``E(i) - done_g(i)``; the straggler time is the largest wait, i.e.
+        ``100 * (E(i) - min_g done_g(i)) / T(i)``. Workers of one group run identically, so
+        the maximum over groups is the maximum over workers; with one group it is 0.
+
+        In sync mode it lies in [0, 100): ``done_g(i)`` comes after ``g``'s backward of ``i``,
+        which needed every key of ``i - 1`` pulled, hence aggregated from every worker, hence
+        ``done_g(i) >= E(i-1)``. Cost: O(groups) per iteration, after the run.
+        """
+        done = self.push_done
+        for g, st in enumerate(self.uplink):  # the last iteration has no next one to record it
+            done[g][-1] = st.free_at
+        out = []
+        prev = 0.0
+        for i in range(self.n_iter):
+            column = [row[i] for row in done]
+            end = max(column)
+            span = end - prev
+            out.append(100.0 * (end - min(column)) / span if span > 0 else 0.0)
+            prev = end
+        return out
+
     def result(self) -> SimResult:
         s = self.setup
         first = s.warmup_iterations
@@ -416,6 +455,10 @@ class _PSJob(ComputeJob):
             "ps_servers_used": (float(len(set(self.assign))), "servers"),
             "ps_migrated_bytes": (float(self.migrated_bytes), "bytes"),
         }
+        if self.plan.server_mode == "sync":  # asynchronous workers do not wait for each other
+            straggler = self.straggler_times()[measured]
+            extra["straggler_time_pct"] = (float(max(straggler)), "%")
+            extra["straggler_time_mean_pct"] = (float(np.mean(straggler)), "%")
         if self.plan.server_mode != "sync":
             stale = np.asarray(self.staleness or [0.0])
             tau_max = float(stale.max())

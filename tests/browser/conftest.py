@@ -4,9 +4,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import require_binary
 from tests.integration.stack import start_stack
+from tests.integration.test_claims_stack import LEDGER
 
 # Chromium as root in a closed network: no sandbox, and no background calls home.
 CHROMIUM_ARGS = [
@@ -34,7 +36,10 @@ def chromium():
 
 @pytest.fixture(scope="session")
 def portal():
-    stack = start_stack(Path(tempfile.mkdtemp(prefix="lab-browser-")))
+    root = Path(tempfile.mkdtemp(prefix="lab-browser-"))
+    ledger = root / "ledger.yaml"  # two quick claims, so "Check now" ends in seconds
+    ledger.write_text(yaml.safe_dump([LEDGER[0], LEDGER[2]]))
+    stack = start_stack(root, LAB_CLAIMS_LEDGER=str(ledger))
     yield stack
     stack.close()
 

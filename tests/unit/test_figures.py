@@ -132,3 +132,58 @@ def test_a_sweep_experiment_renders_line_plots_and_a_csv_with_its_conditions(use
     assert set(data["workers"]) == {4}
     assert figures.is_current(experiment)
     assert figures.swept(experiment) == ["bandwidth_gbps"]
+
+
+@pytest.mark.django_db
+def test_render_draws_the_speedup_over_each_baseline_and_the_page_shows_it(client, user, config):
+    import dataclasses
+
+    from django.urls import reverse
+    from django.utils import timezone
+
+    from lab import actions
+    from lab.results.models import Measurement
+    from lab.runs.models import Run
+
+    two = dataclasses.replace(config, baselines=("wfbp", "horovod"))
+    experiment = actions.create_experiment(user, two)
+    base = {"bytescheduler": 1.0, "wfbp": 2.0, "horovod": 4.0}
+    for run in experiment.runs.all():
+        value = base[run.system] + 0.01 * run.seed
+        Measurement.objects.create(run=run, metric="iteration_time_s", value=value, unit="s")
+    experiment.runs.update(state=Run.SUCCEEDED, finished_at=timezone.now())
+    names = {p.name for p in figures.render(experiment)}
+    assert {f"speedup-iteration_time_s.{fmt}" for fmt in figures.FORMATS} <= names
+    assert figures.SPEEDUP_CSV in names and names <= figures.FILES
+    assert "speedup-throughput_samples_per_s.png" not in names  # no throughput measured
+    speedup = pd.read_csv(figures.figure_dir(experiment) / figures.SPEEDUP_CSV)
+    assert list(speedup["baseline"]) == ["wfbp", "horovod"]
+    assert list(speedup["speedup"]) == pytest.approx([2.005 / 1.005, 4.005 / 1.005])
+    assert (speedup["ci_low"] <= speedup["speedup"]).all()
+    assert (speedup["speedup"] <= speedup["ci_high"]).all()
+
+    client.force_login(user)
+    live = client.get(reverse("experiment-live", args=[experiment.pk]))
+    assert [f["stem"] for f in live.context["figures"]] == [
+        "comparison-iteration_time_s",
+        "speedup-iteration_time_s",
+    ]
+    html = live.content.decode()
+    png = reverse("experiment-file", args=[experiment.pk, "speedup-iteration_time_s.png"])
+    assert png in html and "speedup over each baseline" in html
+    assert reverse("experiment-file", args=[experiment.pk, figures.SPEEDUP_CSV]) in html
+    served = client.get(png)
+    assert served.status_code == 200
+    assert b"".join(served.streaming_content)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_speedup_figure_shows_one_bar_per_baseline_with_its_ci():
+    speedup = figures.speedup_frame(frame(), "a", ["b"])
+    assert list(speedup["speedup"]) == pytest.approx([2.01 / 1.01])
+    fig = figures.plot_speedup(speedup, "iteration_time_s")
+    ax = fig.axes[0]
+    assert [round(p.get_height(), 3) for p in ax.patches] == [1.99]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["b"]
+    caption = fig.texts[0].get_text() if fig.texts else fig._supxlabel.get_text()
+    assert "speedup of a over b" in caption and "95% CI" in caption and "n=3" in caption
+    assert figures.plot_speedup(speedup, "throughput_samples_per_s") is None

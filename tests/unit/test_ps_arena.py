@@ -8,11 +8,14 @@ assertions were written; the assertions keep a margin around them."""
 import dataclasses
 import statistics
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
-from runners import registry
+from runners import registry, rundir
+from runners.execute import run_to_directory
 from runners.policies.placement import byteps_default, mxnet_default
 from runners.policies.ps import PSLDController
 from runners.policies.tictac import tac_priorities, tic_priorities
@@ -317,6 +320,149 @@ def test_when_worker_nics_are_the_bottleneck_tictac_pulls_follow_its_fifo_pushes
         )
         assert uplink == downlink == NAMES[::-1], it
     assert tic.metrics["iteration_time_s"] == tac.metrics["iteration_time_s"]
+
+
+# --- straggler time (TicTac's metric) ----------------------------------------------------
+
+LEDGER = Path(__file__).resolve().parents[2] / "claims" / "ledger.yaml"
+TICTAC_CLAIM = "tictac-straggler-reduction"
+
+
+def straggler_from_timeline(spec, result):
+    """``straggler_time_pct`` recomputed from timeline.csv alone: per iteration, each group's
+    last push leaving its uplink is the end of its own work; the latest of them ends the
+    iteration. Returns (max, mean) over the measured iterations."""
+    done = defaultdict(float)
+    for row in timeline_rows(result):
+        if row["resource"].startswith("uplink"):
+            key = (row["resource"], row["iteration"])
+            done[key] = max(done[key], row["end_s"])
+    links = {link for link, _ in done}
+    pct, prev = [], 0.0
+    for it in range(spec.warmup_iterations + spec.iterations + 1):
+        column = [done[link, it] for link in links]
+        pct.append(100 * (max(column) - min(column)) / (max(column) - prev))
+        prev = max(column)
+    measured = pct[spec.warmup_iterations : spec.warmup_iterations + spec.iterations]
+    return max(measured), statistics.mean(measured)
+
+
+def test_straggler_time_of_one_layer_and_a_2x_slower_worker_by_hand():
+    """One 1 MB layer (forward 10 ms, backward 20 ms), two workers, worker 1 twice as slow, one
+    PS; 8 Gbit/s everywhere (1 MB = 1 ms on a NIC), aggregation at 8 Gbit/s, no latency. From
+    the pull that ends iteration i-1: worker 0 computes 30 ms and pushes 1 ms (done at 31 ms),
+    worker 1 computes 60 ms and pushes 1 ms (61 ms); the server aggregates 2 MB (2 ms, 63 ms)
+    and sends 2 copies (2 ms, 65 ms). Iteration = 65 ms, worker 0 waits 61 - 31 = 30 ms:
+    100 * 30 / 65 = 46.15 % in every measured iteration."""
+    layers = (LayerTimes("only", 0.010, 0.020, MB),)
+    _, result = run_layers(
+        "tictac-tic",
+        layers,
+        workers=2,
+        ps=1,
+        servers=1,
+        bandwidth_gbps=8,
+        server_agg_gbps=8,
+        latency_us=0,
+        stragglers=[{"worker": 1, "slowdown": 2}],
+        iterations=3,
+    )
+    m = result.metrics
+
+    assert m["iteration_time_s"] == pytest.approx(0.065, rel=1e-9)
+    assert m["straggler_time_pct"] == pytest.approx(100 * 30 / 65, rel=1e-9)
+    assert m["straggler_time_mean_pct"] == pytest.approx(100 * 30 / 65, rel=1e-9)
+    assert result.units["straggler_time_pct"] == result.units["straggler_time_mean_pct"] == "%"
+
+
+def test_identical_workers_with_one_order_have_no_straggler_time():
+    """Workers that compute alike and receive the same order finish together: no waiting.
+    One group (TicTac, ps-default with one order group) gives 0 trivially, even with compute
+    jitter (drawn per group); four identical groups simulated separately under TicTac's fixed
+    order also give exactly 0 (the server NIC serialises their pushes, but each group's own
+    work ends at the same instant)."""
+    for system, params in (("tictac-tic", None), ("ps-default", {"order_groups": 1})):
+        _, result = run(system, params=params, compute_jitter_cv=0.05, iterations=4)
+        assert result.metrics["straggler_time_pct"] == 0.0, system
+
+    spec = validate(raw_spec("tictac-tic", "resnet50", iterations=4, ps=2, servers=2))
+    setup, plan = plan_of(spec)
+    split = dataclasses.replace(setup, groups=ps_sim.split_groups(setup.groups, 4))
+    result = ps_sim.simulate(split, spec, plan)
+    assert len(result.groups) == 4
+    assert result.metrics["straggler_time_pct"] == 0.0
+    assert result.metrics["straggler_time_mean_pct"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("system", "workload", "kw"),
+    [
+        ("ps-default", "dag", {"seed": 3, "iterations": 8, **WORKER_BOUND}),
+        ("ps-default", "resnet50", {"compute_jitter_cv": 0.02, "ps": 2, "servers": 2}),
+        ("ps-default", "vgg16-debug", {"bandwidth_gbps": 1, "ps": 2, "servers": 2}),
+        (
+            "byteps",
+            "resnet50",
+            {"stragglers": [{"worker": 0, "slowdown": 3}], "params": {"cross_barrier": False}},
+        ),
+        ("p3", "resnet50", {"stragglers": [{"worker": 3, "slowdown": 1.5}]}),
+        ("psld", "resnet50", {"ps_stragglers": [{"server": 0, "bandwidth_factor": 0.5}]}),
+    ],
+)
+def test_straggler_time_matches_the_timeline_and_lies_in_0_to_100(system, workload, kw):
+    """The simulator records each group's end of work once per iteration (the uplink's free
+    time when the next iteration's first gradient arrives); recomputing it from every push in
+    the timeline gives the same values, and they lie in [0, 100): in sync mode a worker's last
+    push of iteration i comes after the end of iteration i-1."""
+    kw = {"iterations": 6, **kw}
+    if workload == "dag":
+        spec, result = run_layers(system, DAG, **kw)
+    else:
+        spec, result = run(system, workload, **kw)
+    top, mean = straggler_from_timeline(spec, result)
+    m = result.metrics
+
+    assert m["straggler_time_pct"] == pytest.approx(top, rel=1e-9, abs=1e-9)
+    assert m["straggler_time_mean_pct"] == pytest.approx(mean, rel=1e-9, abs=1e-9)
+    assert 0.0 <= m["straggler_time_mean_pct"] <= m["straggler_time_pct"] < 100.0
+    if len(result.groups) > 1:
+        assert m["straggler_time_pct"] > 0.0
+
+
+def test_asynchronous_eager_ps_reports_no_straggler_time():
+    """Eager PS does not make workers wait for each other: the metric is not defined there."""
+    _, result = run("eager-ps", stragglers=STRAGGLER, params={"server_mode": "async"})
+
+    assert "straggler_time_pct" not in result.metrics
+    assert "straggler_time_mean_pct" not in result.metrics
+
+
+def test_tictac_straggler_claim_conditions_write_the_metric_to_summary_json(tmp_path):
+    """The ledger's tictac-straggler-reduction experiment (its workload, cluster and params;
+    few iterations here) writes straggler_time_pct, with its unit, into summary.json for the
+    system and its baseline. ps-default's four order groups finish at different times;
+    TicTac's workers are one group with one order, so its straggler time is exactly 0."""
+    (claim,) = [c for c in yaml.safe_load(LEDGER.read_text()) if c["id"] == TICTAC_CLAIM]
+    experiment = claim["experiment"]
+    found = {}
+    for system in (claim["system"], *claim["baselines"]):
+        raw = {
+            "system": system,
+            "workload": experiment["workloads"][0],
+            "cluster": dict(experiment["cluster"]),
+            "params": dict(experiment["params"]),
+            "iterations": 3,
+            "seed": experiment["seeds"][0],
+        }
+        out = tmp_path / system
+        run_to_directory(validate(raw), out, ["test"])
+        summary = rundir.read_summary(out)
+        assert summary["units"][claim["metric"]] == "%"
+        found[system] = summary["metrics"][claim["metric"]]
+
+    assert all(0.0 <= v < 100.0 for v in found.values())
+    assert found["ps-default"] > 0.0
+    assert found["tictac-tic"] == 0.0
 
 
 # --- P3 ----------------------------------------------------------------------------------

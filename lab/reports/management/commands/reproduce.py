@@ -3,7 +3,7 @@
 Runs each claim's experiment through the normal queue (a Celery worker must be running, as
 ``make run`` starts one) and store, then prints one line per claim: a table, or with ``--json``
 one JSON object per line with ``claim``, ``system``, ``claimed``, ``measured``, ``unit``,
-``verdict`` and ``conditions``.
+``verdict`` and ``conditions``. Each check is also kept, and shown on the Claims page.
 """
 
 from __future__ import annotations
@@ -12,10 +12,13 @@ import json
 import sys
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from lab.reports import claims as ledger
+from lab.reports import nightly as nights
 from lab.reports import reproduce
+from lab.reports.models import ClaimCheck
 
 
 class Command(BaseCommand):
@@ -29,11 +32,12 @@ class Command(BaseCommand):
         parser.add_argument("--list", action="store_true", help="list the claims and exit")
         parser.add_argument("--timeout", type=float, default=3600.0,
                             help="seconds to wait for the runs (default 3600)")  # fmt: skip
-        parser.add_argument("--ledger", default=str(ledger.LEDGER_PATH), help="ledger file")
+        parser.add_argument("--ledger", default=None,
+                            help="ledger file (default: LAB_CLAIMS_LEDGER)")  # fmt: skip
 
     def handle(self, *args: Any, **opts: Any) -> None:
         try:
-            claims = ledger.load_ledger(opts["ledger"])
+            claims = ledger.load_ledger(opts["ledger"] or settings.CLAIMS_LEDGER)
         except ledger.LedgerError as err:
             raise CommandError(f"invalid ledger: {err}", returncode=2) from None
         by_id = {c.id: c for c in claims}
@@ -51,8 +55,8 @@ class Command(BaseCommand):
             )
         chosen = claims if opts["all"] else [by_id[name] for name in opts["claims"]]
         mode = opts["mode"]
-        started = {c.id: reproduce.start(c, mode) for c in chosen}
-        queued = [e for e in started.values() if e is not None]
+        checks = {c.id: nights.start_check(c, mode, user=reproduce.bot_user()) for c in chosen}
+        queued = [ch.experiment for ch in checks.values() if ch.experiment is not None]
         if queued:
             n_runs = sum(e.runs.count() for e in queued)
             self.stderr.write(f"queued {len(queued)} experiment(s), {n_runs} runs "
@@ -62,13 +66,16 @@ class Command(BaseCommand):
             if not finished:
                 raise CommandError(
                     f"the runs did not all end within {opts['timeout']:.0f} s; is a Celery "
-                    "worker running (`make run` starts one)? The experiments stay queued: "
-                    "see them in the portal.",
+                    "worker running (`make run` starts one)? The experiments stay queued, and "
+                    "their verdicts appear on the Claims page when they end.",
                     returncode=1,
                 )
         for claim in chosen:
-            result = reproduce.judge(claim, started[claim.id], mode)
-            line = result.line(mode)
+            check = checks[claim.id]
+            check.refresh_from_db()
+            if check.state == ClaimCheck.PENDING:
+                nights.judge_check(check)
+            line = check.line
             if opts["json"]:
                 self.stdout.write(json.dumps(line, sort_keys=True))
             else:
