@@ -136,9 +136,33 @@ def claim_figure_path(check: ClaimCheck) -> Path:
     return Path(settings.RESULTS_DIR) / "claims" / f"check-{check.pk}.png"
 
 
+SHORT_MEASURES = {
+    "percent_faster": "% faster than",
+    "percent_less": "% less than",
+    "percent_more": "% more than",
+    "ratio": "x (ratio) over",
+}
+
+
+def _short_condition(label: str) -> str:
+    """'resnet50, workers=8, bandwidth_gbps=10.0' -> 'resnet50, 8 workers, 10 Gbit/s'."""
+    parts = []
+    for part in label.split(", "):
+        key, _, value = part.partition("=")
+        if key == "workers":
+            parts.append(f"{value} workers")
+        elif key == "bandwidth_gbps":
+            parts.append(f"{float(value):g} Gbit/s")
+        else:
+            parts.append(part)
+    return ", ".join(parts)
+
+
 def draw_claim_figure(check: ClaimCheck, claim: ledger.Claim) -> Path | None:
     """Bars: the claim's measure at each condition over each baseline; a dashed line: the
     claimed value. The figure behind the number on the Claims page."""
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -149,17 +173,17 @@ def draw_claim_figure(check: ClaimCheck, claim: ledger.Claim) -> Path | None:
     from lab.reports import figures as experiment_figures
 
     rows = [
-        (baseline, condition, value)
+        (baseline, _short_condition(condition), value)
         for baseline, values in check.per_condition.items()
         for condition, value in values.items()
     ]
     if not rows:
         return None
     frame = pd.DataFrame(rows, columns=["baseline", "condition", "value"])
-    height = 0.9 + 0.32 * frame["condition"].nunique() * max(1, len(claim.baselines)) ** 0.5
-    fig = Figure(figsize=(6.4, height), layout="constrained")
-    ax = fig.subplots()
     order = [b for b in claim.baselines if b in set(frame["baseline"])]
+    bars = frame["condition"].nunique() * len(order)
+    fig = Figure(figsize=(6.4, 1.5 + 0.22 * bars), layout="constrained")
+    ax = fig.subplots()
     sns.barplot(
         data=frame,
         y="condition",
@@ -175,21 +199,32 @@ def draw_claim_figure(check: ClaimCheck, claim: ledger.Claim) -> Path | None:
     for container, hatch in zip(ax.containers, experiment_figures.HATCHES, strict=False):
         for bar in getattr(container, "patches", container):
             bar.set_hatch(hatch)
+        ax.bar_label(container, fmt="%.3g", fontsize="x-small", padding=2)
     reference = 1.0 if claim.measure == "ratio" else 0.0
     ax.axvline(reference, color="black", linewidth=0.8)
     ax.axvline(claim.claimed, color="black", linestyle="--", linewidth=1.2)
+    low = min(reference, claim.claimed, float(frame["value"].min()))
+    high = max(reference, claim.claimed, float(frame["value"].max()))
+    pad = 0.12 * (high - low or 1.0)
+    ax.set_xlim(low - (pad if low < reference else 0), high + pad)
     ax.text(claim.claimed, 1.0, f" claimed {claim.claimed:g}{claim.unit}",
-            transform=ax.get_xaxis_transform(), va="bottom", fontsize="small")  # fmt: skip
-    what = ledger.MEASURES.get(claim.measure, claim.measure)
-    ax.set_xlabel(f"{claim.system}: {what} ({claim.unit}) on {claim.metric}")
+            transform=ax.get_xaxis_transform(), va="bottom", fontsize="x-small")  # fmt: skip
+    what = SHORT_MEASURES.get(claim.measure, claim.measure)
+    direction = "lower" if claim.lower_is_better else "higher"
+    ax.set_xlabel(f"{claim.system}: {what} the baseline, on {claim.metric} ({direction} is better)",
+                  fontsize="small")  # fmt: skip
     ax.set_ylabel("")
-    ax.tick_params(axis="y", labelsize="small")
-    ax.legend(title="over", frameon=False, fontsize="small")
+    ax.tick_params(axis="y", labelsize="x-small")
+    ax.legend(title=None, frameon=False, fontsize="x-small", ncol=len(order),
+              loc="lower left", bbox_to_anchor=(0.0, 1.0))  # fmt: skip
     seeds = len((claim.experiment or {}).get("seeds") or [])
-    fig.text(0.01, 0.0, f"from the means over {seeds} seeds per condition; verdict: "
-             f"{check.verdict} ({check.line.get('method', '')})"[:160],
-             fontsize="x-small", ha="left", va="bottom")  # fmt: skip
-    fig.get_layout_engine().set(h_pad=0.15)
+    caption = (
+        f"Bars: the measure from the means over {seeds} seeds at each condition. Verdict "
+        f"{check.verdict}: {check.line.get('method') or check.line.get('reason', '')}"
+    )
+    fig.text(0.01, 0.0, "\n".join(textwrap.wrap(caption, 120)), fontsize="xx-small",
+             ha="left", va="bottom")  # fmt: skip
+    fig.get_layout_engine().set(h_pad=0.2)
     path = claim_figure_path(check)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
