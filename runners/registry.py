@@ -802,7 +802,8 @@ ENTRIES: tuple[Entry, ...] = (
                 int,
                 4,
                 "Workers are split into this many groups that draw independent random orders "
-                "(each group is simulated once).",
+                "(each group is simulated once, with its own compute jitter; "
+                "cluster.jitter_groups splits them further without adding order draws).",
                 minimum=1,
                 maximum=64,
                 reconstructed=True,

@@ -63,7 +63,23 @@ class PSStraggler:
 @dataclass(frozen=True)
 class CommCluster:
     """Cluster of a communication arena (one training job). The ``ps``/``server*`` fields are
-    used by the parameter-server arena only."""
+    used by the parameter-server arena only (accepted and ignored elsewhere); so is
+    ``jitter_groups``, which other arenas refuse unless it is 1 (a noise model they would
+    silently not apply).
+
+    ``jitter_groups`` is a modelling assumption of the PS arena's simulator, not a property of
+    the hardware: workers' compute noise (``compute_jitter_cv``) is independent per group. The
+    simulator runs identical workers as one group (one compute stream, one jitter draw); with
+    ``jitter_groups = n`` the workers are split into ``n`` groups (worker index modulo ``n``)
+    for every system, each with its own draw. 1 means all workers of a group jitter together
+    (fast); set it to the number of workers for per-worker noise (the physical situation; the
+    simulation's cost grows about linearly with the number of groups). Groups are split
+    further, each part with its own draw as well, by worker straggler schedule and by a plan's
+    random-order groups (``order_groups`` of ps-default: still that many order draws). Beyond
+    the noise, the split also refines the network model: each group's push is its own transfer
+    at a server NIC (one at a time), so with priority order at the servers (TicTac, P3)
+    iteration times can change even without jitter (tictac-tic, resnet50, 8 K80 workers, 2 PSs,
+    10 Gbit/s: +14-18 % from 1 to 2-8 groups); compare systems at the same value."""
 
     workers: int = 8
     bandwidth_gbps: float = 10.0
@@ -78,6 +94,13 @@ class CommCluster:
     server_bandwidth_gbps: float | None = None  # None only before validation: = bandwidth_gbps
     server_agg_gbps: float = 80.0
     ps_stragglers: tuple[PSStraggler, ...] = ()
+    jitter_groups: int = 1  # PS arena: groups of workers with independent compute noise
+
+
+# Fields left out of ``RunSpec.as_dict`` at their default: added after results were recorded,
+# so the resolved spec (and the run key hashed from it) of a run that does not set them is
+# the same as before they existed. ``validate`` fills the default back in.
+_OMITTED_AT_DEFAULT = {"jitter_groups": CommCluster.jitter_groups}
 
 
 @dataclass(frozen=True)
@@ -98,10 +121,15 @@ class RunSpec:
         return registry.get(self.system).arena
 
     def as_dict(self) -> dict[str, Any]:
-        """The resolved spec as JSON-ready data; ``validate(spec.as_dict()) == spec``."""
+        """The resolved spec as JSON-ready data; ``validate(spec.as_dict()) == spec``. Cluster
+        fields in ``_OMITTED_AT_DEFAULT`` appear only when set to something else."""
         data = asdict(self)
-        data["cluster"]["stragglers"] = [dict(s) for s in data["cluster"]["stragglers"]]
-        data["cluster"]["ps_stragglers"] = [dict(s) for s in data["cluster"]["ps_stragglers"]]
+        cluster = data["cluster"]
+        cluster["stragglers"] = [dict(s) for s in cluster["stragglers"]]
+        cluster["ps_stragglers"] = [dict(s) for s in cluster["ps_stragglers"]]
+        for key, default in _OMITTED_AT_DEFAULT.items():
+            if cluster[key] == default:
+                del cluster[key]
         data["spec_version"] = SPEC_VERSION
         return data
 
@@ -134,6 +162,13 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         float,
         lambda v: 0 < v <= 1e7,
         "a number > 0 (Gbit/s a parameter server can sum)",
+    ),
+    "jitter_groups": (
+        int,
+        lambda v: 1 <= v <= 100_000,
+        "an integer between 1 and cluster.workers (PS arena, a modelling assumption: workers'"
+        " compute noise is independent per group; 1 means all workers of a group jitter"
+        " together (fast); set it to the number of workers for per-worker noise)",
     ),
 }
 _TOP_KEYS = {
@@ -199,6 +234,12 @@ def validate_comm(raw: dict[str, Any], entry: registry.Entry) -> RunSpec:
     if not isinstance(labels, dict):
         raise SpecError("labels", "must be a mapping")
     cluster = _cluster(raw.get("cluster", {}))
+    if cluster.jitter_groups != CommCluster.jitter_groups and entry.arena != "ps":
+        raise SpecError(
+            "cluster.jitter_groups",
+            f"used by the parameter-server arena only: '{entry.name}' is in the"
+            f" '{entry.arena}' arena (leave it out or set it to 1; got {cluster.jitter_groups})",
+        )
     if cluster.gpu.startswith("measured:"):
         label = cluster.gpu.split(":", 1)[1]
         have = workloads.measured_labels(workload)
@@ -289,6 +330,13 @@ def _cluster(raw: Any) -> CommCluster:
         raise SpecError(
             "cluster.ps",
             f"must be <= cluster.servers ({servers}): more PSs than servers (got {ps})",
+        )
+    jitter_groups = values.get("jitter_groups", CommCluster.jitter_groups)
+    if jitter_groups > workers:
+        raise SpecError(
+            "cluster.jitter_groups",
+            f"must be <= cluster.workers ({workers}): more noise groups than workers"
+            f" (got {jitter_groups}; {workers} = one per worker)",
         )
     values.setdefault(
         "server_bandwidth_gbps", values.get("bandwidth_gbps", CommCluster.bandwidth_gbps)

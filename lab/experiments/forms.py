@@ -33,6 +33,7 @@ CLUSTER_KEYS = (
     "server_bandwidth_gbps",
     "server_agg_gbps",
     "ps_stragglers",
+    "jitter_groups",
 )
 STRAGGLER_HELP = (
     "worker:slowdown, optionally @from-until iterations (until exclusive, open-ended if "
@@ -126,6 +127,15 @@ class ExperimentForm(forms.Form):
     )
     cluster_ps_stragglers = forms.CharField(
         label="PS stragglers", required=False, help_text=PS_STRAGGLER_HELP
+    )
+    cluster_jitter_groups = forms.IntegerField(
+        label="noise groups",
+        required=False,
+        min_value=1,
+        initial=_DEFAULTS.jitter_groups,
+        help_text="workers' compute noise is independent per group (our modelling assumption); "
+        "1 = all identical workers jitter together (fast), the number of workers = per-worker "
+        "noise",
     )
     params = forms.JSONField(
         required=False,

@@ -47,7 +47,9 @@ improvement is "established" when the system is better and either a test over th
   the claimed one (for a ratio claim: of the claimed gain above 1x).
 - partial: established, but below {REPRODUCED_FRACTION:.0%} of the claimed improvement.
 - not-reproduced: no established improvement in the claimed direction.
-- not-run: the claim needs a mode that was not run, or its runs did not all succeed."""
+- not-run: the claim needs a mode that was not run, or its runs did not all succeed.
+A claim may state a resolution: a condition where a mean is below it is left out (and named),
+because a ratio or percentage of a value below what can be measured is undefined."""
 
 CLAIM_KEYS = {
     "id": str,
@@ -67,7 +69,7 @@ CLAIM_KEYS = {
     "experiment": dict,
     "conditions": list,
 }
-OPTIONAL_KEYS = {"notes": str}
+OPTIONAL_KEYS = {"notes": str, "resolution": (int, float)}
 EXPERIMENT_KEYS = {"workloads", "cluster", "sweep", "params", "seeds", "iterations"}
 CONDITION_ORIGINS = ("paper", "assumption")
 
@@ -95,6 +97,7 @@ class Claim:
     experiment: dict[str, Any] = field(hash=False)
     conditions: tuple[dict[str, Any], ...] = field(hash=False)
     notes: str = ""
+    resolution: float = 0.0  # means below this are unmeasurable: their condition is left out
 
     def conditions_summary(self) -> dict[str, Any]:
         """name -> {value, origin} (what the JSON line prints)."""
@@ -119,6 +122,7 @@ class Claim:
             "experiment": self.experiment,
             "conditions": list(self.conditions),
             "notes": self.notes,
+            "resolution": self.resolution,
         }
 
 
@@ -193,6 +197,9 @@ def _check_claim(path: Path, index: int, raw: Any, seen: set[str]) -> Claim:
     trace = (experiment.get("cluster") or {}).get("trace")
     if entry.arena == "cluster" and not isinstance(trace, dict):
         raise _fail(path, where, "field 'experiment.cluster.trace' must describe the trace")
+    resolution = float(raw.get("resolution", 0.0))
+    if not math.isfinite(resolution) or resolution < 0:
+        raise _fail(path, where, "field 'resolution' must be a number >= 0")
     if not raw["conditions"]:
         raise _fail(path, where, "field 'conditions' must state the conditions")
     for k, cond in enumerate(raw["conditions"]):
@@ -218,6 +225,7 @@ def _check_claim(path: Path, index: int, raw: Any, seen: set[str]) -> Claim:
         experiment=dict(experiment),
         conditions=tuple(dict(c) for c in raw["conditions"]),
         notes=raw.get("notes", ""),
+        resolution=resolution,
     )
 
 
@@ -305,7 +313,15 @@ def assess(claim: Claim, values: Mapping[str, Mapping[str, Sequence[float]]]) ->
     for condition, groups in values.items():
         if not groups.get(claim.system) or not groups.get(primary):
             return not_run(claim, f"no values for {claim.system} and {primary} at {condition}")
-    per_condition = improvements_by_condition(claim, values, primary)
+    unresolved = _unresolved(claim, values, primary)
+    measurable = {k: v for k, v in values.items() if k not in unresolved}
+    if not measurable:
+        return not_run(
+            claim,
+            f"at every condition a mean of {claim.metric} is below the claim's resolution "
+            f"({claim.resolution:g}): the measure is undefined",
+        )
+    per_condition = improvements_by_condition(claim, measurable, primary)
     if not per_condition or any(math.isnan(v) for v in per_condition.values()):
         return not_run(claim, "no usable values (a metric was missing or not positive)")
     if claim.aggregate == "max":
@@ -320,7 +336,11 @@ def assess(claim: Claim, values: Mapping[str, Mapping[str, Sequence[float]]]) ->
     )
     per_baseline = {}
     for name in claim.baselines:
-        found = improvements_by_condition(claim, values, name)
+        found = improvements_by_condition(
+            claim,
+            {k: v for k, v in values.items() if k not in _unresolved(claim, values, name)},
+            name,
+        )
         if found:
             found_values = found.values()
             per_baseline[name] = (
@@ -344,7 +364,29 @@ def assess(claim: Claim, values: Mapping[str, Mapping[str, Sequence[float]]]) ->
     else:
         verdict = "partial"
         reason = f"{measured:.3g} {claim.unit} is below {REPRODUCED_FRACTION:.0%} of the claim"
+    if unresolved:
+        left_out = (
+            f"left out (a mean below the resolution {claim.resolution:g}, measure undefined): "
+            f"{'; '.join(sorted(unresolved))}"
+        )
+        reason = f"{reason}; {left_out}" if reason else left_out
     return Assessment(claim, verdict, measured, at, reason, per_condition, per_baseline, comparison)
+
+
+def _unresolved(
+    claim: Claim, values: Mapping[str, Mapping[str, Sequence[float]]], baseline: str
+) -> set[str]:
+    """Conditions where the system's or ``baseline``'s mean is below the claim's resolution."""
+    if claim.resolution <= 0:
+        return set()
+    return {
+        condition
+        for condition, groups in values.items()
+        if any(
+            groups.get(name) and fmean(groups[name]) < claim.resolution
+            for name in (claim.system, baseline)
+        )
+    }
 
 
 def improvements_by_condition(

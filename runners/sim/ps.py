@@ -20,6 +20,12 @@ possibly only in some iterations. Modelling choices: store-and-forward at the ag
 no TCP dynamics, one transfer at a time per NIC direction, one PS per server machine; an item
 that reaches an idle resource starts at once, so one that arrives at the very instant the
 resource frees may start before a higher-priority one arriving at that same instant.
+
+Worker groups (see ``simulated_groups``): identical workers run as one group with one compute
+stream and one jitter draw. ``cluster.jitter_groups`` (default 1) splits the workers of every
+system into that many groups with independent compute noise (a modelling assumption: set it
+to the number of workers for per-worker noise); a random-order plan splits them by its
+``order_groups`` as well, with one order draw per order group.
 """
 
 from __future__ import annotations
@@ -88,26 +94,57 @@ def split_groups(groups: tuple[WorkerGroup, ...], parts: int) -> tuple[WorkerGro
     return tuple(out)
 
 
+def simulated_groups(
+    groups: tuple[WorkerGroup, ...], order_groups: int, jitter_groups: int
+) -> tuple[tuple[WorkerGroup, ...], tuple[int, ...]]:
+    """The groups the PS arena simulates and, per group, the index of its random-order draw.
+
+    ``groups`` (workers by straggler schedule) are split by order group (worker index modulo
+    ``order_groups``; 1 when the plan has no random order), then by ``cluster.jitter_groups``
+    (worker index modulo it). Every resulting group is one compute stream with its own jitter
+    draw (``ComputeJob``), while the groups of one order split share that split's order draw:
+    more noise groups do not give a random-order plan more independent orders. With
+    ``jitter_groups == 1`` nothing changes: one order draw per group, as before the field.
+    """
+    ordered = split_groups(groups, order_groups)
+    out = split_groups(ordered, jitter_groups)
+    order_split = {w: i for i, g in enumerate(ordered) for w in g.workers}
+    return out, tuple(order_split[g.workers[0]] for g in out)
+
+
 def run(spec: RunSpec, layers: tuple[LayerTimes, ...] | None = None) -> SimResult:
     """Simulate ``spec``; ``layers`` replaces the workload's layers (tests, what-ifs)."""
     setup = compute_setup(spec, layers)
     plan = registry.get(spec.system).build(spec.params).plan(build_problem(spec, setup))
-    if "random" in (plan.push_order, plan.pull_order):
-        setup = dataclasses.replace(setup, groups=split_groups(setup.groups, plan.order_groups))
+    random_order = "random" in (plan.push_order, plan.pull_order)
+    groups, order_draw = simulated_groups(
+        setup.groups, plan.order_groups if random_order else 1, spec.cluster.jitter_groups
+    )
+    setup = dataclasses.replace(setup, groups=groups)
     if plan.controller is not None and hasattr(plan.controller, "reseed"):
         plan.controller.reseed(spec.seed)
-    return simulate(setup, spec, plan)
+    return simulate(setup, spec, plan, order_draw)
 
 
-def simulate(setup: ComputeSetup, spec: RunSpec, plan: PSPlan) -> SimResult:
-    job = _PSJob(setup, spec, plan)
+def simulate(
+    setup: ComputeSetup, spec: RunSpec, plan: PSPlan, order_draw: tuple[int, ...] | None = None
+) -> SimResult:
+    """Simulate ``plan`` on ``setup``'s groups as they are; ``order_draw[g]`` (default: ``g``)
+    is the random-order draw group ``g`` uses (see ``simulated_groups``)."""
+    job = _PSJob(setup, spec, plan, order_draw)
     job.start()
     job.loop.run()
     return job.result()
 
 
 class _PSJob(ComputeJob):
-    def __init__(self, setup: ComputeSetup, spec: RunSpec, plan: PSPlan) -> None:
+    def __init__(
+        self,
+        setup: ComputeSetup,
+        spec: RunSpec,
+        plan: PSPlan,
+        order_draw: tuple[int, ...] | None = None,
+    ) -> None:
         super().__init__(setup)
         c = spec.cluster
         self.plan = plan
@@ -157,7 +194,10 @@ class _PSJob(ComputeJob):
         self.seq = 0
         self.done_cb = self._done
         self.serve_next_cb = self._serve_next
-        # Orders: per (group, iteration) priority of each task on the worker queues.
+        # Orders: per (order draw, iteration) priority of each task on the worker queues.
+        self.order_draw = list(range(self.n_groups)) if order_draw is None else list(order_draw)
+        if len(self.order_draw) != self.n_groups:
+            raise ValueError(f"order_draw has {len(self.order_draw)} entries, not one per group")
         self.rng = random.Random(spec.seed * 7919 + 17)
         self.random_prio: dict[tuple[int, int], list[int]] = {}
         # Per-iteration state.
@@ -203,11 +243,12 @@ class _PSJob(ComputeJob):
         if order == "priority":
             return (it, self.priority[task])
         if order == "random":
-            perm = self.random_prio.get((g, it))
+            draw = self.order_draw[g]
+            perm = self.random_prio.get((draw, it))
             if perm is None:
                 perm = list(range(self.n_layers))
                 self.rng.shuffle(perm)
-                self.random_prio[g, it] = perm
+                self.random_prio[draw, it] = perm
             return (it, perm[self.task_layer[task]])
         return (0, 0)  # arrival order
 
@@ -425,7 +466,11 @@ class _PSJob(ComputeJob):
         (``E(-1) = 0``; the mean of ``T`` over many iterations is the iteration time). Worker
         ``g`` waits ``E(i) - done_g(i)``; the straggler time is the largest wait, i.e.
         ``100 * (E(i) - min_g done_g(i)) / T(i)``. Workers of one group run identically, so
-        the maximum over groups is the maximum over workers; with one group it is 0.
+        the maximum over groups is the maximum over workers; with one group it is 0. How many
+        groups there are is thus part of the model: compare systems at the same
+        ``cluster.jitter_groups`` (the workers' number for per-worker noise), since a system
+        whose plan splits workers anyway (ps-default's ``order_groups``) would otherwise get
+        more independent jitter draws than one that does not.
 
         In sync mode it lies in [0, 100): ``done_g(i)`` comes after ``g``'s backward of ``i``,
         which needed every key of ``i - 1`` pulled, hence aggregated from every worker, hence

@@ -199,3 +199,20 @@ def test_reproduce_lists_refuses_bad_arguments_and_skips_claims_of_another_mode(
     from lab.experiments.models import Experiment
 
     assert not Experiment.objects.exists()
+
+
+def test_conditions_below_the_resolution_are_left_out_and_named():
+    claim = _claim(resolution=0.1, measure="ratio", unit="x", claimed=2.0, aggregate="max")
+    values = {
+        "a": {"pace": [1e-4, 2e-4], "horovod": [1.0, 1.1]},  # ratio ~7000: undefined
+        "b": {"pace": [0.5, 0.52], "horovod": [0.6, 0.61]},
+    }
+    result = c.assess(claim, values)
+    assert result.condition == "b" and result.measured == pytest.approx(0.605 / 0.51)
+    assert "left out" in result.reason and "a" in result.reason
+    assert result.per_baseline["horovod"] == pytest.approx(0.605 / 0.51)
+    everything_low = {"a": values["a"]}
+    assert c.assess(claim, everything_low).verdict == "not-run"
+    assert c.assess(_claim(measure="ratio", unit="x", claimed=2.0), values).condition == "a"
+    with pytest.raises(c.LedgerError, match="resolution"):
+        _claim(resolution=-1)

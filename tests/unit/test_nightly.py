@@ -298,3 +298,25 @@ def test_settle_gives_up_on_a_night_past_its_timeout(ledger):
     check = night.checks.get(claim_id="pace-speedup")
     assert check.verdict == "not-run" and "did not end within" in check.line["reason"]
     assert HistoryPoint.objects.count() == 0
+
+
+def test_the_api_carries_the_noise_groups_of_the_ps_arena(client, user):
+    from lab.accounts.models import ApiToken
+
+    auth = {"HTTP_AUTHORIZATION": f"Token {ApiToken.issue(user)}"}
+    body = {
+        "name": "noise", "system": "tictac-tic", "baselines": ["ps-default"],
+        "workloads": ["resnet50-debug"], "seeds": [0], "iterations": 3,
+        "cluster": {"workers": 4, "jitter_groups": 4},
+    }  # fmt: skip
+    response = client.post(
+        reverse("api-experiments"), body, content_type="application/json", **auth
+    )
+    assert response.status_code == 201, response.content
+    run = Run.objects.filter(system="tictac-tic").get()
+    assert run.spec["cluster"]["jitter_groups"] == 4
+    body["cluster"]["jitter_groups"] = 9
+    response = client.post(
+        reverse("api-experiments"), body, content_type="application/json", **auth
+    )
+    assert response.status_code == 400 and "cluster.jitter_groups" in response.json()["errors"]

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 import yaml
 
-from runners import registry, rundir
-from runners.execute import run_to_directory
+from runners import grid, registry, rundir
+from runners.execute import run_to_directory, simulate
 from runners.policies.placement import byteps_default, mxnet_default
 from runners.policies.ps import PSLDController
 from runners.policies.tictac import tac_priorities, tic_priorities
 from runners.sim import ps as ps_sim
-from runners.sim.engine import LayerTimes
+from runners.sim.engine import LayerTimes, WorkerGroup
 from runners.spec import validate
 from tests.unit.simruns import raw_spec, run, run_layers
 
@@ -440,10 +440,12 @@ def test_asynchronous_eager_ps_reports_no_straggler_time():
 def test_tictac_straggler_claim_conditions_write_the_metric_to_summary_json(tmp_path):
     """The ledger's tictac-straggler-reduction experiment (its workload, cluster and params;
     few iterations here) writes straggler_time_pct, with its unit, into summary.json for the
-    system and its baseline. ps-default's four order groups finish at different times;
-    TicTac's workers are one group with one order, so its straggler time is exactly 0."""
+    system and its baseline. Its cluster gives every worker its own compute noise
+    (``jitter_groups`` = workers), so both systems run 8 groups that finish at different
+    times (with one group TicTac's straggler time would be 0 by construction)."""
     (claim,) = [c for c in yaml.safe_load(LEDGER.read_text()) if c["id"] == TICTAC_CLAIM]
     experiment = claim["experiment"]
+    assert experiment["cluster"]["jitter_groups"] == experiment["cluster"]["workers"]
     found = {}
     for system in (claim["system"], *claim["baselines"]):
         raw = {
@@ -460,9 +462,122 @@ def test_tictac_straggler_claim_conditions_write_the_metric_to_summary_json(tmp_
         assert summary["units"][claim["metric"]] == "%"
         found[system] = summary["metrics"][claim["metric"]]
 
-    assert all(0.0 <= v < 100.0 for v in found.values())
-    assert found["ps-default"] > 0.0
-    assert found["tictac-tic"] == 0.0
+    assert all(0.0 < v < 100.0 for v in found.values())
+
+
+# --- noise groups (cluster.jitter_groups) ------------------------------------------------
+
+
+def uplink_order(result, link, it):
+    """Layers in the order they left ``link`` in iteration ``it``."""
+    rows = [r for r in timeline_rows(result) if r["resource"] == link and r["iteration"] == it]
+    return [r["layer"] for r in sorted(rows, key=lambda r: r["start_s"])]
+
+
+@pytest.mark.parametrize("system", ["ps-default", "tictac-tic", "p3", "psld"])
+def test_jitter_groups_1_is_the_behaviour_without_the_field(system):
+    """Leaving ``cluster.jitter_groups`` out and setting it to 1 give the same spec, run key,
+    metrics and timeline; and the same as simulating the groups the arena used before the
+    field existed (ps-default: its order groups, one order draw each; others: one group)."""
+    kw = {"compute_jitter_cv": 0.05, "ps": 2, "servers": 2, "seed": 4}
+    raw = raw_spec(system, **kw)
+    unset = validate(raw)
+    one = validate(raw_spec(system, **kw, jitter_groups=1))
+
+    assert unset == one
+    assert "jitter_groups" not in unset.as_dict()["cluster"]
+    assert grid.run_key(unset) == grid.run_key(one)
+
+    setup, plan = plan_of(unset)
+    if plan.push_order == "random":
+        setup = dataclasses.replace(
+            setup, groups=ps_sim.split_groups(setup.groups, plan.order_groups)
+        )
+    if plan.controller is not None:
+        plan.controller.reseed(unset.seed)
+    before = ps_sim.simulate(setup, unset, plan)
+    for result in (simulate(unset), simulate(one)):
+        assert result.metrics == before.metrics
+        assert result.timeline == before.timeline
+
+
+def test_tictac_with_4_jitter_groups_and_jitter_shows_straggler_time():
+    """With noise per group TicTac's identical workers no longer finish together: four groups,
+    each with its own uplink, downlink and compute stream in the timeline, and a straggler time
+    above 0 (it is exactly 0 with one group)."""
+    kw = {"compute_jitter_cv": 0.05, "ps": 2, "servers": 2, "iterations": 6}
+    _, one = run("tictac-tic", **kw)
+    spec, four = run("tictac-tic", **kw, jitter_groups=4)
+
+    assert one.metrics["straggler_time_pct"] == 0.0
+    assert [g.workers for g in four.groups] == [(0, 4), (1, 5), (2, 6), (3, 7)]
+    resources = {r["resource"] for r in timeline_rows(four)}
+    for label in ("w0,4", "w1,5", "w2,6", "w3,7"):
+        assert {f"uplink[{label}]", f"downlink[{label}]", f"compute[{label}]"} <= resources
+    assert not {"uplink", "downlink", "compute"} & resources
+    assert four.metrics["straggler_time_pct"] > 0.0
+    top, mean = straggler_from_timeline(spec, four)
+    assert four.metrics["straggler_time_pct"] == pytest.approx(top, rel=1e-9)
+    assert four.metrics["straggler_time_mean_pct"] == pytest.approx(mean, rel=1e-9)
+
+
+@pytest.mark.parametrize("jitter_groups", [1, 2, 3, 8])
+@pytest.mark.parametrize(
+    ("system", "params"),
+    [("tictac-tic", None), ("p3", None), ("byteps", None), ("ps-default", {"order_groups": 1})],
+)
+def test_without_jitter_identical_workers_never_wait_whatever_the_groups(
+    system, params, jitter_groups
+):
+    """Noise groups only matter through noise: with ``compute_jitter_cv`` 0 and one transfer
+    order, identical workers end their work at the same instant however many groups simulate
+    them. (The split is not free otherwise: each group's push is its own transfer at a server
+    NIC, so with priority order at the servers iteration times can change; see CommCluster.)"""
+    _, result = run(
+        system, params=params, jitter_groups=jitter_groups, ps=2, servers=2, iterations=4
+    )
+
+    assert len(result.groups) == jitter_groups
+    assert result.metrics["straggler_time_pct"] == 0.0
+    assert result.metrics["straggler_time_mean_pct"] == 0.0
+
+
+def test_more_jitter_groups_than_order_groups_keep_the_order_draws():
+    """ps-default with its 4 order groups and 8 noise groups simulates every worker alone, but
+    workers w and w+4 share one random order per iteration (still 4 independent orders: without
+    jitter, w and w+4 push in the same order, w0..w3 in different ones); the jitter is drawn
+    per simulated group (with it, w0 and w4 compute differently)."""
+    spec, result = run("ps-default", jitter_groups=8, iterations=4)
+
+    assert [g.workers for g in result.groups] == [(w,) for w in range(8)]
+    for it in range(spec.warmup_iterations + spec.iterations):
+        orders = [uplink_order(result, f"uplink[w{w}]", it) for w in range(8)]
+        assert orders[:4] == orders[4:], it
+        assert len({tuple(o) for o in orders[:4]}) == 4, it
+
+    _, noisy = run("ps-default", jitter_groups=8, compute_jitter_cv=0.05, iterations=4)
+    computes = defaultdict(list)
+    for r in timeline_rows(noisy):
+        if r["op"] == "forward":
+            computes[r["resource"]].append(r["end_s"] - r["start_s"])
+    assert len(computes) == 8
+    assert computes["compute[w0]"] != computes["compute[w4]"]
+
+
+def test_simulated_groups_split_straggler_order_and_noise_groups():
+    """Groups by straggler schedule, then by order group, then by noise group; each group's
+    order draw is the order group it came from."""
+    base = (WorkerGroup((0,), (2.0,)), WorkerGroup((1, 2, 3, 4, 5)))
+    groups, draws = ps_sim.simulated_groups(base, 2, 3)
+
+    assert [g.workers for g in groups] == [(0,), (1,), (2,), (3,), (4,), (5,)]
+    assert [g.slowdowns for g in groups] == [(2.0,)] + [()] * 5
+    # order split: (0,), (1, 3, 5), (2, 4) -- then by worker % 3
+    assert draws == (0, 1, 2, 1, 2, 1)
+    assert ps_sim.simulated_groups(base, 1, 1) == (base, (0, 1))
+    halves, draws = ps_sim.simulated_groups((WorkerGroup(tuple(range(8))),), 1, 2)
+    assert [g.workers for g in halves] == [(0, 2, 4, 6), (1, 3, 5, 7)]
+    assert draws == (0, 0)
 
 
 # --- P3 ----------------------------------------------------------------------------------

@@ -28,6 +28,11 @@ def bytescheduler(**params):
     return with_changes(system="bytescheduler", params=params)
 
 
+def ps_cluster(**cluster):
+    """A parameter-server arena spec with these cluster fields."""
+    return {"system": "ps-default", "workload": "resnet50", "cluster": cluster}
+
+
 def without(key):
     raw = copy.deepcopy(MINIMAL)
     del raw[key]
@@ -52,6 +57,7 @@ def test_a_minimal_spec_gets_every_default_filled():
     assert spec.cluster.compute_efficiency == 0.5
     assert spec.cluster.compute_jitter_cv == 0.02
     assert spec.cluster.stragglers == ()
+    assert spec.cluster.jitter_groups == 1
     assert spec.params == {}
     assert spec.iterations == 20
     assert spec.warmup_iterations == 2
@@ -107,6 +113,20 @@ def test_validate_does_not_modify_its_input():
     assert raw == before
 
 
+def test_jitter_groups_is_a_ps_arena_field_up_to_the_number_of_workers():
+    assert validate(ps_cluster()).cluster.jitter_groups == 1
+    assert validate(ps_cluster(jitter_groups=8)).cluster.jitter_groups == 8
+    assert validate(ps_cluster(workers=4, jitter_groups=4.0)).cluster.jitter_groups == 4
+    assert validate(with_cluster(jitter_groups=1)) == validate(MINIMAL)  # 1: any arena
+
+
+def test_as_dict_leaves_jitter_groups_out_at_its_default():
+    """Specs that do not set it resolve (and hash to run keys) as before the field existed."""
+    assert "jitter_groups" not in validate(ps_cluster()).as_dict()["cluster"]
+    assert "jitter_groups" not in validate(ps_cluster(jitter_groups=1)).as_dict()["cluster"]
+    assert validate(ps_cluster(jitter_groups=2)).as_dict()["cluster"]["jitter_groups"] == 2
+
+
 def test_as_dict_carries_the_spec_version():
     data = validate(MINIMAL).as_dict()
 
@@ -130,10 +150,12 @@ ROUND_TRIP_SPECS = [
             "stragglers": [{"worker": 1, "slowdown": 2}, {"worker": 3, "slowdown": 1.5}],
         },
     },
+    ps_cluster(workers=6, jitter_groups=6),
 ]
+ROUND_TRIP_IDS = ["minimal", "vgg16-labels", "stragglers", "ps-jitter-groups"]
 
 
-@pytest.mark.parametrize("raw", ROUND_TRIP_SPECS, ids=["minimal", "vgg16-labels", "stragglers"])
+@pytest.mark.parametrize("raw", ROUND_TRIP_SPECS, ids=ROUND_TRIP_IDS)
 def test_the_resolved_spec_stored_as_json_validates_to_itself(raw):
     spec = validate(raw)
     stored = json.loads(json.dumps(spec.as_dict()))  # what manifest.json holds
@@ -141,7 +163,7 @@ def test_the_resolved_spec_stored_as_json_validates_to_itself(raw):
     assert validate(stored) == spec
 
 
-@pytest.mark.parametrize("raw", ROUND_TRIP_SPECS, ids=["minimal", "vgg16-labels", "stragglers"])
+@pytest.mark.parametrize("raw", ROUND_TRIP_SPECS, ids=ROUND_TRIP_IDS)
 def test_the_resolved_spec_as_a_dict_validates_to_itself(raw):
     spec = validate(raw)
 
@@ -180,6 +202,18 @@ BAD_SPECS = [
     ("efficiency-above-one", with_cluster(compute_efficiency=1.5), "cluster.compute_efficiency"),
     ("jitter-one", with_cluster(compute_jitter_cv=1), "cluster.compute_jitter_cv"),
     ("unknown-cluster-key", with_cluster(nodes=2), "cluster.nodes"),
+    ("jitter-groups-0", ps_cluster(jitter_groups=0), "cluster.jitter_groups"),
+    ("jitter-groups-negative", ps_cluster(jitter_groups=-1), "cluster.jitter_groups"),
+    ("jitter-groups-string", ps_cluster(jitter_groups="x"), "cluster.jitter_groups"),
+    ("jitter-groups-fraction", ps_cluster(jitter_groups=2.5), "cluster.jitter_groups"),
+    ("jitter-groups-bool", ps_cluster(jitter_groups=True), "cluster.jitter_groups"),
+    ("jitter-groups-above-workers", ps_cluster(jitter_groups=9), "cluster.jitter_groups"),
+    (
+        "jitter-groups-above-given-workers",
+        ps_cluster(workers=4, jitter_groups=5),
+        "cluster.jitter_groups",
+    ),
+    ("jitter-groups-outside-ps-arena", with_cluster(jitter_groups=2), "cluster.jitter_groups"),
     ("stragglers-not-a-list", with_cluster(stragglers={"worker": 0}), "cluster.stragglers"),
     ("straggler-not-a-mapping", with_cluster(stragglers=[3]), "cluster.stragglers[0]"),
     (
