@@ -32,7 +32,7 @@ from django.conf import settings
 from lab.experiments.models import Experiment
 from lab.reports import figures, paper, plots, stats
 from lab.reports.bundle import DirtyTreeError, FigureSpec, write_bundle
-from lab.runs.models import CONDITION_KEYS, Run
+from lab.runs.models import CONDITION_KEYS, Run, condition_text
 from runners import rundir
 
 TABLE = "table.tex"
@@ -193,7 +193,8 @@ def latex_tables(frame: pd.DataFrame, *, order: Sequence[str], caption: str, lab
                 seeds.append(s.n)
             rows.append(row)
         table = pd.DataFrame(rows)
-        where = _setting(dict(zip(figures.CELL_KEYS, cell, strict=True)))
+        cell_values = dict(zip(figures.CELL_KEYS, cell, strict=True))
+        where = condition_text(cell_values, bandwidth_unit="Gbit/s per worker")
         n = f"n={min(seeds)}" if min(seeds) == max(seeds) else f"n={min(seeds)}-{max(seeds)}"
         tables.append(
             paper.latex_table(
@@ -217,15 +218,6 @@ def latex_tables(frame: pd.DataFrame, *, order: Sequence[str], caption: str, lab
 
 def _ci(metric: str) -> str:
     return f"{metric}_ci"
-
-
-def _setting(cell: Mapping[str, Any]) -> str:
-    parts = [str(cell["workload"])]
-    if pd.notna(cell["workers"]):
-        parts.append(f"{cell['workers']:g} workers")
-    if pd.notna(cell["bandwidth_gbps"]):
-        parts.append(f"{cell['bandwidth_gbps']:g} Gbit/s per worker")
-    return ", ".join(parts)
 
 
 def _precision(means: pd.DataFrame, half_widths: pd.DataFrame) -> int:

@@ -32,7 +32,7 @@ from matplotlib.figure import Figure
 from lab.experiments.models import Experiment
 from lab.reports import plots, stats
 from lab.results.models import Measurement
-from lab.runs.models import CONDITION_KEYS, Run, condition_of
+from lab.runs.models import CONDITION_KEYS, Run, condition_of, condition_text
 
 METRICS = ("iteration_time_s", "throughput_samples_per_s")
 LOWER_IS_BETTER = {"iteration_time_s": True, "throughput_samples_per_s": False}
@@ -117,14 +117,19 @@ def plot_comparison(data: pd.DataFrame, metric: str, order: list[str]) -> Figure
         edgecolor="black",
         linewidth=0.6,
     )
-    for container, hatch in zip(ax.containers, HATCHES, strict=False):
-        for bar in getattr(container, "patches", container):
-            bar.set_hatch(hatch)
+    hatch_bars(ax)
     ax.set_xlabel("workload")
     ax.set_ylabel(LABELS.get(metric, metric))
     ax.legend(title=None, frameon=False, fontsize="small")
     _caption(fig, data, ["system", "workload"], "bars", "error bars", "bar")
     return fig
+
+
+def hatch_bars(ax) -> None:
+    """One hatch per series of bars, so bars stay apart in grayscale."""
+    for container, hatch in zip(ax.containers, HATCHES, strict=False):
+        for bar in getattr(container, "patches", container):
+            bar.set_hatch(hatch)
 
 
 def _caption(
@@ -269,17 +274,10 @@ def speedup_plot_data(speedups: pd.DataFrame, metric: str) -> tuple[pd.DataFrame
         x = varying[0]
     else:
         x = "condition"
-        rows = rows.assign(condition=[_condition(r, varying) for _, r in rows.iterrows()])
+        rows = rows.assign(
+            condition=[condition_text({k: r[k] for k in varying}) for _, r in rows.iterrows()]
+        )
     return rows.assign(system=system + " vs " + rows["baseline"]), {"x": x, "caption": caption}
-
-
-def _condition(row: pd.Series, keys: list[str]) -> str:
-    text = {
-        "workload": lambda v: str(v),
-        "workers": lambda v: f"{v:g} workers",
-        "bandwidth_gbps": lambda v: f"{v:g} Gbit/s",
-    }
-    return ", ".join(text[k](row[k]) for k in keys)
 
 
 def plot_speedup(speedups: pd.DataFrame, metric: str) -> Figure | None:
@@ -303,12 +301,13 @@ def save(fig: Figure, directory: Path, stem: str) -> list[Path]:
     with matplotlib.rc_context({"pdf.fonttype": 42, "ps.fonttype": 42, "svg.fonttype": "none"}):
         for fmt in FORMATS:
             target = directory / f"{stem}.{fmt}"
-            _atomic(target, lambda tmp, fmt=fmt: fig.savefig(tmp, format=fmt, dpi=150))
+            atomic_write(target, lambda tmp, fmt=fmt: fig.savefig(tmp, format=fmt, dpi=150))
             paths.append(target)
     return paths
 
 
-def _atomic(target: Path, write) -> None:
+def atomic_write(target: Path, write) -> None:
+    """``write(tmp)`` into a temporary file beside ``target``, then move it into place."""
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     os.close(fd)
     try:
@@ -360,7 +359,7 @@ def render(experiment: Experiment) -> list[Path]:
                     old.unlink()
             return []
         csv_path = directory / "data.csv"
-        _atomic(csv_path, lambda tmp: frame.to_csv(tmp, index=False))
+        atomic_write(csv_path, lambda tmp: frame.to_csv(tmp, index=False))
         paths = [csv_path]
         for metric in METRICS:
             data = metric_frame(frame, metric)
@@ -373,7 +372,7 @@ def render(experiment: Experiment) -> list[Path]:
                 figure = plot_comparison(data, metric, experiment.entries)
             paths += save(figure, directory, figure_stem(metric))
         paths += _render_speedups(experiment, frame, directory)
-        _atomic(directory / FINGERPRINT, lambda tmp: Path(tmp).write_text(fingerprint))
+        atomic_write(directory / FINGERPRINT, lambda tmp: Path(tmp).write_text(fingerprint))
     return paths
 
 
@@ -392,6 +391,6 @@ def _render_speedups(experiment: Experiment, frame: pd.DataFrame, directory: Pat
     if speedups.empty:
         csv_path.unlink(missing_ok=True)
     else:
-        _atomic(csv_path, lambda tmp: speedups.to_csv(tmp, index=False))
+        atomic_write(csv_path, lambda tmp: speedups.to_csv(tmp, index=False))
         paths.append(csv_path)
     return paths

@@ -72,9 +72,7 @@ class ClaimCheck(models.Model):
         default=dict, help_text="the claim as the ledger had it when the check was queued"
     )
     verdict = models.CharField(max_length=16, blank=True)
-    claimed = models.FloatField(null=True, blank=True)
     measured = models.FloatField(null=True, blank=True)
-    unit = models.CharField(max_length=16, blank=True)
     line = models.JSONField(default=dict, blank=True, help_text="the reproduce --json line")
     per_condition = models.JSONField(
         default=dict, blank=True, help_text="baseline -> condition -> the claim's measure"
@@ -88,6 +86,14 @@ class ClaimCheck(models.Model):
     def __str__(self) -> str:
         return f"{self.claim_id} ({self.mode}): {self.verdict or self.state}"
 
+    @property
+    def claimed(self) -> float | None:
+        return self.definition.get("claimed")
+
+    @property
+    def unit(self) -> str:
+        return self.definition.get("unit", "")
+
 
 class HistoryPoint(models.Model):
     """One night's value of one tracked series: a claim's measured value, or the mean over
@@ -99,7 +105,6 @@ class HistoryPoint(models.Model):
     metric = models.CharField(max_length=64)
     value = models.FloatField()
     unit = models.CharField(max_length=32, blank=True)
-    lower_is_better = models.BooleanField(default=True)
     finding = models.JSONField(default=dict, blank=True, help_text="the regression detector's")
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -19,12 +19,12 @@ pending experiment ends, and beat calls it periodically, so a worker restart los
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import urllib.error
 import urllib.request
 from collections import defaultdict
-from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from statistics import fmean
@@ -40,7 +40,7 @@ from lab.reports import claims as ledger
 from lab.reports import regression, reproduce
 from lab.reports.models import Alert, ClaimCheck, ExpectedChange, HistoryPoint, NightlyRun
 from lab.results.models import Measurement
-from lab.runs.models import Run, condition_of
+from lab.runs.models import Run, condition_of, condition_text
 from runners import manifest as run_manifest
 
 log = logging.getLogger(__name__)
@@ -56,8 +56,19 @@ DEDUP_WINDOW = timedelta(minutes=10)  # a redelivered beat task does not start a
 
 
 def claims_by_id() -> dict[str, ledger.Claim]:
-    """The ledger's claims (``LAB_CLAIMS_LEDGER``, by default claims/ledger.yaml)."""
-    return {c.id: c for c in ledger.load_ledger(settings.CLAIMS_LEDGER)}
+    """The ledger's claims (``LAB_CLAIMS_LEDGER``, by default claims/ledger.yaml), read and
+    validated again only when the file changed (the Claims page polls every 2 s)."""
+    path = Path(settings.CLAIMS_LEDGER)
+    try:
+        stat = path.stat()
+    except OSError:
+        return {c.id: c for c in ledger.load_ledger(path)}  # raises LedgerError naming it
+    return _read_ledger(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _read_ledger(path: str, mtime_ns: int, size: int) -> dict[str, ledger.Claim]:
+    return {c.id: c for c in ledger.load_ledger(path)}
 
 
 def start_check(
@@ -76,8 +87,6 @@ def start_check(
             nightly=nightly,
             requested_by=user if getattr(user, "pk", None) else None,
             definition=claim.as_dict(),
-            claimed=claim.claimed,
-            unit=claim.unit,
         )
         if experiment is None:
             _record(check, claim, reproduce.judge(claim, None, mode), {})
@@ -123,8 +132,6 @@ def _record(
         state=ClaimCheck.DONE,
         verdict=assessment.verdict,
         measured=assessment.measured,
-        claimed=claim.claimed,
-        unit=claim.unit,
         line=line,
         per_condition={b: {k: round(v, 6) for k, v in d.items()} for b, d in per_condition.items()},
         judged_at=timezone.now(),
@@ -145,17 +152,13 @@ SHORT_MEASURES = {
 
 
 def _short_condition(label: str) -> str:
-    """'resnet50, workers=8, bandwidth_gbps=10.0' -> 'resnet50, 8 workers, 10 Gbit/s'."""
-    parts = []
+    """reproduce's 'resnet50, workers=8, bandwidth_gbps=10.0' -> 'resnet50, 8 workers,
+    10 Gbit/s' (``condition_text``)."""
+    values: dict[str, Any] = {}
     for part in label.split(", "):
         key, _, value = part.partition("=")
-        if key == "workers":
-            parts.append(f"{value} workers")
-        elif key == "bandwidth_gbps":
-            parts.append(f"{float(value):g} Gbit/s")
-        else:
-            parts.append(part)
-    return ", ".join(parts)
+        values.update({key: float(value)} if value else {"workload": part})
+    return condition_text(values)
 
 
 def draw_claim_figure(check: ClaimCheck, claim: ledger.Claim) -> Path | None:
@@ -196,9 +199,8 @@ def draw_claim_figure(check: ClaimCheck, claim: ledger.Claim) -> Path | None:
         linewidth=0.5,
         errorbar=None,
     )
-    for container, hatch in zip(ax.containers, experiment_figures.HATCHES, strict=False):
-        for bar in getattr(container, "patches", container):
-            bar.set_hatch(hatch)
+    experiment_figures.hatch_bars(ax)
+    for container in ax.containers:
         ax.bar_label(container, fmt="%.3g", fontsize="x-small", padding=2)
     reference = 1.0 if claim.measure == "ratio" else 0.0
     ax.axvline(reference, color="black", linewidth=0.8)
@@ -227,9 +229,7 @@ def draw_claim_figure(check: ClaimCheck, claim: ledger.Claim) -> Path | None:
     fig.get_layout_engine().set(h_pad=0.2)
     path = claim_figure_path(check)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, format="png", dpi=130)
-    tmp.replace(path)
+    experiment_figures.atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=130))
     return path
 
 
@@ -394,7 +394,6 @@ def _record_points(night: NightlyRun) -> list[HistoryPoint]:
                 metric=claim.measure,
                 value=check.measured,
                 unit=claim.unit,
-                lower_is_better=False,
             )
         )
     for experiment in night.experiments.select_related("rerun_of"):
@@ -417,14 +416,8 @@ def _experiment_points(night: NightlyRun, experiment: Experiment) -> list[Histor
         units[metric] = unit
     out = []
     for (system, workload, workers, bandwidth, metric), values in sorted(groups.items(), key=str):
-        where = ", ".join(
-            p
-            for p in (
-                workload,
-                f"{workers} workers" if workers is not None else "",
-                f"{bandwidth:g} Gbit/s" if bandwidth is not None else "",
-            )
-            if p
+        where = condition_text(
+            {"workload": workload, "workers": workers, "bandwidth_gbps": bandwidth}
         )
         out.append(
             HistoryPoint(
@@ -434,16 +427,16 @@ def _experiment_points(night: NightlyRun, experiment: Experiment) -> list[Histor
                 metric=metric,
                 value=fmean(values),
                 unit=units[metric],
-                lower_is_better=regression.thresholds_for(metric).lower_is_better,
             )
         )
     return out
 
 
 def thresholds(point: HistoryPoint) -> regression.Thresholds:
+    """A claim's measured value is an improvement (higher is better); a metric has its own."""
     if point.series.startswith("claim:"):
         return regression.Thresholds(point.series, lower_is_better=False)
-    return replace(regression.thresholds_for(point.metric), lower_is_better=point.lower_is_better)
+    return regression.thresholds_for(point.metric)
 
 
 def history(series: str, until: NightlyRun | None = None) -> list[regression.Point]:

@@ -6,7 +6,6 @@ import json
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.contrib import messages
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -19,9 +18,6 @@ from lab.reports import claims as ledger
 from lab.reports import nightly as nights
 from lab.reports.models import Alert, ClaimCheck, ExpectedChange, HistoryPoint, NightlyRun
 from lab.runs.models import Run
-
-VERDICT_CLASSES = {v: v for v in ledger.VERDICTS}
-
 
 # --- Claims -----------------------------------------------------------------------------------
 
@@ -37,7 +33,7 @@ def claims_live(request: HttpRequest) -> HttpResponse:
 
 def _claims(request: HttpRequest, template: str) -> HttpResponse:
     try:
-        entries = ledger.load_ledger(settings.CLAIMS_LEDGER)
+        entries = list(nights.claims_by_id().values())
     except ledger.LedgerError as err:
         return render(request, template, {"ledger_error": str(err)}, status=500)
     latest = nights.latest_checks()
@@ -112,10 +108,13 @@ def nightly(request: HttpRequest) -> HttpResponse:
     known = list(nights.claims_by_id())
     night_list = list(NightlyRun.objects.all()[:30])
     latest = next((n for n in night_list if n.state == NightlyRun.DONE), None)
+    tracked = set(
+        HistoryPoint.objects.filter(series__in=[f"claim:{c}:sim" for c in known])
+        .values_list("series", flat=True)
+        .distinct()
+    )
     claim_series = [
-        {"series": f"claim:{claim_id}:sim", "claim": claim_id}
-        for claim_id in known
-        if HistoryPoint.objects.filter(series=f"claim:{claim_id}:sim").exists()
+        {"series": f"claim:{c}:sim", "claim": c} for c in known if f"claim:{c}:sim" in tracked
     ]
     return render(
         request,

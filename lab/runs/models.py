@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,19 @@ def condition_of(spec: dict[str, Any] | None) -> dict[str, Any]:
     """The ``CONDITION_KEYS`` of a resolved run spec."""
     cluster = (spec or {}).get("cluster", {})
     return {key: cluster.get(key) for key in CONDITION_KEYS}
+
+
+def condition_text(values: Mapping[str, Any], bandwidth_unit: str = "Gbit/s") -> str:
+    """'resnet50, 8 workers, 10 Gbit/s' from whichever of workload, workers and bandwidth_gbps
+    ``values`` holds (missing, empty or NaN ones are left out)."""
+    formats = (("workload", "{}"), ("workers", "{:g} workers"), ("bandwidth_gbps", "{:g} "))
+    parts = []
+    for key, fmt in formats:
+        value = values.get(key)
+        if value is None or value == "" or (isinstance(value, float) and math.isnan(value)):
+            continue
+        parts.append(fmt.format(value) + (bandwidth_unit if key == "bandwidth_gbps" else ""))
+    return ", ".join(parts)
 
 
 class Run(models.Model):
@@ -74,8 +89,7 @@ class Run(models.Model):
 
     @property
     def condition_label(self) -> str:
-        c = self.condition
-        return f"{c['workers']} workers, {c['bandwidth_gbps']:g} Gbit/s"
+        return condition_text(self.condition)
 
     @property
     def duration_s(self) -> float | None:
