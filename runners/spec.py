@@ -101,6 +101,7 @@ class CommCluster:
 # so the resolved spec (and the run key hashed from it) of a run that does not set them is
 # the same as before they existed. ``validate`` fills the default back in.
 _OMITTED_AT_DEFAULT = {"jitter_groups": CommCluster.jitter_groups}
+_TOP_OMITTED_AT_DEFAULT = {"timeline_iterations": 2}
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,8 @@ class RunSpec:
     batch_size: int = 0  # per worker; 0 never survives validation (the workload default)
     seed: int = 0
     labels: dict[str, Any] = field(default_factory=dict, hash=False)
+    # How many of the last measured iterations ``timeline.csv`` records (0: every iteration).
+    timeline_iterations: int = 2
 
     @property
     def arena(self) -> str:
@@ -130,6 +133,9 @@ class RunSpec:
         for key, default in _OMITTED_AT_DEFAULT.items():
             if cluster[key] == default:
                 del cluster[key]
+        for key, default in _TOP_OMITTED_AT_DEFAULT.items():
+            if data[key] == default:
+                del data[key]
         data["spec_version"] = SPEC_VERSION
         return data
 
@@ -182,6 +188,7 @@ _TOP_KEYS = {
     "batch_size",
     "seed",
     "labels",
+    "timeline_iterations",
     "spec_version",
 }
 
@@ -260,6 +267,7 @@ def validate_comm(raw: dict[str, Any], entry: registry.Entry) -> RunSpec:
         batch_size=_int(raw, "batch_size", profile.default_batch_size, 1, 1_000_000),
         seed=_int(raw, "seed", 0, 0, 2**63 - 1),
         labels=dict(labels),
+        timeline_iterations=_int(raw, "timeline_iterations", 2, 0, iterations),
     )
 
 

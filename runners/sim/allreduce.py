@@ -41,7 +41,17 @@ def compute_setup(spec: RunSpec, layers: tuple[LayerTimes, ...] | None = None) -
         jitter_cv=c.compute_jitter_cv,
         overlap_slowdown=c.overlap_slowdown,
         seed=spec.seed,
+        timeline_window=timeline_window(spec),
     )
+
+
+def timeline_window(spec: RunSpec) -> tuple[int, int] | None:
+    """The iterations the run's timeline records: the last ``spec.timeline_iterations``
+    measured ones (None, i.e. every simulated iteration, when it is 0)."""
+    if spec.timeline_iterations == 0:
+        return None
+    end = spec.warmup_iterations + spec.iterations
+    return (max(0, end - spec.timeline_iterations), end)
 
 
 def network_for(spec: RunSpec) -> RingAllReduce:
@@ -57,7 +67,13 @@ def oracle_setup(setup: ComputeSetup) -> ComputeSetup:
         for g in setup.groups
     )
     return dataclasses.replace(
-        setup, groups=groups, iterations=1, warmup_iterations=1, jitter_cv=0.0, seed=0
+        setup,
+        groups=groups,
+        iterations=1,
+        warmup_iterations=1,
+        jitter_cv=0.0,
+        seed=0,
+        timeline_window=(0, 0),
     )
 
 

@@ -16,6 +16,8 @@ Callback = Callable[..., None]
 
 
 class EventLoop:
+    __slots__ = ("_queue", "_seq", "events_processed", "now")
+
     def __init__(self) -> None:
         self.now: float = 0.0
         self.events_processed: int = 0
@@ -40,6 +42,12 @@ class EventLoop:
             heappush(queue, (time, next(seq), callback, args))
 
         return push
+
+    def raw(self) -> tuple[list[tuple[float, int, Callback, tuple[Any, ...]]], Any]:
+        """The heap and the sequence counter, for the hottest paths of models: an event is
+        ``heapq.heappush(heap, (time, next(seq), callback, args))``, with the same ordering as
+        ``at`` and no check that ``time`` is not in the past (the caller guarantees it)."""
+        return self._queue, self._seq
 
     def run(self, until: float | None = None) -> None:
         """Process events in time order until none are left (or ``until`` is reached)."""

@@ -79,6 +79,9 @@ class ComputeSetup:
     jitter_cv: float = 0.0
     overlap_slowdown: float = 0.0
     seed: int = 0
+    # Iterations whose operations the timeline records, ``(first, end)`` with ``end``
+    # exclusive; None records all of them, ``(0, 0)`` none (a policy's planning runs).
+    timeline_window: tuple[int, int] | None = None
 
     @property
     def workers(self) -> int:
@@ -127,9 +130,16 @@ class ComputeJob:
     """Compute streams of every group; subclasses add the network of their arena.
 
     Subclass hooks: ``params_ready(g, it, layer)`` (may the forward of ``layer`` in iteration
-    ``it`` run on group ``g``?), ``gradient_ready(g, it, layer)``, ``network_busy(g)`` and
-    ``comm_time(it)``; call ``wake(g)`` / ``wake_all()`` when a synchronisation completes.
+    ``it`` run on group ``g``? Once true it must stay true), ``gradient_ready(g, it, layer)``,
+    ``network_busy(g)`` and ``comm_time(it)``; call ``wake(g)`` / ``wake_all()`` when a
+    synchronisation completes.
     """
+
+    # Run forward ops whose turn is certain back to back in one event (``_run_forward``): the
+    # same results as op by op, except that when events tie to the instant (identical groups
+    # without compute jitter) they may run in another order, equally valid (a test switches
+    # it off to compare).
+    batch_forward = True
 
     def __init__(self, setup: ComputeSetup) -> None:
         self.setup = setup
@@ -160,10 +170,13 @@ class ComputeJob:
         self.iter_start: list[list[float]] = [[] for _ in range(g)]
         self.compute_s = [[0.0] * self.n_iter for _ in range(g)]  # lists: cheap on the hot path
         self.timeline: list[tuple[int, str, str, str, float, float, int]] = []
+        window = setup.timeline_window
+        self.tl_from, self.tl_to = (0, self.n_iter + 1) if window is None else window
         self.synced: list[tuple[int, int, int, float]] = []
         self.compute_resource = [
             "compute" if g == 1 else f"compute[{grp.label}]" for grp in setup.groups
         ]
+        self._forward_done_cb = self._forward_done
 
     # -- hooks ----------------------------------------------------------------------------
     def params_ready(self, g: int, it: int, layer: int) -> bool:
@@ -227,7 +240,11 @@ class ComputeJob:
             if not avail:
                 return
             layer = avail[0]
-            if not self.params_ready(g, it, layer):
+            ready = self.params_ready(g, it, layer)
+            if ready and self.batch_forward and not self.gamma:
+                self._run_forward(g, it)
+                return
+            if not ready:
                 layer = -1
                 for cand in sorted(avail)[1:]:
                     if self.params_ready(g, it, cand):
@@ -249,15 +266,57 @@ class ComputeJob:
         now = self.loop.now
         self._push(now + duration, self._compute_done_cb, (g, it, op, layer, now))
 
+    def _run_forward(self, g: int, it: int) -> None:
+        """Forward ops of ``it`` on group ``g`` back to back, in one event, while the next op
+        is certain: the lowest-index available layer, whose parameters are already in (they
+        stay in, and no other layer is preferred to it, so op by op would pick it too, at the
+        same time). Needs ``overlap_slowdown`` 0 (else an op's time depends on the network
+        when it starts). Same op order, times (``t + d`` in sequence) and sums as op by op."""
+        now = self.loop.now
+        if self.fwd_done[g] == 0 and len(self.iter_start[g]) == it:
+            self.iter_start[g].append(now)
+        durations = self.durations[g][it]
+        compute_s = self.compute_s[g]
+        recorded = self.tl_from <= it < self.tl_to
+        resource, names, timeline = self.compute_resource[g], self.names, self.timeline
+        avail, left, children = self.avail[g], self.deps_left[g], self.children
+        n = self.n_layers
+        done = self.fwd_done[g]
+        while True:
+            layer = heapq.heappop(avail)
+            end = now + durations[layer]
+            compute_s[it] += end - now
+            if recorded:
+                timeline.append((it, resource, "forward", names[layer], now, end, 0))
+            now = end
+            for c in children[layer]:
+                left[c] -= 1
+                if left[c] == 0:
+                    heapq.heappush(avail, c)
+            done += 1
+            if done == n or not avail or not self.params_ready(g, it, avail[0]):
+                break
+        self.fwd_done[g] = done
+        self.busy[g] = True
+        self._push(now, self._forward_done_cb, (g,))
+
+    def _forward_done(self, g: int) -> None:
+        self.busy[g] = False
+        if self.fwd_done[g] == self.n_layers:
+            self.bwd_next[g] = self.n_layers - 1
+        self.try_compute(g)
+
     def _compute_done(self, g: int, it: int, op: int, layer: int, start: float) -> None:
         now = self.loop.now
         self.busy[g] = False
         self.compute_s[g][it] += now - start
         n = self.n_layers
+        recorded = self.tl_from <= it < self.tl_to
         if op < n:
-            self.timeline.append(
-                (it, self.compute_resource[g], "forward", self.names[layer], start, now, 0)
-            )
+            if recorded:
+                self.timeline.append(
+                    (it, self.compute_resource[g], "forward", self.names[layer], start, now, 0)
+                )
             left = self.deps_left[g]
             avail = self.avail[g]
             for c in self.children[layer]:
@@ -268,9 +327,10 @@ class ComputeJob:
             if self.fwd_done[g] == n:
                 self.bwd_next[g] = n - 1
         else:
-            self.timeline.append(
-                (it, self.compute_resource[g], "backward", self.names[layer], start, now, 0)
-            )
+            if recorded:
+                self.timeline.append(
+                    (it, self.compute_resource[g], "backward", self.names[layer], start, now, 0)
+                )
             self.bwd_next[g] = layer - 1
             if layer == 0:  # iteration done on this group
                 self.iteration[g] = it + 1

@@ -186,12 +186,13 @@ class _AllReduceJob(ComputeJob):
         self.comm_s[it] += now - start
         tasks = self.tasks
         self.credit_left = min(self.credit_left + size, self.plan.credit_bytes)
-        first = tasks[members[0]]
-        label = self.names[first.layers[0]]
-        n_layers = sum(len(tasks[m].layers) for m in members)
-        if n_layers > 1:
-            label += f"+{n_layers - 1}"
-        self.timeline.append((it, "network", first.op, label, start, now, size))
+        if self.tl_from <= it < self.tl_to:
+            first = tasks[members[0]]
+            label = self.names[first.layers[0]]
+            n_layers = sum(len(tasks[m].layers) for m in members)
+            if n_layers > 1:
+                label += f"+{n_layers - 1}"
+            self.timeline.append((it, "network", first.op, label, start, now, size))
         left = self.layer_tasks_left[it]
         for m in members:
             for layer in tasks[m].layers:

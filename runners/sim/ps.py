@@ -31,8 +31,9 @@ to the number of workers for per-worker noise); a random-order plan splits them 
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import random
+from collections.abc import Callable
+from heapq import heappop, heappush
 
 import numpy as np
 
@@ -45,7 +46,6 @@ from .engine import ComputeJob, ComputeSetup, LayerTimes, SimResult, WorkerGroup
 
 # Station item kinds.
 _UP, _IN, _AGG, _OUT, _DOWN, _MIGRATE_OUT, _MIGRATE_IN = range(7)
-_KIND_NAMES = ("push", "push", "aggregate", "pull", "pull", "migrate", "migrate")
 
 
 class _Station:
@@ -55,10 +55,13 @@ class _Station:
     leaving the uplink, a pull leaving the server, a migration) schedule no event of their own
     when nothing waits behind them: about a third fewer events, same schedule."""
 
-    __slots__ = ("free_at", "name", "pending", "queue", "server")
+    __slots__ = ("begin", "free_at", "name", "pending", "queue", "server")
 
-    def __init__(self, name: str, server: int = -1) -> None:
+    def __init__(
+        self, name: str, begin: Callable[[_Station, tuple], None], server: int = -1
+    ) -> None:
         self.name = name
+        self.begin = begin  # starts an item on this station (``_PSJob._begin_*``)
         self.queue: list[tuple] = []
         self.free_at = 0.0
         self.pending = False
@@ -184,16 +187,19 @@ class _PSJob(ComputeJob):
         self.keyless = [i for i, n in enumerate(self.n_parts) if n == 0]
         self.group_size = [g.count for g in setup.groups]
         self.workers = setup.workers
-        self.uplink = [_Station(f"uplink[{g.label}]") for g in setup.groups]
-        self.downlink = [_Station(f"downlink[{g.label}]") for g in setup.groups]
+        self.uplink = [_Station(f"uplink[{g.label}]", self._begin_up) for g in setup.groups]
+        self.downlink = [_Station(f"downlink[{g.label}]", self._begin_down) for g in setup.groups]
         if self.n_groups == 1:
             self.uplink[0].name, self.downlink[0].name = "uplink", "downlink"
-        self.s_in = [_Station(f"ps{j}.in", j) for j in range(n_servers)]
-        self.s_cpu = [_Station(f"ps{j}.cpu", j) for j in range(n_servers)]
-        self.s_out = [_Station(f"ps{j}.out", j) for j in range(n_servers)]
+        self.s_in = [_Station(f"ps{j}.in", self._begin_in, j) for j in range(n_servers)]
+        self.s_cpu = [_Station(f"ps{j}.cpu", self._begin_agg, j) for j in range(n_servers)]
+        self.s_out = [_Station(f"ps{j}.out", self._begin_out, j) for j in range(n_servers)]
         self.seq = 0
-        self.done_cb = self._done
+        self._evq, self._evseq = self.loop.raw()
         self.serve_next_cb = self._serve_next
+        self.pulled_cb = self._pulled_end
+        self.arrived_cb = self._arrived_end
+        self.aggregated_cb = self._aggregated_end
         # Orders: per (order draw, iteration) priority of each task on the worker queues.
         self.order_draw = list(range(self.n_groups)) if order_draw is None else list(order_draw)
         if len(self.order_draw) != self.n_groups:
@@ -243,19 +249,18 @@ class _PSJob(ComputeJob):
         if order == "priority":
             return (it, self.priority[task])
         if order == "random":
-            draw = self.order_draw[g]
-            perm = self.random_prio.get((draw, it))
-            if perm is None:
-                perm = list(range(self.n_layers))
-                self.rng.shuffle(perm)
-                self.random_prio[draw, it] = perm
-            return (it, perm[self.task_layer[task]])
+            return (it, self._random_order(g, it)[self.task_layer[task]])
         return (0, 0)  # arrival order
 
-    def _server_key(self, it: int, task: int) -> tuple[int, int]:
-        if self.server_priority:
-            return (it, self.priority[task])
-        return (0, 0)
+    def _random_order(self, g: int, it: int) -> list[int]:
+        """Group ``g``'s random transfer order in iteration ``it``: each layer's place."""
+        draw = self.order_draw[g]
+        perm = self.random_prio.get((draw, it))
+        if perm is None:
+            perm = list(range(self.n_layers))
+            self.rng.shuffle(perm)
+            self.random_prio[draw, it] = perm
+        return perm
 
     # -- hooks ----------------------------------------------------------------------------
     def params_ready(self, g: int, it: int, layer: int) -> bool:
@@ -282,122 +287,202 @@ class _PSJob(ComputeJob):
             self._group_state(g, it)
         assign = self._assignment(it)
         order = self.plan.push_order
-        for task in self.tasks_of_layer[layer]:
-            k1, k2 = self._worker_key(order, g, it, task)
-            self._enqueue(self.uplink[g], k1, k2, (_UP, it, task, g, assign[task], 0.0))
+        uplink = self.uplink[g]
+        tasks = self.tasks_of_layer[layer]
+        if order == "priority":
+            for task in tasks:
+                item = (_UP, it, task, g, assign[task], 0.0)
+                self._enqueue(uplink, it, self.priority[task], item)
+        elif order == "random":  # every part of a layer has the layer's place in the draw
+            k2 = self._random_order(g, it)[layer]
+            for task in tasks:
+                self._enqueue(uplink, it, k2, (_UP, it, task, g, assign[task], 0.0))
+        else:
+            for task in tasks:
+                self._enqueue(uplink, 0, 0, (_UP, it, task, g, assign[task], 0.0))
 
     # -- stations -------------------------------------------------------------------------
     # The hot path of the PS arena (several events per key, per group and per iteration): kept
-    # flat on purpose, with the loop's raw push and pre-bound callbacks.
+    # flat on purpose. Events go straight onto the loop's heap (``EventLoop.raw``), every kind
+    # of end has its own pre-bound callback (no dispatch), and the sort keys are computed
+    # inline. A station's queue is ordered by (k1, k2, arrival sequence).
     def _enqueue(self, st: _Station, k1: int, k2: int, item: tuple) -> None:
         if st.pending or st.free_at > self.loop.now:
-            heapq.heappush(st.queue, (k1, k2, self.seq, item))
+            heappush(st.queue, (k1, k2, self.seq, item))
             self.seq += 1
             if not st.pending:
                 st.pending = True
-                self._push(st.free_at, self.serve_next_cb, (st,))
+                heappush(self._evq, (st.free_at, next(self._evseq), self.serve_next_cb, (st,)))
         else:
-            self._begin(st, item)
+            st.begin(st, item)
 
     def _serve_next(self, st: _Station) -> None:
         st.pending = False
         if st.queue:
-            self._begin(st, heapq.heappop(st.queue)[3])
+            st.begin(st, heappop(st.queue)[3])
 
-    def _begin(self, st: _Station, item: tuple) -> None:
-        """Start ``item`` on the idle station ``st`` now; record it; schedule what its end
-        triggers."""
-        kind, it, task, g, server, min_end = item
+    # ``_begin_*``: start ``item`` on the idle station ``st`` now, record it, schedule what its
+    # end triggers. Each station has the one for its kind of resource (``_Station.begin``).
+    def _begin_up(self, st: _Station, item: tuple) -> None:
+        _, it, task, g, server, _ = item
         now = self.loop.now
-        if kind == _UP:
-            size = self.sizes[task]
-            end = now + (self.alpha + size / self.bw_worker)
-            k1, k2 = self._server_key(it, task)
-            self._enqueue(self.s_in[server], k1, k2, (_IN, it, task, g, server, end))
-            if g == 0:
-                self.comm_up[it] += end - now
+        size = self.sizes[task]
+        end = now + (self.alpha + size / self.bw_worker)
+        # Cut-through: the server's NIC may start receiving now (``_enqueue``, inlined).
+        s_in = self.s_in[server]
+        if s_in.pending or s_in.free_at > now:
+            if self.server_priority:
+                heappush(
+                    s_in.queue, (it, self.priority[task], self.seq, (_IN, it, task, g, server, end))
+                )
+            else:
+                heappush(s_in.queue, (0, 0, self.seq, (_IN, it, task, g, server, end)))
+            self.seq += 1
+            if not s_in.pending:
+                s_in.pending = True
+                heappush(self._evq, (s_in.free_at, next(self._evseq), self.serve_next_cb, (s_in,)))
+        else:
+            self._begin_in(s_in, (_IN, it, task, g, server, end))
+        if g == 0:
+            self.comm_up[it] += end - now
+        if self.tl_from <= it < self.tl_to:
             self.timeline.append((it, st.name, "push", self.labels[task], now, end, size))
-            st.free_at = end
-            if st.queue:
-                st.pending = True
-                self._push(end, self.serve_next_cb, (st,))
-            return
-        if kind == _DOWN:
-            size = self.sizes[task]
-            end = now + (self.alpha + size / self.bw_worker)
-            if end < min_end:
-                end = min_end
-            if g == 0:
-                self.comm_down[it] += end - now
-            self.timeline.append((it, st.name, "pull", self.labels[task], now, end, size))
-            st.free_at = end
+        st.free_at = end
+        if st.queue:
             st.pending = True
-            self._push(end, self.done_cb, (st, item))
+            heappush(self._evq, (end, next(self._evseq), self.serve_next_cb, (st,)))
+
+    def _begin_down(self, st: _Station, item: tuple) -> None:
+        _, it, task, g, _, min_end = item
+        now = self.loop.now
+        size = self.sizes[task]
+        end = now + (self.alpha + size / self.bw_worker)
+        if end < min_end:
+            end = min_end
+        if g == 0:
+            self.comm_down[it] += end - now
+        if self.tl_from <= it < self.tl_to:
+            self.timeline.append((it, st.name, "pull", self.labels[task], now, end, size))
+        st.free_at = end
+        st.pending = True
+        heappush(self._evq, (end, next(self._evseq), self.pulled_cb, (st, it, task, g)))
+
+    def _begin_in(self, st: _Station, item: tuple) -> None:
+        kind, it, task, g, server, min_end = item
+        if kind != _IN:
+            self._begin_migration(st, item)
             return
-        if task >= 0:
-            size = self.sizes[task]
-            label = self.labels[task]
-        else:  # migrations carry their bytes in g
-            size, label = g, "keys"
-        if kind == _IN:
-            end = now + self.group_size[g] * size / (self.bw_server * self.bw_factor_l[server][it])
-        elif kind == _AGG:
-            m = self.group_size[g] if self.async_mode else self.workers
-            end = now + m * size / self.agg_rate * self.cpu_factor_l[server][it]
-        elif kind == _OUT:
-            m = self.workers if g < 0 else self.group_size[g]
-            end = now + m * size / (self.bw_server * self.bw_factor_l[server][it])
-            targets = range(self.n_groups) if g < 0 else (g,)
-            order = self.plan.pull_order
-            for tg in targets:
-                k1, k2 = self._worker_key(order, tg, it, task)
-                self._enqueue(self.downlink[tg], k1, k2, (_DOWN, it, task, tg, server, end))
-        else:  # migration
-            end = now + size / (self.bw_server * self.bw_factor_l[server][min(it, self.n_iter - 1)])
+        now = self.loop.now
+        size = self.sizes[task]
+        end = now + self.group_size[g] * size / (self.bw_server * self.bw_factor_l[server][it])
         if end < min_end:
             end = min_end
         st.free_at = end
-        self.busy_s[server][it if task >= 0 else min(it, self.n_iter)] += end - now
-        self.timeline.append((it, st.name, _KIND_NAMES[kind], label, now, end, size))
-        if kind in (_IN, _AGG):
-            st.pending = True
-            self._push(end, self.done_cb, (st, item))
-        elif st.queue:
-            st.pending = True
-            self._push(end, self.serve_next_cb, (st,))
+        self.busy_s[server][it] += end - now
+        if self.tl_from <= it < self.tl_to:
+            self.timeline.append((it, st.name, "push", self.labels[task], now, end, size))
+        st.pending = True
+        heappush(self._evq, (end, next(self._evseq), self.arrived_cb, (st, it, task, g, server)))
 
-    def _done(self, st: _Station, item: tuple) -> None:
+    def _begin_agg(self, st: _Station, item: tuple) -> None:
+        _, it, task, g, server, _ = item
+        now = self.loop.now
+        size = self.sizes[task]
+        m = self.group_size[g] if self.async_mode else self.workers
+        end = now + m * size / self.agg_rate * self.cpu_factor_l[server][it]
+        st.free_at = end
+        self.busy_s[server][it] += end - now
+        if self.tl_from <= it < self.tl_to:
+            self.timeline.append((it, st.name, "aggregate", self.labels[task], now, end, size))
+        st.pending = True
+        heappush(self._evq, (end, next(self._evseq), self.aggregated_cb, (st, it, task, g, server)))
+
+    def _begin_out(self, st: _Station, item: tuple) -> None:
         kind, it, task, g, server, _ = item
-        st.pending = False
-        if kind == _DOWN:
-            self._pulled(it, task, g)
-        elif kind == _IN:
-            self._arrived(it, task, g, server)
+        if kind != _OUT:
+            self._begin_migration(st, item)
+            return
+        now = self.loop.now
+        size = self.sizes[task]
+        m = self.workers if g < 0 else self.group_size[g]
+        end = now + m * size / (self.bw_server * self.bw_factor_l[server][it])
+        order = self.plan.pull_order
+        if order == "priority":
+            k2 = self.priority[task]
+            for tg in range(self.n_groups) if g < 0 else (g,):
+                self._enqueue(self.downlink[tg], it, k2, (_DOWN, it, task, tg, server, end))
         else:
-            self._aggregated(it, task, g, server)
-        if st.queue and not st.pending:
-            self._begin(st, heapq.heappop(st.queue)[3])
+            for tg in range(self.n_groups) if g < 0 else (g,):
+                k1, k2 = self._worker_key(order, tg, it, task)
+                self._enqueue(self.downlink[tg], k1, k2, (_DOWN, it, task, tg, server, end))
+        st.free_at = end
+        self.busy_s[server][it] += end - now
+        if self.tl_from <= it < self.tl_to:
+            self.timeline.append((it, st.name, "pull", self.labels[task], now, end, size))
+        if st.queue:
+            st.pending = True
+            heappush(self._evq, (end, next(self._evseq), self.serve_next_cb, (st,)))
 
-    def _arrived(self, it: int, task: int, g: int, server: int) -> None:
+    def _begin_migration(self, st: _Station, item: tuple) -> None:
+        """Moving keys between servers (PSLD): the bytes are carried in the item's group."""
+        _, it, _, size, server, _ = item
+        now = self.loop.now
+        end = now + size / (self.bw_server * self.bw_factor_l[server][min(it, self.n_iter - 1)])
+        st.free_at = end
+        self.busy_s[server][min(it, self.n_iter)] += end - now
+        if self.tl_from <= it < self.tl_to:
+            self.timeline.append((it, st.name, "migrate", "keys", now, end, size))
+        if st.queue:
+            st.pending = True
+            heappush(self._evq, (end, next(self._evseq), self.serve_next_cb, (st,)))
+
+    def _pulled_end(self, st: _Station, it: int, task: int, g: int) -> None:
+        """``task`` of iteration ``it`` is up to date on group ``g``."""
+        st.pending = False
+        parts = self.parts_left[g, it]
+        layer = self.task_layer[task]
+        parts[layer] -= 1
+        if parts[layer] == 0:
+            left = self.layers_left[g, it] = self.layers_left[g, it] - 1
+            self.synced.append((g, it, layer, self.loop.now))
+            # Behind a global barrier a forward can start only once every layer is in.
+            if left == 0 or self.plan.cross_barrier:
+                self.wake(g)
+        left = self.round_left[it] = self.round_left[it] - 1
+        if left == 0:
+            self._round_done(it)
+        if st.queue and not st.pending:
+            st.begin(st, heappop(st.queue)[3])
+
+    def _arrived_end(self, st: _Station, it: int, task: int, g: int, server: int) -> None:
+        """A push of ``task`` from group ``g`` is in at ``server``."""
+        st.pending = False
         mode = self.plan.server_mode
-        k1, k2 = self._server_key(it, task)
+        k1, k2 = (it, self.priority[task]) if self.server_priority else (0, 0)
         if mode == "async":
             self._enqueue(self.s_cpu[server], k1, k2, (_AGG, it, task, g, server, 0.0))
-            return
-        if mode == "sync-round":  # eager: serve the pull now with the newest complete round
-            self.staleness.append(float(it - self.completed_round[task] - 1))
-            self._enqueue(self.s_out[server], k1, k2, (_OUT, it, task, g, server, 0.0))
-        key = (it, task)
-        count = self.arrived.get(key, 0) + 1
-        if count < self.n_groups:
-            self.arrived[key] = count
-            return
-        self.arrived.pop(key, None)
-        self._enqueue(self.s_cpu[server], k1, k2, (_AGG, it, task, -1, server, 0.0))
+        else:
+            if mode == "sync-round":  # eager: serve the pull now with the newest complete round
+                self.staleness.append(float(it - self.completed_round[task] - 1))
+                self._enqueue(self.s_out[server], k1, k2, (_OUT, it, task, g, server, 0.0))
+            if self.n_groups == 1:
+                self._enqueue(self.s_cpu[server], k1, k2, (_AGG, it, task, -1, server, 0.0))
+            else:  # wait for every group's push
+                key = (it, task)
+                count = self.arrived.get(key, 0) + 1
+                if count < self.n_groups:
+                    self.arrived[key] = count
+                else:
+                    del self.arrived[key]
+                    self._enqueue(self.s_cpu[server], k1, k2, (_AGG, it, task, -1, server, 0.0))
+        if st.queue and not st.pending:
+            st.begin(st, heappop(st.queue)[3])
 
-    def _aggregated(self, it: int, task: int, g: int, server: int) -> None:
+    def _aggregated_end(self, st: _Station, it: int, task: int, g: int, server: int) -> None:
+        """The server summed ``task``'s pushes (of one group in async mode, else all)."""
+        st.pending = False
         mode = self.plan.server_mode
-        k1, k2 = self._server_key(it, task)
+        k1, k2 = (it, self.priority[task]) if self.server_priority else (0, 0)
         if mode == "async":
             # ASGD staleness of each of the group's m pushes: they are applied one after
             # another and each worker pulls right after its own, so every one of them has missed
@@ -409,22 +494,13 @@ class _PSJob(ComputeJob):
             self.version[task] += m
             self.read_version[g, task] = self.version[task]
             self._enqueue(self.s_out[server], k1, k2, (_OUT, it, task, g, server, 0.0))
-            return
-        self.completed_round[task] = max(self.completed_round[task], it)
-        if mode == "sync":
-            self._enqueue(self.s_out[server], k1, k2, (_OUT, it, task, -1, server, 0.0))
-
-    def _pulled(self, it: int, task: int, g: int) -> None:
-        parts = self.parts_left[g, it]
-        layer = self.task_layer[task]
-        parts[layer] -= 1
-        if parts[layer] == 0:
-            self.layers_left[g, it] -= 1
-            self.synced.append((g, it, layer, self.loop.now))
-            self.wake(g)
-        self.round_left[it] -= 1
-        if self.round_left[it] == 0:
-            self._round_done(it)
+        else:
+            if it > self.completed_round[task]:
+                self.completed_round[task] = it
+            if mode == "sync":
+                self._enqueue(self.s_out[server], k1, k2, (_OUT, it, task, -1, server, 0.0))
+        if st.queue and not st.pending:
+            st.begin(st, heappop(st.queue)[3])
 
     def _round_done(self, it: int) -> None:
         self.round_end[it] = self.loop.now

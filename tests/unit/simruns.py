@@ -7,7 +7,8 @@ from runners.spec import validate
 
 
 def raw_spec(system, workload="resnet50", *, params=None, iterations=4, warmup=2, seed=0, **c):
-    """A spec with 8 workers at 10 Gbit/s and no compute jitter unless ``c`` says otherwise."""
+    """A spec with 8 workers at 10 Gbit/s and no compute jitter unless ``c`` says otherwise,
+    whose timeline records every iteration (the tests read it whole)."""
     cluster = {"workers": 8, "bandwidth_gbps": 10, "compute_jitter_cv": 0.0, **c}
     raw = {
         "system": system,
@@ -16,6 +17,7 @@ def raw_spec(system, workload="resnet50", *, params=None, iterations=4, warmup=2
         "warmup_iterations": warmup,
         "seed": seed,
         "cluster": cluster,
+        "timeline_iterations": 0,
     }
     if params:
         raw["params"] = params

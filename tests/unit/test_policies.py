@@ -42,6 +42,7 @@ def sim(system, params=None, workload="resnet50", **cluster):
         "workload": workload,
         "iterations": 8,
         "cluster": {"workers": 8, "bandwidth_gbps": 10, "compute_jitter_cv": 0, **cluster},
+        "timeline_iterations": 0,  # the tests read the whole timeline
     }
     if params is not None:
         raw["params"] = params

@@ -331,3 +331,55 @@ def test_the_series_has_one_row_per_warmup_and_measured_iteration():
         result.metrics["iteration_time_s"], rel=REL
     )
     assert result.metrics["sim_events"] > 0
+
+
+# --- the recorded timeline and the one-event forward ---------------------------------------
+
+
+@pytest.mark.parametrize("system", ["wfbp", "p3", "ps-default"])
+def test_the_timeline_records_the_last_measured_iterations_without_changing_a_result(system):
+    from runners.execute import simulate
+    from runners.spec import validate
+    from tests.unit.simruns import raw_spec
+
+    raw = raw_spec(system, iterations=6, warmup=2, compute_jitter_cv=0.02)
+    whole = simulate(validate(raw))
+    default = simulate(validate({k: v for k, v in raw.items() if k != "timeline_iterations"}))
+    three = simulate(validate({**raw, "timeline_iterations": 3}))
+    assert whole.metrics == default.metrics == three.metrics
+    assert {row[0] for row in whole.timeline} == set(range(9))  # 2 + 6 + the closing one
+    assert {row[0] for row in default.timeline} == {6, 7}  # the last two measured
+    assert {row[0] for row in three.timeline} == {5, 6, 7}
+    assert sorted(three.timeline) == sorted(r for r in whole.timeline if r[0] in (5, 6, 7))
+
+
+@pytest.mark.parametrize(
+    ("system", "workload"),
+    [
+        ("wfbp", "resnet50"),
+        ("horovod", "inception3"),
+        ("byteps", "vgg16"),
+        ("pace", "inception3"),
+        ("tictac-tac", "inception3"),
+        ("p3", "resnet50"),
+        ("ps-default", "inception3"),
+    ],
+)
+def test_a_forward_run_as_one_event_equals_the_forward_op_by_op(system, workload, monkeypatch):
+    """``ComputeJob`` runs forward ops whose turn is certain in one event; the op-by-op path
+    must give the same times, metrics and timeline. (With compute jitter: without it, groups
+    tie to the instant and simultaneous events may run in another, equally valid order.)"""
+    from runners.sim import engine
+
+    kw = {"stragglers": [{"worker": 1, "slowdown": 1.5}], "compute_jitter_cv": 0.05}
+    _, batched = run(system, workload, iterations=5, **kw)
+    events = batched.metrics["sim_events"]
+    monkeypatch.setattr(engine.ComputeJob, "batch_forward", False)
+    _, stepwise = run(system, workload, iterations=5, **kw)
+    assert stepwise.metrics["sim_events"] > events  # the one-event path was taken
+    drop = ("sim_events",)
+    assert {k: v for k, v in batched.metrics.items() if k not in drop} == {
+        k: v for k, v in stepwise.metrics.items() if k not in drop
+    }
+    assert sorted(batched.timeline) == sorted(stepwise.timeline)
+    assert sorted(batched.synced) == sorted(stepwise.synced)

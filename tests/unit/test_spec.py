@@ -413,3 +413,20 @@ def test_load_file_on_a_directory_is_a_spec_error(tmp_path):
         load_file(tmp_path)
 
     assert info.value.field == "SPEC"
+
+
+def test_timeline_iterations_is_checked_and_left_out_of_the_resolved_spec_at_its_default():
+    from runners import grid
+
+    raw = {"system": "wfbp", "workload": "resnet50", "iterations": 10}
+    default = validate(raw)
+    assert default.timeline_iterations == 2
+    assert "timeline_iterations" not in default.as_dict()  # run keys of older runs stand
+    assert grid.run_key(default) == grid.run_key(validate({**raw, "timeline_iterations": 2}))
+    every = validate({**raw, "timeline_iterations": 0})
+    assert every.as_dict()["timeline_iterations"] == 0
+    assert validate(every.as_dict()) == every
+    for bad in (-1, 11, "many", 2.5):
+        with pytest.raises(SpecError) as err:
+            validate({**raw, "timeline_iterations": bad})
+        assert err.value.field == "timeline_iterations"
