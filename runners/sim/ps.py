@@ -178,6 +178,9 @@ class _PSJob(ComputeJob):
         self.priority = [t.priority for t in plan.tasks]
         self.server_priority = plan.server_order == "priority"
         self.async_mode = plan.server_mode == "async"
+        self.sync_mode = plan.server_mode == "sync"
+        self.pull_priority = plan.pull_order == "priority"
+        self.cross_barrier = plan.cross_barrier
         self.tasks_of_layer: list[list[int]] = [[] for _ in range(self.n_layers)]
         for i, t in enumerate(plan.tasks):
             self.tasks_of_layer[t.layer].append(i)
@@ -406,14 +409,13 @@ class _PSJob(ComputeJob):
         size = self.sizes[task]
         m = self.workers if g < 0 else self.group_size[g]
         end = now + m * size / (self.bw_server * self.bw_factor_l[server][it])
-        order = self.plan.pull_order
-        if order == "priority":
+        if self.pull_priority:
             k2 = self.priority[task]
             for tg in range(self.n_groups) if g < 0 else (g,):
                 self._enqueue(self.downlink[tg], it, k2, (_DOWN, it, task, tg, server, end))
         else:
             for tg in range(self.n_groups) if g < 0 else (g,):
-                k1, k2 = self._worker_key(order, tg, it, task)
+                k1, k2 = self._worker_key(self.plan.pull_order, tg, it, task)
                 self._enqueue(self.downlink[tg], k1, k2, (_DOWN, it, task, tg, server, end))
         st.free_at = end
         self.busy_s[server][it] += end - now
@@ -445,8 +447,9 @@ class _PSJob(ComputeJob):
         if parts[layer] == 0:
             left = self.layers_left[g, it] = self.layers_left[g, it] - 1
             self.synced.append((g, it, layer, self.loop.now))
-            # Behind a global barrier a forward can start only once every layer is in.
-            if left == 0 or self.plan.cross_barrier:
+            # Behind a global barrier a forward can start only once every layer is in; across
+            # it, only a forward of this layer can (one the group is waiting to run).
+            if left == 0 or (self.cross_barrier and layer in self.avail[g]):
                 self.wake(g)
         left = self.round_left[it] = self.round_left[it] - 1
         if left == 0:
@@ -457,12 +460,16 @@ class _PSJob(ComputeJob):
     def _arrived_end(self, st: _Station, it: int, task: int, g: int, server: int) -> None:
         """A push of ``task`` from group ``g`` is in at ``server``."""
         st.pending = False
-        mode = self.plan.server_mode
-        k1, k2 = (it, self.priority[task]) if self.server_priority else (0, 0)
-        if mode == "async":
+        if self.server_priority:
+            k1, k2 = it, self.priority[task]
+        else:
+            k1 = k2 = 0
+        if self.sync_mode and self.n_groups == 1:  # the common case: aggregate now
+            self._enqueue(self.s_cpu[server], k1, k2, (_AGG, it, task, -1, server, 0.0))
+        elif self.async_mode:
             self._enqueue(self.s_cpu[server], k1, k2, (_AGG, it, task, g, server, 0.0))
         else:
-            if mode == "sync-round":  # eager: serve the pull now with the newest complete round
+            if not self.sync_mode:  # eager: serve the pull now with the newest complete round
                 self.staleness.append(float(it - self.completed_round[task] - 1))
                 self._enqueue(self.s_out[server], k1, k2, (_OUT, it, task, g, server, 0.0))
             if self.n_groups == 1:
@@ -481,9 +488,11 @@ class _PSJob(ComputeJob):
     def _aggregated_end(self, st: _Station, it: int, task: int, g: int, server: int) -> None:
         """The server summed ``task``'s pushes (of one group in async mode, else all)."""
         st.pending = False
-        mode = self.plan.server_mode
-        k1, k2 = (it, self.priority[task]) if self.server_priority else (0, 0)
-        if mode == "async":
+        if self.server_priority:
+            k1, k2 = it, self.priority[task]
+        else:
+            k1 = k2 = 0
+        if self.async_mode:
             # ASGD staleness of each of the group's m pushes: they are applied one after
             # another and each worker pulls right after its own, so every one of them has missed
             # its m-1 siblings' updates plus what other groups applied since (the same number
@@ -497,7 +506,7 @@ class _PSJob(ComputeJob):
         else:
             if it > self.completed_round[task]:
                 self.completed_round[task] = it
-            if mode == "sync":
+            if self.sync_mode:
                 self._enqueue(self.s_out[server], k1, k2, (_OUT, it, task, -1, server, 0.0))
         if st.queue and not st.pending:
             st.begin(st, heappop(st.queue)[3])
