@@ -15,6 +15,7 @@ from lab.experiments.forms import PORTAL_ARENAS, STRAGGLER_NAMES, ExperimentForm
 from lab.experiments.models import Experiment
 from lab.reports import export, figures, paper
 from lab.runs.models import Run
+from runners import registry
 
 
 def experiment_list(request: HttpRequest) -> HttpResponse:
@@ -126,8 +127,13 @@ def experiment_live(request: HttpRequest, pk: int) -> HttpResponse:
 
 def _live_context(experiment: Experiment) -> dict[str, object]:
     runs = list(experiment.runs.prefetch_related("measurements"))
+    columns = RUN_COLUMNS["cluster" if _is_cluster(experiment) else "comm"]
     for run in runs:
-        run.metrics = {m.metric: m for m in run.measurements.all()}
+        values = {m.metric: m.value for m in run.measurements.all()}
+        run.cells = [
+            "" if values.get(metric) is None else format(values[metric], fmt)
+            for metric, _, fmt in columns
+        ]
     status = Run.combined_state([r.state for r in runs])
     figure_list, settled = _figures(experiment)
     return {
@@ -136,8 +142,30 @@ def _live_context(experiment: Experiment) -> dict[str, object]:
         "status": status,
         "counts": {s: sum(r.state == s for r in runs) for s, _ in Run.STATE_CHOICES},
         "figures": figure_list,
+        "metric_headers": [header for _, header, _ in columns],
         "active": status in Run.ACTIVE or not settled,
     }
+
+
+# The metrics shown per run in the runs table: (metric, header, format).
+RUN_COLUMNS = {
+    "comm": [
+        ("iteration_time_s", "iteration time (s)", ".4f"),
+        ("throughput_samples_per_s", "throughput (samples/s)", ".1f"),
+    ],
+    "cluster": [
+        ("avg_jct_s", "avg JCT (s)", ",.0f"),
+        ("total_utility", "utility", ".1f"),
+        ("admitted_fraction", "admitted", ".0%"),
+    ],
+}
+
+
+def _is_cluster(experiment: Experiment) -> bool:
+    try:
+        return registry.get(experiment.system).arena == "cluster"
+    except registry.UnknownEntry:
+        return False
 
 
 def _figures(experiment: Experiment) -> tuple[list[dict[str, object]], bool]:
@@ -161,6 +189,17 @@ def _figures(experiment: Experiment) -> tuple[list[dict[str, object]], bool]:
         for pngs, stem, csv, what in kinds
         if metric in pngs
     ]
+    for stem, png in figures.available_details(experiment).items():
+        csv, what = figures.DETAIL_FIGURES[stem]
+        out.append(
+            {
+                "metric": stem,
+                "stem": stem,
+                "csv": csv,
+                "alt": f"{what}: {', '.join(experiment.entries)}",
+                "version": png.stat().st_mtime_ns,
+            }
+        )
     return out, figures.is_current(experiment)
 
 

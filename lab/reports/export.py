@@ -4,7 +4,8 @@ succeeded runs.
 Inside: per metric with data, the speedup of the system under test over each baseline with
 its CI (`plots.speedup_plot`, the ratios of `figures.speedup_frame`) and, when the experiment
 sweeps a condition, the metric against it (`plots.sweep_plot`, one figure per workload and
-value of a second swept condition); the CSV behind each figure; every run's manifest as
+value of a second swept condition); the iteration timeline, JCT CDF and convergence figures
+the page shows (`figures.detail_figures`); the CSV behind each figure; every run's manifest as
 manifests/run-<id>.json; and table.tex, a booktabs table of the mean and CI half-width per
 system and metric (one table per workload and condition, so the bold best value is always
 among runs of the same setting).
@@ -81,6 +82,10 @@ def export_experiment(experiment: Experiment, venue: str, note: str = "") -> Pat
         sweep=figures.swept(experiment),
         venue=venue,
     )
+    specs += [
+        FigureSpec(stem, kind, data, kwargs, venue)
+        for stem, kind, data, kwargs in figures.detail_figures(experiment)
+    ]
     if not specs:
         measured = ", ".join(figures.METRICS)
         raise ExportError(f"nothing to plot: no succeeded run measured {measured}")

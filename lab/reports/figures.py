@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,12 +36,23 @@ from lab.reports import plots, stats
 from lab.results.models import Measurement
 from lab.runs.models import CONDITION_KEYS, Run, condition_of, condition_text
 
-METRICS = ("iteration_time_s", "throughput_samples_per_s")
-LOWER_IS_BETTER = {"iteration_time_s": True, "throughput_samples_per_s": False}
+# The headline metrics compared per experiment: the communication arenas' two, then the
+# cluster arena's (an experiment has the ones of its arena; the others find no data).
+METRICS = ("iteration_time_s", "throughput_samples_per_s", "avg_jct_s", "total_utility")
+LOWER_IS_BETTER = {
+    "iteration_time_s": True,
+    "throughput_samples_per_s": False,
+    "avg_jct_s": True,
+    "total_utility": False,
+}
 LABELS = {
     "iteration_time_s": "iteration time (s), lower is better",
     "throughput_samples_per_s": "throughput (samples/s), higher is better",
+    "avg_jct_s": "average job completion time (s), lower is better",
+    "total_utility": "total utility, higher is better",
 }
+# A cluster-arena run has no workload; its figures name the trace instead.
+TRACE = "trace"
 FORMATS = ("png", "pdf", "svg")
 HATCHES = ("", "//", "\\\\", "xx", "..", "++", "--", "oo")
 CI_SEED = 0
@@ -62,9 +75,18 @@ def speedup_stem(metric: str) -> str:
 
 SPEEDUP_CSV = "speedup.csv"
 STEMS = (figure_stem, speedup_stem)
+# Figures drawn from the runs' own files, for the first workload and condition (one per
+# experiment): stem -> (CSV behind it, what it shows).
+DETAIL_FIGURES = {
+    "timeline": ("timeline.csv", "iteration timeline of the last measured iteration"),
+    "jct-cdf": ("jct.csv", "CDF of job completion times"),
+    "convergence": ("convergence.csv", "training loss against time and iteration"),
+}
 FILES = frozenset(
     {"data.csv", SPEEDUP_CSV}
     | {f"{stem(m)}.{fmt}" for stem in STEMS for m in METRICS for fmt in FORMATS}
+    | {f"{stem}.{fmt}" for stem in DETAIL_FIGURES for fmt in FORMATS}
+    | {csv for csv, _ in DETAIL_FIGURES.values()}
 )
 
 
@@ -86,7 +108,8 @@ def tidy_frame(experiment: Experiment) -> pd.DataFrame:
         "run_id", "run__system", "run__workload", "run__seed", "metric", "value", "unit"
     )
     records = [
-        (run, system, role, workload, *(conditions[run][c] for c in CONDITION_KEYS), seed, *rest)
+        (run, system, role, workload or TRACE, *(conditions[run][c] for c in CONDITION_KEYS))
+        + (seed, *rest)
         for run, system, workload, seed, *rest in values
         for role in ["system" if system == experiment.system else "baseline"]
     ]
@@ -372,6 +395,7 @@ def render(experiment: Experiment) -> list[Path]:
                 figure = plot_comparison(data, metric, experiment.entries)
             paths += save(figure, directory, figure_stem(metric))
         paths += _render_speedups(experiment, frame, directory)
+        paths += _render_details(experiment, directory)
         atomic_write(directory / FINGERPRINT, lambda tmp: Path(tmp).write_text(fingerprint))
     return paths
 
@@ -394,3 +418,187 @@ def _render_speedups(experiment: Experiment, frame: pd.DataFrame, directory: Pat
         atomic_write(csv_path, lambda tmp: speedups.to_csv(tmp, index=False))
         paths.append(csv_path)
     return paths
+
+
+# --- figures from the runs' own files ----------------------------------------------------------
+
+
+def first_cell_runs(experiment: Experiment) -> list[Run]:
+    """The succeeded runs of the experiment's first workload and cluster condition that has a
+    run of the system under test, entries in the experiment's order, every seed."""
+    runs = list(experiment.runs.filter(state=Run.SUCCEEDED).order_by("seed", "id"))
+    workloads = {w: i for i, w in enumerate(experiment.workloads)}
+
+    def cell(run: Run) -> tuple:
+        condition = condition_of(run.spec)
+        return (workloads.get(run.workload, len(workloads)), run.workload) + tuple(
+            (condition[k] is None, condition[k] or 0) for k in CONDITION_KEYS
+        )
+
+    mine = sorted(cell(r) for r in runs if r.system == experiment.system)
+    if not mine:
+        return []
+    first = mine[0]
+    order = {name: i for i, name in enumerate(experiment.entries)}
+    chosen = [r for r in runs if cell(r) == first and r.system in order]
+    return sorted(chosen, key=lambda r: (order[r.system], r.seed, r.pk))
+
+
+def _artifact(run: Run, kind: str) -> Path | None:
+    from lab.results.models import Artifact
+
+    found = Artifact.objects.filter(run=run, kind=kind).values_list("path", flat=True).first()
+    path = Path(settings.RESULTS_DIR) / found if found else None
+    return path if path is not None and path.is_file() else None
+
+
+def _op_kind(op: str) -> str:
+    if op in ("forward", "backward"):
+        return "compute"
+    return "aggregation" if op == "aggregate" else "communication"
+
+
+def timeline_frame(runs: list[Run]) -> pd.DataFrame:
+    """Per entry (its lowest seed), the operations of its last measured iteration from the
+    run's timeline.csv, on a time axis that starts at the iteration's first operation: columns
+    panel (the system), resource, kind (compute, communication, aggregation), op, layer,
+    start_s, end_s."""
+    frames = []
+    seen: set[str] = set()
+    for run in runs:
+        path = _artifact(run, "timeline")
+        if run.system in seen or path is None:
+            continue
+        seen.add(run.system)
+        ops = pd.read_csv(path)
+        last = int(run.spec.get("warmup_iterations", 0)) + int(run.spec.get("iterations", 0)) - 1
+        ops = ops[ops["iteration"] == last]
+        if ops.empty:
+            continue
+        t0 = ops["start_s"].min()
+        ranks = ops["resource"].map(_resource_rank)
+        ops = ops.iloc[sorted(range(len(ops)), key=ranks.iat.__getitem__)]
+        frames.append(
+            pd.DataFrame(
+                {
+                    "panel": run.system,
+                    "resource": ops["resource"],
+                    "kind": ops["op"].map(_op_kind),
+                    "op": ops["op"],
+                    "layer": ops["layer"],
+                    "start_s": ops["start_s"] - t0,
+                    "end_s": ops["end_s"] - t0,
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+_RESOURCE_ORDER = ("compute", "network", "uplink", "downlink", "ps")
+
+
+def _resource_rank(resource: str) -> tuple:
+    """Compute first, then the workers' network, then each server (in, cpu, out) in order."""
+    head = next((i for i, p in enumerate(_RESOURCE_ORDER) if resource.startswith(p)), 99)
+    number = re.search(r"\d+", resource)
+    part = {"in": 0, "cpu": 1, "out": 2}.get(resource.rsplit(".", 1)[-1], 0)
+    return (head, int(number.group()) if number and head == 4 else 0, part, resource)
+
+
+def jct_frame(runs: list[Run]) -> pd.DataFrame:
+    """Job completion times of every admitted, finished job of the runs' jobs.csv: columns
+    system, seed, job, jct_s."""
+    frames = []
+    for run in runs:
+        path = _artifact(run, "jobs")
+        if path is None:
+            continue
+        jobs = pd.read_csv(path)
+        if "admitted" in jobs.columns:
+            jobs = jobs[jobs["admitted"].astype(str).isin(["True", "true", "1", "1.0"])]
+        jobs = jobs[jobs["jct_s"].notna()]
+        frames.append(
+            pd.DataFrame(
+                {"system": run.system, "seed": run.seed, "job": jobs["job"], "jct_s": jobs["jct_s"]}
+            )
+        )
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def convergence_frame(runs: list[Run]) -> pd.DataFrame:
+    """The loss per iteration of every run whose series carries one (real training runs):
+    columns system, seed, iteration, time_s (``time_s`` of the series, else the iteration's
+    ``start_s``), loss. Simulated runs have no loss and give nothing."""
+    rows = []
+    for run in runs:
+        path = _artifact(run, "series")
+        if path is None:
+            continue
+        lines = path.read_text().splitlines()
+        for point in (json.loads(line) for line in lines if line.strip()):
+            loss = point.get("loss")
+            if isinstance(loss, (int, float)) and not point.get("warmup", False):
+                time_s = point.get("time_s", point.get("start_s"))
+                rows.append((run.system, run.seed, point.get("iteration"), time_s, float(loss)))
+    return pd.DataFrame(rows, columns=["system", "seed", "iteration", "time_s", "loss"])
+
+
+def detail_figures(experiment: Experiment) -> list[tuple[str, str, pd.DataFrame, dict]]:
+    """(stem, plot kind of `plots.PLOTS`, data, kwargs) of the timeline, JCT CDF and
+    convergence figures the experiment's first workload and condition have data for; the
+    page draws them and the paper bundle exports them."""
+    runs = first_cell_runs(experiment)
+    if not runs:
+        return []
+    cell = condition_text({"workload": runs[0].workload, **condition_of(runs[0].spec)})
+    where = f" ({cell})" if cell else ""
+    out = []
+    timeline = timeline_frame(runs)
+    if not timeline.empty:
+        seeds = ", ".join(f"{r.system} seed {r.seed}" for r in _lowest_seeds(runs))
+        kwargs = {
+            "caption": f"one bar per operation [start, end) in the last measured iteration"
+            f"{where}, one run per system ({seeds})",
+            "xlabel": "simulated time since the iteration's first operation (s)",
+        }
+        out.append(("timeline", "timeline_gantt", timeline, kwargs))
+    jct = jct_frame(runs)
+    if not jct.empty:
+        spread = jct["jct_s"].max() / max(jct["jct_s"].min(), 1e-9)
+        out.append(("jct-cdf", "jct_cdf", jct, {"log_x": bool(spread >= 100)}))
+    curves = convergence_frame(runs)
+    if not curves.empty:
+        out.append(("convergence", "convergence_plot", curves, {}))
+    return out
+
+
+def _render_details(experiment: Experiment, directory: Path) -> list[Path]:
+    """The detail figures (`detail_figures`) and the CSV behind each; those without data any
+    more are removed."""
+    drawn = {stem: (kind, data, kwargs) for stem, kind, data, kwargs in detail_figures(experiment)}
+    paths: list[Path] = []
+    for stem, (csv_name, _) in DETAIL_FIGURES.items():
+        if stem not in drawn:
+            for name in (csv_name, *(f"{stem}.{fmt}" for fmt in FORMATS)):
+                (directory / name).unlink(missing_ok=True)
+            continue
+        kind, data, kwargs = drawn[stem]
+        figure = plots.PLOTS[kind](data, **kwargs)
+        atomic_write(directory / csv_name, lambda tmp, d=data: d.to_csv(tmp, index=False))
+        paths.append(directory / csv_name)
+        paths += save(figure, directory, stem)
+    return paths
+
+
+def _lowest_seeds(runs: list[Run]) -> list[Run]:
+    seen: dict[str, Run] = {}
+    for run in runs:
+        seen.setdefault(run.system, run)
+    return list(seen.values())
+
+
+def available_details(experiment: Experiment) -> dict[str, Path]:
+    """The run-detail figures on disk (timeline, JCT CDF, convergence), with their PNG."""
+    directory = figure_dir(experiment)
+    pngs = {stem: directory / f"{stem}.png" for stem in DETAIL_FIGURES}
+    return {stem: png for stem, png in pngs.items() if png.exists()}

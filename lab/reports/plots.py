@@ -239,18 +239,47 @@ def jct_cdf(df: pd.DataFrame, *, log_x: bool = False, caption: str | None = None
 # --- iteration timeline ----------------------------------------------------------------------
 
 
-def timeline_gantt(df: pd.DataFrame, *, caption: str | None = None) -> Figure:
-    """An iteration timeline (columns resource, kind, start_s, end_s, optional label): one row
-    per resource, top to bottom in order of appearance, one bar per operation with a colour and
-    hatch per kind (compute and communication first); the kinds' legend above the axes."""
+def timeline_gantt(
+    df: pd.DataFrame, *, caption: str | None = None, xlabel: str | None = None
+) -> Figure:
+    """An iteration timeline (columns resource, kind, start_s, end_s, optional label and
+    panel): one row per resource, top to bottom in order of appearance, one bar per operation
+    with a colour and hatch per kind (compute and communication first); the kinds' legend
+    above the axes. With a ``panel`` column (e.g. the system), one panel per value, stacked
+    on a shared time axis, each as tall as its resources need."""
     require(df, ["resource", "kind", "start_s", "end_s"], "timeline_gantt")
     if (df["end_s"] < df["start_s"]).any():
         raise ValueError("timeline_gantt: an operation ends before it starts (end_s < start_s)")
-    resources, kinds = _order(df["resource"]), _kinds(df["kind"])
+    kinds = _kinds(df["kind"])
+    panels = _order(df["panel"]) if "panel" in df.columns else [None]
+    parts = [df if p is None else df[df["panel"] == p] for p in panels]
+    heights = [max(1, len(_order(part["resource"]))) for part in parts]
     fig = Figure(layout="constrained")
-    ax = fig.subplots()
+    if len(panels) > 1:
+        width, _ = fig.get_size_inches()
+        fig.set_size_inches(width, 1.0 + 0.28 * sum(heights) + 0.35 * len(panels))
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False, height_ratios=heights)[:, 0]
+    labelled: set = set()  # each kind in the legend once, from the first panel that has it
+    for ax, panel, part in zip(axes, panels, parts, strict=True):
+        _gantt_panel(ax, part, kinds, labelled)
+        if panel is not None:
+            ax.set_title(str(panel), fontsize="small", loc="left")
+    axes[-1].set_xlabel(xlabel or label("time_s"))
+    fig.legend(loc="outside upper center", ncols=len(kinds), frameon=False)
+    resources = sum(heights)
+    default = f"one bar per operation [start, end); n={len(df)} operations"
+    _caption(fig, caption, f"{default} on {resources} resources")
+    return fig
+
+
+def _gantt_panel(ax: Axes, df: pd.DataFrame, kinds: list, labelled: set) -> None:
+    resources = _order(df["resource"])
     for j, kind in enumerate(kinds):
         style, ops = series_style(j), df[df["kind"] == kind]
+        if ops.empty:
+            continue
+        legend = kind not in labelled
+        labelled.add(kind)
         ax.barh(
             [resources.index(r) for r in ops["resource"]],
             ops["end_s"] - ops["start_s"],
@@ -258,18 +287,14 @@ def timeline_gantt(df: pd.DataFrame, *, caption: str | None = None) -> Figure:
             height=0.6,
             color=style.color,
             hatch=style.hatch,
-            edgecolor="black",
-            label=str(kind),
+            edgecolor="black",  # the hatch's colour; no outline, so short bars keep theirs
+            linewidth=0,
+            label=str(kind) if legend else "_nolegend_",
         )
     if "label" in df.columns:
         _bar_labels(ax, df, resources)
     ax.set_yticks(range(len(resources)), [str(r) for r in resources])
     ax.set_ylim(len(resources) - 0.5, -0.5)  # first resource on top
-    ax.set_xlabel(label("time_s"))
-    fig.legend(loc="outside upper center", ncols=len(kinds), frameon=False)
-    default = f"one bar per operation [start, end); n={len(df)} operations"
-    _caption(fig, caption, f"{default} on {len(resources)} resources")
-    return fig
 
 
 def _kinds(kinds: pd.Series) -> list:

@@ -187,3 +187,116 @@ def test_the_speedup_figure_shows_one_bar_per_baseline_with_its_ci():
     caption = fig.texts[0].get_text() if fig.texts else fig._supxlabel.get_text()
     assert "speedup of a over b" in caption and "95% CI" in caption and "n=3" in caption
     assert figures.plot_speedup(speedup, "throughput_samples_per_s") is None
+
+
+# --- figures from the runs' own files: timeline, JCT CDF, convergence ---------------------------
+
+
+def _run_for_real(experiment):
+    """Simulate every run of ``experiment`` in this process into its run directory, ingest
+    it and mark it succeeded (what the worker does, without the queue)."""
+    from django.utils import timezone
+
+    from lab.results.ingest import ingest_run
+    from lab.runs.models import Run
+    from runners.execute import run_to_directory
+    from runners.spec import validate
+
+    for run in experiment.runs.all():
+        run.home.mkdir(parents=True, exist_ok=True)
+        run_to_directory(validate(run.spec), run.run_dir, ["test"])
+        ingest_run(run)
+    experiment.runs.update(state=Run.SUCCEEDED, finished_at=timezone.now())
+
+
+@pytest.mark.django_db
+def test_a_comm_experiment_draws_the_last_iterations_timeline_per_system(client, user, config):
+    from django.urls import reverse
+
+    from lab import actions
+
+    experiment = actions.create_experiment(user, config)
+    _run_for_real(experiment)
+    names = {p.name for p in figures.render(experiment)}
+    assert {"timeline.png", "timeline.pdf", "timeline.svg", "timeline.csv"} <= names
+    assert names <= figures.FILES
+    assert not {"jct-cdf.png", "convergence.png"} & names  # no jobs, no loss in sim
+    ops = pd.read_csv(figures.figure_dir(experiment) / "timeline.csv")
+    assert list(dict.fromkeys(ops["panel"])) == ["bytescheduler", "wfbp"]  # system first
+    assert set(ops["kind"]) == {"compute", "communication"}
+    for _, panel in ops.groupby("panel"):
+        assert panel["start_s"].min() == 0.0
+        assert (panel["end_s"] >= panel["start_s"]).all()
+        # one forward and one backward per layer of the model: one whole iteration
+        layers = len(__import__("workloads").load_profile("resnet50-debug").layers)
+        assert (panel["op"] == "forward").sum() == layers == (panel["op"] == "backward").sum()
+
+    client.force_login(user)
+    live = client.get(reverse("experiment-live", args=[experiment.pk]))
+    stems = [f["stem"] for f in live.context["figures"]]
+    assert stems[-1] == "timeline" and "jct-cdf" not in stems
+    assert "iteration timeline" in live.content.decode()
+    png = client.get(reverse("experiment-file", args=[experiment.pk, "timeline.png"]))
+    assert png.status_code == 200
+
+    import zipfile
+
+    from lab.reports import export
+
+    bundle = export.export_experiment(experiment, "acm-2col", note="test tree")
+    names = set(zipfile.ZipFile(bundle).namelist())
+    assert {"data/timeline.csv", "figures/timeline.pdf"} <= names  # in the paper bundle too
+
+
+@pytest.mark.django_db
+def test_a_cluster_experiment_compares_jct_and_utility_and_draws_the_jct_cdf(client, user):
+    from django.urls import reverse
+
+    from lab import actions
+    from lab.actions import ExperimentConfig
+
+    config = ExperimentConfig(
+        name="tiny cluster",
+        system="tiresias",
+        baselines=("fifo",),
+        workloads=(),
+        seeds=(0, 1),
+        cluster={"trace": {"generator": "philly", "jobs": 40, "jobs_per_hour": 30}, "servers": 4},
+    )
+    experiment = actions.create_experiment(user, config)
+    _run_for_real(experiment)
+    names = {p.name for p in figures.render(experiment)}
+    assert {"comparison-avg_jct_s.png", "comparison-total_utility.png"} <= names
+    assert {"speedup-avg_jct_s.png", "jct-cdf.png", "jct.csv"} <= names
+    assert "timeline.png" not in names and "comparison-iteration_time_s.png" not in names
+    data = pd.read_csv(figures.figure_dir(experiment) / "data.csv")
+    assert set(data["workload"]) == {experiment.runs.first().workload}  # the trace's name
+    jct = pd.read_csv(figures.figure_dir(experiment) / "jct.csv")
+    assert list(dict.fromkeys(jct["system"])) == ["tiresias", "fifo"]
+    assert set(jct["seed"]) == {0, 1} and (jct["jct_s"] > 0).all()
+    client.force_login(user)
+    html = client.get(reverse("experiment-live", args=[experiment.pk])).content.decode()
+    assert "avg JCT (s)" in html and "iteration time (s)" not in html
+    assert "CDF of job completion times" in html
+
+
+@pytest.mark.django_db
+def test_runs_whose_series_carry_a_loss_get_a_convergence_figure(user, config):
+    import json
+
+    from lab import actions
+    from lab.results.models import Artifact
+
+    experiment = actions.create_experiment(user, config)
+    _run_for_real(experiment)
+    for artifact in Artifact.objects.filter(run__experiment=experiment, kind="series"):
+        path = figures.Path(figures.settings.RESULTS_DIR) / artifact.path
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        for row in rows:  # as a real training run writes them (issue 6)
+            row["loss"] = 2.0 / (1 + row["iteration"]) + 0.01 * artifact.run.seed
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    figures.render(experiment)
+    curves = pd.read_csv(figures.figure_dir(experiment) / "convergence.csv")
+    assert set(curves["system"]) == {"bytescheduler", "wfbp"} and set(curves["seed"]) == {0, 1}
+    assert (curves["iteration"] >= 2).all()  # warm-up iterations left out
+    assert (figures.figure_dir(experiment) / "convergence.png").exists()
