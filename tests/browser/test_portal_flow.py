@@ -3,6 +3,8 @@ experiment through the form, watch it run without reloading, and find the plot."
 
 from __future__ import annotations
 
+import zipfile
+
 import pytest
 
 from tests.browser.conftest import login
@@ -47,6 +49,19 @@ def test_a_member_creates_an_experiment_and_sees_its_plot(page, portal):
     assert page.locator("tr[id^=run-] .state.succeeded").count() == 8
     assert page.locator("tr[id^=run-]", has_text="4 workers, 10 Gbit/s").count() == 4
     assert page.locator("a", has_text="PDF").count() >= 1
+    timeline = page.locator("img.plot[alt^='iteration timeline']")
+    assert timeline.count() == 1 and "pace, wfbp" in timeline.get_attribute("alt")
+
+    # Export for paper: the bundle downloads, with the figures, their CSVs and regenerate.py.
+    page.click("#export summary")
+    page.select_option("#id_venue", "ieee-2col")
+    page.fill("#id_note", "browser test: the tree may carry uncommitted test files")
+    with page.expect_download() as download:
+        page.click("#export-button")
+    path = download.value.path()
+    names = set(zipfile.ZipFile(path).namelist())
+    assert {"regenerate.py", "table.tex", "figures/timeline.pdf", "data/timeline.csv"} <= names
+    assert any(n.startswith("figures/speedup-iteration_time_s") for n in names)
 
     page.locator("tr[id^=run-] a", has_text="log").first.click()
     assert "iteration_time_s" in page.locator("pre.log").first.inner_text()
