@@ -163,9 +163,15 @@ def _detail(request: HttpRequest, e: Experiment) -> dict[str, Any]:
     def file_url(name: str) -> str:
         return request.build_absolute_uri(reverse("experiment-file", args=[e.pk, name]))
 
-    figure_urls = {
-        metric: {fmt: file_url(f"{figures.figure_stem(metric)}.{fmt}") for fmt in figures.FORMATS}
-        for metric in figures.available(e)
+    def urls(stem: str) -> dict[str, str]:
+        return {fmt: file_url(f"{stem}.{fmt}") for fmt in figures.FORMATS}
+
+    figure_urls = {metric: urls(figures.figure_stem(metric)) for metric in figures.available(e)}
+    speedups = figures.available(e, stem=figures.speedup_stem)
+    speedup_urls = {metric: urls(figures.speedup_stem(metric)) for metric in speedups}
+    detail_urls = {
+        stem: {**urls(stem), "csv": file_url(figures.DETAIL_FIGURES[stem][0])}
+        for stem in figures.available_details(e)
     }
     return {
         "id": e.pk,
@@ -186,6 +192,8 @@ def _detail(request: HttpRequest, e: Experiment) -> dict[str, Any]:
         "page": request.build_absolute_uri(e.get_absolute_url()),
         "runs": [_run(r) for r in runs],
         "figures": figure_urls,
+        "speedup_figures": speedup_urls,
+        "detail_figures": detail_urls,  # timeline, jct-cdf, convergence: what has data
         "figures_current": figures.is_current(e),
         "data_csv": file_url("data.csv") if (directory / "data.csv").exists() else None,
     }

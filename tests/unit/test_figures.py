@@ -238,6 +238,14 @@ def test_a_comm_experiment_draws_the_last_iterations_timeline_per_system(client,
     assert "iteration timeline" in live.content.decode()
     png = client.get(reverse("experiment-file", args=[experiment.pk, "timeline.png"]))
     assert png.status_code == 200
+    from lab.accounts.models import ApiToken
+
+    auth = f"Token {ApiToken.issue(user)}"
+    api = client.get(reverse("api-experiment", args=[experiment.pk]), HTTP_AUTHORIZATION=auth)
+    api = api.json()
+    assert set(api["detail_figures"]) == {"timeline"}
+    assert api["detail_figures"]["timeline"]["csv"].endswith("/timeline.csv")
+    assert set(api["speedup_figures"]) == {"iteration_time_s", "throughput_samples_per_s"}
 
     import zipfile
 
