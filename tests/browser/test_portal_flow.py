@@ -50,6 +50,7 @@ def test_a_member_creates_an_experiment_and_sees_its_plot(page, portal):
     assert page.locator("tr[id^=run-]", has_text="4 workers, 10 Gbit/s").count() == 4
     assert page.locator("a", has_text="PDF").count() >= 1
     timeline = page.locator("img.plot[alt^='iteration timeline']")
+    timeline.wait_for(state="visible", timeout=60_000)  # drawn after the comparisons
     assert timeline.count() == 1 and "pace, wfbp" in timeline.get_attribute("alt")
 
     # Export for paper: the bundle downloads, with the figures, their CSVs and regenerate.py.

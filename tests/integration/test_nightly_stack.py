@@ -49,7 +49,9 @@ def test_beat_starts_a_night_that_ends_with_verdicts_history_and_a_webhook(fresh
     ledger.write_text(yaml.safe_dump([LEDGER[0], LEDGER[2]]))  # one sim claim, one real-only
     stack = fresh_stack(
         LAB_CLAIMS_LEDGER=str(ledger),
-        LAB_NIGHTLY_CRON="* * * * *",  # seeds the beat entry: every minute
+        # The beat entry starts far away and is set to every minute once the experiment is
+        # marked nightly: no night (the night of the next 10 minutes) can start before that.
+        LAB_NIGHTLY_CRON="0 0 1 1 *",
         LAB_NIGHTLY_NOTIFY="always",
         LAB_NIGHTLY_WEBHOOK=f"http://127.0.0.1:{hook.server_port}/night",
         LAB_SETTLE_INTERVAL_S="2",
@@ -69,7 +71,9 @@ def test_beat_starts_a_night_that_ends_with_verdicts_history_and_a_webhook(fresh
         stack.manage(
             "shell", "-c",
             f"from lab.experiments.models import Experiment; "
-            f"Experiment.objects.filter(pk={source}).update(nightly=True)",
+            f"Experiment.objects.filter(pk={source}).update(nightly=True); "
+            f"from lab.reports import nightly; "
+            f"nightly.update_schedule('* * * * *', True, None)",
         )  # fmt: skip
         deadline = time.monotonic() + 240
         nights: list[dict] = []
