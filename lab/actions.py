@@ -57,7 +57,7 @@ class ExperimentConfig:
     def raw_specs(self) -> list[dict[str, Any]]:
         """One run spec per entry x workload x sweep point x seed; params apply to the system
         only. A cluster-arena system has no workloads: its trace is ``cluster["trace"]``."""
-        cluster_arena = _arena(self.system) == "cluster"
+        cluster_arena = arena_of(self.system) == "cluster"
         workloads = self.workloads or (("",) if cluster_arena else ())
         return [
             self._raw_spec(entry, workload, cluster, seed)
@@ -71,7 +71,7 @@ class ExperimentConfig:
         self, entry: str, workload: str, cluster: dict[str, Any], seed: int
     ) -> dict[str, Any]:
         params = dict(self.params) if entry == self.system else {}
-        if _arena(entry) == "cluster":
+        if arena_of(entry) == "cluster":
             rest = {k: v for k, v in cluster.items() if k != "trace"}
             trace = cluster.get("trace", {})
             return {"system": entry, "mode": self.mode, "trace": trace, "cluster": rest,
@@ -100,7 +100,7 @@ class ExperimentConfig:
         return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
 
 
-def _arena(name: str) -> str | None:
+def arena_of(name: str) -> str | None:
     """The registry arena of ``name``; None if unknown (validation reports it)."""
     try:
         return registry.get(name).arena

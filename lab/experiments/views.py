@@ -15,7 +15,6 @@ from lab.experiments.forms import PORTAL_ARENAS, STRAGGLER_NAMES, ExperimentForm
 from lab.experiments.models import Experiment
 from lab.reports import export, figures, paper
 from lab.runs.models import Run
-from runners import registry
 
 
 def experiment_list(request: HttpRequest) -> HttpResponse:
@@ -127,7 +126,7 @@ def experiment_live(request: HttpRequest, pk: int) -> HttpResponse:
 
 def _live_context(experiment: Experiment) -> dict[str, object]:
     runs = list(experiment.runs.prefetch_related("measurements"))
-    columns = RUN_COLUMNS["cluster" if _is_cluster(experiment) else "comm"]
+    columns = RUN_COLUMNS["cluster" if actions.arena_of(experiment.system) == "cluster" else "comm"]
     for run in runs:
         values = {m.metric: m.value for m in run.measurements.all()}
         run.cells = [
@@ -159,13 +158,6 @@ RUN_COLUMNS = {
         ("admitted_fraction", "admitted", ".0%"),
     ],
 }
-
-
-def _is_cluster(experiment: Experiment) -> bool:
-    try:
-        return registry.get(experiment.system).arena == "cluster"
-    except registry.UnknownEntry:
-        return False
 
 
 def _figures(experiment: Experiment) -> tuple[list[dict[str, object]], bool]:

@@ -426,7 +426,8 @@ def _render_speedups(experiment: Experiment, frame: pd.DataFrame, directory: Pat
 def first_cell_runs(experiment: Experiment) -> list[Run]:
     """The succeeded runs of the experiment's first workload and cluster condition that has a
     run of the system under test, entries in the experiment's order, every seed."""
-    runs = list(experiment.runs.filter(state=Run.SUCCEEDED).order_by("seed", "id"))
+    succeeded = experiment.runs.filter(state=Run.SUCCEEDED).prefetch_related("artifacts")
+    runs = list(succeeded.order_by("seed", "id"))
     workloads = {w: i for i, w in enumerate(experiment.workloads)}
 
     def cell(run: Run) -> tuple:
@@ -445,9 +446,9 @@ def first_cell_runs(experiment: Experiment) -> list[Run]:
 
 
 def _artifact(run: Run, kind: str) -> Path | None:
-    from lab.results.models import Artifact
-
-    found = Artifact.objects.filter(run=run, kind=kind).values_list("path", flat=True).first()
+    """The file of the run's artifact of ``kind`` (artifacts prefetched by
+    ``first_cell_runs``), if it is there."""
+    found = next((a.path for a in run.artifacts.all() if a.kind == kind), None)
     path = Path(settings.RESULTS_DIR) / found if found else None
     return path if path is not None and path.is_file() else None
 
@@ -464,12 +465,10 @@ def timeline_frame(runs: list[Run]) -> pd.DataFrame:
     panel (the system), resource, kind (compute, communication, aggregation), op, layer,
     start_s, end_s."""
     frames = []
-    seen: set[str] = set()
-    for run in runs:
+    for run in _lowest_seeds(runs):
         path = _artifact(run, "timeline")
-        if run.system in seen or path is None:
+        if path is None:
             continue
-        seen.add(run.system)
         ops = pd.read_csv(path)
         last = int(run.spec.get("warmup_iterations", 0)) + int(run.spec.get("iterations", 0)) - 1
         ops = ops[ops["iteration"] == last]

@@ -464,9 +464,7 @@ class _PSJob(ComputeJob):
             k1, k2 = it, self.priority[task]
         else:
             k1 = k2 = 0
-        if self.sync_mode and self.n_groups == 1:  # the common case: aggregate now
-            self._enqueue(self.s_cpu[server], k1, k2, (_AGG, it, task, -1, server, 0.0))
-        elif self.async_mode:
+        if self.async_mode:
             self._enqueue(self.s_cpu[server], k1, k2, (_AGG, it, task, g, server, 0.0))
         else:
             if not self.sync_mode:  # eager: serve the pull now with the newest complete round
