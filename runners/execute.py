@@ -33,6 +33,8 @@ def run_to_directory(spec: RunSpec | ClusterRunSpec, out: Path, argv: list[str])
     """Execute ``spec`` and write the complete run directory at ``out``; return the summary."""
     if isinstance(spec, ClusterRunSpec):
         return _cluster_to_directory(spec, out, argv)
+    if spec.mode == "real":
+        return _real_to_directory(spec, out, argv)
     with _staged_run(spec, out, argv) as tmp:
         log.info("run %s on %s, mode %s, seed %d", spec.system, spec.workload, spec.mode, spec.seed)
         started = time.perf_counter()
@@ -87,6 +89,56 @@ def _write_results(tmp: Path, spec: RunSpec, result: SimResult, wall_s: float) -
         ],
     }
     rundir.write_json(tmp / rundir.SUMMARY, summary)
+    return summary
+
+
+def _real_to_directory(spec: RunSpec, out: Path, argv: list[str]) -> dict[str, Any]:
+    """A real run (``runners.real.launch``): the same files as a simulated one, plus the
+    ranks' logs under ``ranks/``."""
+    from .real import launch
+
+    launch.preflight(spec)  # bad input is refused before the directory is staged
+    with _staged_run(spec, out, argv) as tmp:
+        log.info("run %s on %s, mode real, seed %d", spec.system, spec.workload, spec.seed)
+        step = max(1, (spec.warmup_iterations + spec.iterations) // 10)
+
+        def progress(done: int, total: int) -> None:
+            if done % step == 0 or done == total:
+                log.info("iteration %d/%d", done, total)
+
+        result = launch.run(spec, tmp / "ranks", progress)
+        for path in (tmp / "ranks").glob("params*.pt"):
+            path.rename(tmp / path.name)
+        rundir.write_jsonl(tmp / rundir.METRICS, result.series)
+        with (tmp / "timeline.csv").open("w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(launch.TIMELINE_COLUMNS)
+            writer.writerows(result.timeline)
+        summary = {
+            "run": {
+                "system": spec.system,
+                "workload": spec.workload,
+                "mode": spec.mode,
+                "seed": spec.seed,
+                "arena": spec.arena,
+            },
+            "network": {
+                "kind": result.network.kind,
+                "bandwidth_gbps": spec.cluster.bandwidth_gbps
+                if result.network.kind == "shaped"
+                else None,
+                "latency_emulated": result.network.latency_emulated,
+                "note": result.network.note,
+            },
+            "metrics": {k: _finite(v) for k, v in result.metrics.items()},
+            "units": result.units,
+            "artifacts": [
+                {"kind": "timeline", "path": "timeline.csv"},
+                {"kind": "series", "path": rundir.METRICS},
+            ],
+        }
+        rundir.write_json(tmp / rundir.SUMMARY, summary)
+        log.info("iteration_time_s=%.6f", result.metrics["iteration_time_s"])
     return summary
 
 

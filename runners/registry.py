@@ -439,7 +439,7 @@ ENTRIES: tuple[Entry, ...] = (
         name="pace",
         arena="allreduce",
         role="system",
-        modes=("sim",),
+        modes=("sim", "real"),
         paper="Bao, Peng, Chen, Wu. Preemptive all-reduce scheduling for expediting distributed "
         "DNN training (PACE), IEEE INFOCOM 2020",
         summary="Preemptive priority schedule on the DAG (first-consumed tensor first, preemption "
@@ -481,7 +481,7 @@ ENTRIES: tuple[Entry, ...] = (
         name="delayed-allreduce",
         arena="allreduce",
         role="system",
-        modes=("sim",),
+        modes=("sim", "real"),
         paper="Along Jin, Towards fast distributed training with generic and efficient "
         "communication scheduling, HKU PhD thesis 2023, chapter on delayed all-reduce "
         "(papers not identified; research/comm.md section 4)",
@@ -531,7 +531,7 @@ ENTRIES: tuple[Entry, ...] = (
         name="wfbp",
         arena="allreduce",
         role="baseline",
-        modes=("sim",),
+        modes=("sim", "real"),
         paper="Zhang et al., Poseidon: wait-free backpropagation, USENIX ATC 2017",
         summary="One all-reduce per layer in gradient-ready (FIFO) order; the next forward waits "
         "for every gradient (global barrier).",
@@ -541,7 +541,7 @@ ENTRIES: tuple[Entry, ...] = (
         name="ddp",
         arena="allreduce",
         role="baseline",
-        modes=("sim",),
+        modes=("sim", "real"),
         paper="Li et al., PyTorch Distributed: experiences on accelerating data parallel "
         "training, VLDB 2020 (torch 2.13 defaults)",
         summary="Gradient buckets in ready order (25 MiB, first bucket 1 MiB), all-reduced in "
@@ -600,7 +600,7 @@ ENTRIES: tuple[Entry, ...] = (
         name="bytescheduler",
         arena="allreduce",
         role="baseline",
-        modes=("sim",),
+        modes=("sim", "real"),
         paper="Peng et al., A generic communication scheduler for distributed DNN training "
         "acceleration (ByteScheduler), SOSP 2019",
         summary="Tensors split into partitions, sent in priority order (the layer the next "
@@ -640,7 +640,7 @@ ENTRIES: tuple[Entry, ...] = (
         name="dear",
         arena="allreduce",
         role="baseline",
-        modes=("sim",),
+        modes=("sim", "real"),
         paper="Zhang, Shi, Chu, Wang, Li, Liu. DeAR: accelerating distributed deep learning with "
         "fine-grained all-reduce pipelining, ICDCS 2023",
         summary="All-reduce split into reduce-scatter (during backward) and all-gather (before "

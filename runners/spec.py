@@ -97,6 +97,41 @@ class CommCluster:
     jitter_groups: int = 1  # PS arena: groups of workers with independent compute noise
 
 
+NETWORKS = ("auto", "shaped", "loopback")
+REAL_DATASETS = ("synthetic", "shapes", "markov")
+
+
+@dataclass(frozen=True)
+class RealOptions:
+    """How a ``mode: real`` run trains (absent from sim runs' specs).
+
+    network: ``shaped`` = every rank in its own network namespace, its NIC shaped to
+        ``cluster.bandwidth_gbps`` (root only; refused otherwise); ``loopback`` = no shaping
+        (the cluster's bandwidth and latency are not applied); ``auto`` = shaped when running
+        as root, else loopback, and the run's summary says which.
+    dataset: ``synthetic`` (random data, for timing), ``shapes`` (generated 32x32 images for
+        the debug CNNs) or ``markov`` (a generated language for the token models); see
+        ``workloads.data``.
+    lr, momentum: plain SGD on every rank (the same update equations in every system).
+    threads: torch intra-op threads per rank.
+    """
+
+    network: str = "auto"
+    dataset: str = "synthetic"
+    lr: float = 0.01
+    momentum: float = 0.0
+    threads: int = 1
+
+
+_REAL_RULES: dict[str, tuple[type, Any, str]] = {
+    "network": (str, lambda v: v in NETWORKS, f"one of {', '.join(NETWORKS)}"),
+    "dataset": (str, lambda v: v in REAL_DATASETS, f"one of {', '.join(REAL_DATASETS)}"),
+    "lr": (float, lambda v: 0 < v <= 100, "a number in (0, 100] (SGD learning rate)"),
+    "momentum": (float, lambda v: 0 <= v < 1, "a number in [0, 1) (SGD momentum)"),
+    "threads": (int, lambda v: 1 <= v <= 256, "an integer between 1 and 256 (per rank)"),
+}
+
+
 # Fields left out of ``RunSpec.as_dict`` at their default: added after results were recorded,
 # so the resolved spec (and the run key hashed from it) of a run that does not set them is
 # the same as before they existed. ``validate`` fills the default back in.
@@ -118,6 +153,7 @@ class RunSpec:
     labels: dict[str, Any] = field(default_factory=dict, hash=False)
     # How many of the last measured iterations ``timeline.csv`` records (0: every iteration).
     timeline_iterations: int = 2
+    real: RealOptions | None = None  # mode real only
 
     @property
     def arena(self) -> str:
@@ -136,6 +172,8 @@ class RunSpec:
         for key, default in _TOP_OMITTED_AT_DEFAULT.items():
             if data[key] == default:
                 del data[key]
+        if data["real"] is None:
+            del data["real"]
         data["spec_version"] = SPEC_VERSION
         return data
 
@@ -189,6 +227,7 @@ _TOP_KEYS = {
     "seed",
     "labels",
     "timeline_iterations",
+    "real",
     "spec_version",
 }
 
@@ -268,7 +307,25 @@ def validate_comm(raw: dict[str, Any], entry: registry.Entry) -> RunSpec:
         seed=_int(raw, "seed", 0, 0, 2**63 - 1),
         labels=dict(labels),
         timeline_iterations=_int(raw, "timeline_iterations", 2, 0, iterations),
+        real=_real(raw.get("real"), mode),
     )
+
+
+def _real(raw: Any, mode: str) -> RealOptions | None:
+    if mode != "real":
+        if raw is not None:
+            raise SpecError("real", "training options are for mode 'real' only (leave it out)")
+        return None
+    if raw is None:
+        return RealOptions()
+    if not isinstance(raw, dict):
+        raise SpecError("real", "must be a mapping")
+    unknown = _unknown_keys(raw, set(_REAL_RULES))
+    if unknown:
+        raise SpecError(
+            f"real.{unknown[0]}", f"unknown field (allowed: {', '.join(sorted(_REAL_RULES))})"
+        )
+    return RealOptions(**checked_fields(raw, _REAL_RULES, "real"))
 
 
 def validate_params(entry: registry.Entry, raw: Any, prefix: str = "params") -> dict[str, Any]:

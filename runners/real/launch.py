@@ -1,0 +1,405 @@
+"""Run a ``mode: real`` spec: check it against this machine, make the plan with the same
+policy code as the simulator, start the ranks with ``torchrun`` (on loopback, or one
+``torchrun`` per network namespace of the emulated testbed, c10d rendezvous), follow their
+progress, and turn their per-rank records into the run directory's results.
+
+Checks done before any process starts (``preflight``; ``SpecError`` naming the field): a
+shaped network without root, bandwidth or latency the testbed cannot emulate, more ranks than
+the machine can hold, a model too big for its memory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import workloads
+
+from .. import registry
+from ..policies.allreduce import CommPlan
+from ..spec import RealOptions, RunSpec, SpecError
+from . import testbed as tb
+
+log = logging.getLogger("runners")
+
+ROOT = Path(__file__).resolve().parents[2]
+MAX_SHAPED_GBPS = 10.0  # tbf on a veth pair: above this the testbed is CPU-bound here
+MIN_SHAPED_GBPS = 0.001
+RANKS_PER_CPU = 4
+RANK_BASE_BYTES = 400 * 2**20  # a rank's Python + torch before the model
+TIMEOUT_S = float(os.environ.get("LAB_REAL_TIMEOUT_S", "1800"))
+COLLECTIVE_TIMEOUT_S = 300.0
+
+TIMELINE_COLUMNS = ("iteration", "resource", "op", "layer", "start_s", "end_s", "bytes")
+
+
+class RealRunError(RuntimeError):
+    """The ranks failed; the message carries the tail of their logs."""
+
+
+@dataclass
+class Network:
+    """What the run's network is: shaped (namespaces) or loopback, and why."""
+
+    kind: str
+    note: str = ""
+    latency_emulated: bool = False
+
+
+@dataclass
+class RealResult:
+    metrics: dict[str, float]
+    units: dict[str, str]
+    series: list[dict[str, Any]]
+    timeline: list[list[Any]]
+    network: Network
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+
+
+def network_for(spec: RunSpec) -> Network:
+    """The network the run gets (``SpecError`` if it asks for one it cannot have)."""
+    options = spec.real or RealOptions()
+    why_not = tb.can_shape()
+    if options.network == "loopback":
+        return Network("loopback", "real.network is loopback: bandwidth and latency not applied")
+    if why_not:
+        if options.network == "shaped":
+            raise SpecError(
+                "real.network",
+                f"shaped asks for the emulated network, but {why_not}; run as root or set "
+                "real.network: loopback",
+            )
+        return Network("loopback", f"not shaped ({why_not}): bandwidth and latency not applied")
+    return Network("shaped")
+
+
+def preflight(spec: RunSpec) -> Network:
+    """Check a real run against this machine before anything starts; returns its network."""
+    if spec.arena != "allreduce":
+        raise SpecError("system", f"real mode runs the all-reduce arena only (got {spec.arena})")
+    network = network_for(spec)
+    c = spec.cluster
+    if network.kind == "shaped":
+        if not MIN_SHAPED_GBPS <= c.bandwidth_gbps <= MAX_SHAPED_GBPS:
+            raise SpecError(
+                "cluster.bandwidth_gbps",
+                f"the emulated network shapes {MIN_SHAPED_GBPS:g}..{MAX_SHAPED_GBPS:g} Gbit/s "
+                f"(got {c.bandwidth_gbps:g}); use the simulator beyond that",
+            )
+        if c.latency_us > tb.NATIVE_LATENCY_US:
+            raise SpecError(
+                "cluster.latency_us",
+                f"the emulated network adds no latency on this machine (no netem qdisc): at "
+                f"most {tb.NATIVE_LATENCY_US:g} us, the testbed's own (got {c.latency_us:g})",
+            )
+    cpus = os.cpu_count() or 1
+    if c.workers > RANKS_PER_CPU * cpus:
+        raise SpecError(
+            "cluster.workers",
+            f"{c.workers} ranks on {cpus} CPUs: at most {RANKS_PER_CPU * cpus} on this machine",
+        )
+    profile = workloads.load_profile(spec.workload)
+    param_bytes = sum(layer.param_bytes for layer in profile.layers)
+    # Weights, gradients, the engine's flat buffers and momentum: about 4 copies per rank.
+    need = c.workers * (RANK_BASE_BYTES + 4 * param_bytes)
+    have = _available_memory()
+    if have is not None and need > 0.8 * have:
+        raise SpecError(
+            "workload",
+            f"{spec.workload} on {c.workers} ranks needs about {need / 2**30:.1f} GiB, this "
+            f"machine has {have / 2**30:.1f} GiB available; use {spec.workload}-debug or fewer"
+            " workers",
+        )
+    return network
+
+
+def _available_memory() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _plan(spec: RunSpec) -> CommPlan:
+    """The policy's plan, from the same code (and planning oracle) as the simulator."""
+    from ..sim import allreduce as sim
+
+    setup = sim.compute_setup(spec)
+    return sim.plan_for(spec, setup, sim.network_for(spec))
+
+
+def run(
+    spec: RunSpec, work: Path, progress: Callable[[int, int], None] | None = None
+) -> RealResult:
+    """Train ``spec`` for real; ``work`` holds the job file and the ranks' logs and records."""
+    from .worker import plan_to_json
+
+    network = preflight(spec)
+    options = spec.real or RealOptions()
+    plan = _plan(spec)
+    profile = workloads.load_profile(spec.workload)
+    end = spec.warmup_iterations + spec.iterations
+    window = [0, end] if spec.timeline_iterations == 0 else [
+        max(0, end - spec.timeline_iterations), end
+    ]  # fmt: skip
+    params = dict(spec.params)
+    job = {
+        "spec": spec.as_dict(),
+        "plan": plan_to_json(plan),
+        "layers": [layer.name for layer in profile.layers],
+        "grad_bytes": [layer.param_bytes for layer in profile.layers],
+        "approximation": params.get("approximation", "stale"),
+        "train": {
+            "dataset": options.dataset,
+            "lr": options.lr,
+            "momentum": options.momentum,
+            "threads": options.threads,
+        },
+        "timeline": window,
+        "timeout_s": COLLECTIVE_TIMEOUT_S,
+        "save_params": bool(os.environ.get("LAB_REAL_SAVE_PARAMS")),
+    }
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "job.json").write_text(json.dumps(job))
+    total = end
+    log.info(
+        "real run: %d ranks, %s network%s", spec.cluster.workers, network.kind,
+        f" ({network.note})" if network.note else "",
+    )  # fmt: skip
+    started = time.perf_counter()
+    if network.kind == "shaped":
+        bandwidth = [spec.cluster.bandwidth_gbps] * spec.cluster.workers
+        with tb.testbed(bandwidth, spec.cluster.latency_us) as bed:
+            network.latency_emulated = bed.netem
+            if not bed.netem:
+                network.note = "latency not emulated (no netem qdisc): the testbed's own"
+            commands = [
+                (bed.wrap(k, _torchrun(spec, work, k, bed)), {"LAB_WORKER": str(k),
+                 "GLOO_SOCKET_IFNAME": "eth0"})
+                for k in range(spec.cluster.workers)
+            ]  # fmt: skip
+            _supervise(commands, work, options.threads, total, progress)
+    else:
+        commands = [(_torchrun(spec, work, None, None), {})]
+        _supervise(commands, work, options.threads, total, progress)
+    wall_s = time.perf_counter() - started
+    ranks = [json.loads((work / f"rank{r}.json").read_text()) for r in range(spec.cluster.workers)]
+    result = _results(spec, ranks, network)
+    result.metrics["real_wall_s"] = wall_s
+    result.units["real_wall_s"] = "s"
+    for key, value in dict(plan.info).items():
+        result.metrics[f"plan.{key}"] = value
+        result.units[f"plan.{key}"] = ""
+    return result
+
+
+def _torchrun(spec: RunSpec, work: Path, node: int | None, bed: tb.Testbed | None) -> list[str]:
+    base = [sys.executable, "-m", "torch.distributed.run", "--max-restarts", "0"]
+    target = ["--module", "runners.real.worker", str(work)]
+    n = spec.cluster.workers
+    if bed is None or node is None:
+        return [*base, "--standalone", "--nnodes", "1", "--nproc-per-node", str(n), *target]
+    return [
+        *base,
+        "--nnodes", str(n),
+        "--nproc-per-node", "1",
+        "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", f"{bed.address(0)}:29400",
+        "--rdzv-id", bed.name,
+        "--rdzv-conf", f"is_host={'true' if node == 0 else 'false'}",
+        "--local-addr", bed.address(node),
+        *target,
+    ]  # fmt: skip
+
+
+def _supervise(
+    commands: list[tuple[list[str], dict[str, str]]],
+    work: Path,
+    threads: int,
+    total: int,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    """Start every command, follow rank 0's progress lines, and fail with the logs' tails if
+    any command fails or the run exceeds ``TIMEOUT_S``; stops every process on the way out."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "OMP_NUM_THREADS": str(threads),
+        "PYTHONUNBUFFERED": "1",
+    }
+    procs: list[subprocess.Popen[str]] = []
+    readers = []
+    logs = []
+    try:
+        for k, (argv, extra) in enumerate(commands):
+            path = work / f"node{k}.log"
+            logs.append(path)
+            proc = subprocess.Popen(
+                argv,
+                env={**env, **extra},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                cwd=ROOT,
+                start_new_session=True,
+            )
+            procs.append(proc)
+            reader = threading.Thread(
+                target=_follow, args=(proc, path, total, progress), daemon=True
+            )
+            reader.start()
+            readers.append(reader)
+        deadline = time.monotonic() + TIMEOUT_S
+        while any(p.poll() is None for p in procs):
+            if any(p.poll() not in (None, 0) for p in procs):
+                break
+            if time.monotonic() > deadline:
+                raise RealRunError(f"the ranks did not finish within {TIMEOUT_S:g} s"
+                                   + _tails(logs))  # fmt: skip
+            time.sleep(0.1)
+        failed = [k for k, p in enumerate(procs) if p.poll() not in (None, 0)]
+        if failed:
+            _stop(procs)
+            for reader in readers:
+                reader.join(timeout=5)
+            raise RealRunError(f"node {failed[0]} exited with {procs[failed[0]].returncode}"
+                               + _tails(logs))  # fmt: skip
+        for reader in readers:
+            reader.join(timeout=5)
+    finally:
+        _stop(procs)
+
+
+def _follow(
+    proc: subprocess.Popen[str],
+    path: Path,
+    total: int,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    assert proc.stdout is not None
+    with path.open("w") as out:
+        for line in proc.stdout:
+            if line.startswith("progress "):
+                if progress is not None:
+                    done, _ = line.split()[1:3]
+                    progress(int(done), total)
+                continue
+            out.write(line)
+            out.flush()
+
+
+def _stop(procs: list[subprocess.Popen[str]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, 15)
+            except ProcessLookupError:
+                continue
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, 9)
+            p.wait()
+
+
+def _tails(logs: list[Path], lines: int = 15) -> str:
+    """The interesting end of each node's log (tracebacks first)."""
+    parts = []
+    for path in logs:
+        try:
+            text = path.read_text().splitlines()
+        except OSError:
+            continue
+        errors = [line for line in text if "Error" in line or "error" in line]
+        tail = (errors[-5:] if errors else []) + text[-lines:]
+        parts.append(f"\n--- {path.name} ---\n" + "\n".join(dict.fromkeys(tail)))
+    return "".join(parts)
+
+
+def _results(spec: RunSpec, ranks: list[dict[str, Any]], network: Network) -> RealResult:
+    """Per-iteration series and summary metrics from the ranks' records. An iteration's time
+    is the longest of the ranks' (they are coupled by the collectives); losses are the ranks'
+    mean."""
+    n = len(ranks[0]["iterations"])
+    series = []
+    clock = 0.0
+    for i in range(n):
+        rows = [r["iterations"][i] for r in ranks]
+        it_s = max(row["iteration_time_s"] for row in rows)
+        compute = statistics.fmean(row["forward_s"] + row["backward_s"] for row in rows)
+        entry = {
+            "iteration": rows[0]["iteration"],
+            "warmup": rows[0]["warmup"],
+            "start_s": clock,
+            "iteration_time_s": it_s,
+            "compute_time_s": compute,
+            "loss": statistics.fmean(row["loss"] for row in rows),
+        }
+        if "comm_s" in rows[0]:
+            entry["comm_time_s"] = statistics.fmean(row["comm_s"] for row in rows)
+            entry["exposed_comm_s"] = statistics.fmean(row["wait_s"] for row in rows)
+            entry["negotiations"] = statistics.fmean(row["negotiations"] for row in rows)
+        series.append(entry)
+        clock += it_s
+    measured = [s for s in series if not s["warmup"]]
+    times = [s["iteration_time_s"] for s in measured]
+    mean = statistics.fmean(times)
+    samples = spec.cluster.workers * spec.batch_size
+    metrics: dict[str, float] = {
+        "iteration_time_s": mean,
+        "iteration_time_std_s": statistics.stdev(times) if len(times) > 1 else 0.0,
+        "iteration_time_median_s": statistics.median(times),
+        "throughput_samples_per_s": samples / mean if mean > 0 else math.nan,
+        "compute_time_s": statistics.fmean(s["compute_time_s"] for s in measured),
+        "final_loss": measured[-1]["loss"],
+    }
+    units = {
+        "iteration_time_s": "s",
+        "iteration_time_std_s": "s",
+        "iteration_time_median_s": "s",
+        "throughput_samples_per_s": "samples/s",
+        "compute_time_s": "s",
+        "final_loss": "",
+    }
+    if "comm_time_s" in measured[0]:
+        for key in ("comm_time_s", "exposed_comm_s"):
+            metrics[key] = statistics.fmean(s[key] for s in measured)
+            units[key] = "s"
+        metrics["negotiations_per_iteration"] = statistics.fmean(
+            s["negotiations"] for s in measured
+        )
+        units["negotiations_per_iteration"] = ""
+    evaluation = next((r["eval"] for r in ranks if "eval" in r), None)
+    for key, value in (evaluation or {}).items():
+        metrics[key] = value
+        units[key] = "" if key != "eval_accuracy" else "fraction"
+    timeline = next((r["timeline"] for r in ranks if r["timeline"]), [])
+    if timeline:
+        origin = min(row[4] for row in timeline)
+        timeline = sorted(
+            [[row[0], row[1], row[2], row[3], row[4] - origin, row[5] - origin, row[6]]
+             for row in timeline],
+            key=lambda row: (row[4], row[1]),
+        )  # fmt: skip
+    return RealResult(metrics, units, series, timeline, network, ranks)
+
+
+def supports(name: str) -> bool:
+    """Whether registry entry ``name`` runs in real mode."""
+    return "real" in registry.get(name).modes

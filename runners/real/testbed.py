@@ -1,0 +1,241 @@
+"""The emulated network of real runs (root only): every node (a training rank, later a
+parameter server) in its own network namespace, joined to a bridge in a "switch" namespace by
+a veth pair, each direction shaped with ``tc tbf`` to the node's NIC bandwidth. Added latency
+uses ``netem`` when the kernel has it (``netem_available``); this project's machines lack
+``sch_netem``, so there the testbed's own latency stands and is reported as not emulated.
+
+Nothing is left behind: ``testbed()`` tears everything down on exit, a detached *reaper*
+process deletes the namespaces if the launcher is killed (even by SIGKILL), and every start
+sweeps namespaces whose creating process is gone. Names: ``labnet-<pid>-<n>-sw`` and
+``labnet-<pid>-<n>-<k>``; addresses 10.77.0.<k+1>/24 exist only inside these namespaces.
+
+``python -m runners.real.testbed sweep`` deletes every stale namespace by hand;
+``python -m runners.real.testbed reap PID NAME`` is the reaper.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import re
+import select
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+PREFIX = "labnet"
+_NAME = re.compile(rf"^({PREFIX}-(\d+)-\d+)-(sw|\d+)$")
+_counter = itertools.count()
+MIN_BURST_BYTES = 256 * 1024  # above a GSO super-packet (64 KiB), which tbf would drop
+QUEUE_LATENCY_MS = 100
+NATIVE_LATENCY_US = 100.0  # what may be asked for without netem (the testbed's own, below)
+
+
+class TestbedError(RuntimeError):
+    """The emulated network cannot be set up (not root, missing tools, ...)."""
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if check and result.returncode:
+        raise TestbedError(f"ip {' '.join(args)}: {result.stderr.strip()}")
+    return result
+
+
+def _tc(namespace: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        ["ip", "netns", "exec", namespace, "tc", *args], capture_output=True, text=True
+    )
+    if check and result.returncode:
+        raise TestbedError(f"tc {' '.join(args)} in {namespace}: {result.stderr.strip()}")
+    return result
+
+
+def can_shape() -> str | None:
+    """None if this process can build the testbed, else why not (one line)."""
+    if os.geteuid() != 0:
+        return "the emulated network needs root (network namespaces and tc)"
+    for tool in ("ip", "tc"):
+        if subprocess.run(["which", tool], capture_output=True).returncode:
+            return f"the emulated network needs '{tool}' (Debian package iproute2)"
+    return None
+
+
+def namespaces() -> list[str]:
+    out = _ip("netns", "list", check=False).stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep(only: str | None = None) -> list[str]:
+    """Delete this project's namespaces whose creator is gone (or, with ``only``, those of
+    testbed ``only``); returns the names deleted."""
+    deleted = []
+    for ns in namespaces():
+        m = _NAME.match(ns)
+        if not m:
+            continue
+        if only is not None and m.group(1) != only:
+            continue
+        if only is None and _alive(int(m.group(2))):
+            continue
+        _ip("netns", "del", ns, check=False)
+        deleted.append(ns)
+    return deleted
+
+
+def tbf_args(gbps: float) -> list[str]:
+    """``tc`` arguments of a token bucket at ``gbps`` Gbit/s."""
+    rate_bytes = gbps * 1e9 / 8
+    burst = max(MIN_BURST_BYTES, int(rate_bytes / 1000))
+    return [
+        "tbf",
+        "rate",
+        f"{int(gbps * 1e9)}bit",
+        "burst",
+        str(burst),
+        "latency",
+        f"{QUEUE_LATENCY_MS}ms",
+    ]
+
+
+@dataclass
+class Testbed:
+    """``nodes`` namespaces on one bridge; node k's NIC shaped to ``bandwidth_gbps[k]``."""
+
+    name: str
+    bandwidth_gbps: list[float]
+    latency_us: float = 0.0
+    netem: bool = False
+    created: list[str] = field(default_factory=list)
+
+    @property
+    def nodes(self) -> int:
+        return len(self.bandwidth_gbps)
+
+    @property
+    def switch(self) -> str:
+        return f"{self.name}-sw"
+
+    def namespace(self, k: int) -> str:
+        return f"{self.name}-{k}"
+
+    def address(self, k: int) -> str:
+        return f"10.77.{k // 250}.{k % 250 + 1}"
+
+    def wrap(self, k: int, argv: list[str]) -> list[str]:
+        """``argv`` run inside node k's namespace."""
+        return ["ip", "netns", "exec", self.namespace(k), *argv]
+
+    def setup(self) -> None:
+        _ip("netns", "add", self.switch)
+        self.created.append(self.switch)
+        _ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
+        _ip("-n", self.switch, "link", "set", "br0", "up")
+        self.netem = self.latency_us > 0 and _probe_netem(self.switch)
+        for k in range(self.nodes):
+            ns, port = self.namespace(k), f"v{k}"
+            _ip("netns", "add", ns)
+            self.created.append(ns)
+            _ip("link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", port,
+                "netns", self.switch)  # fmt: skip
+            _ip("-n", self.switch, "link", "set", port, "master", "br0")
+            _ip("-n", self.switch, "link", "set", port, "up")
+            prefix = 16
+            _ip("-n", ns, "addr", "add", f"{self.address(k)}/{prefix}", "dev", "eth0")
+            _ip("-n", ns, "link", "set", "eth0", "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+            self.shape(k, self.bandwidth_gbps[k])
+
+    def shape(self, k: int, gbps: float) -> None:
+        """(Re)shape node k's NIC, both directions, to ``gbps`` (time-varying stragglers)."""
+        half_delay = f"{self.latency_us / 2:g}us"
+        for ns, dev in ((self.namespace(k), "eth0"), (self.switch, f"v{k}")):
+            _tc(ns, "qdisc", "del", "dev", dev, "root", check=False)
+            if self.netem:
+                _tc(ns, "qdisc", "add", "dev", dev, "root", "handle", "1:", "netem", "delay",
+                    half_delay)  # fmt: skip
+                _tc(ns, "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "2:",
+                    *tbf_args(gbps))  # fmt: skip
+            else:
+                _tc(ns, "qdisc", "add", "dev", dev, "root", "handle", "1:", *tbf_args(gbps))
+        self.bandwidth_gbps[k] = gbps
+
+    def qdiscs(self, k: int) -> str:
+        return _tc(self.namespace(k), "qdisc", "show", "dev", "eth0").stdout
+
+    def teardown(self) -> None:
+        for ns in reversed(self.created):
+            _ip("netns", "del", ns, check=False)
+        self.created.clear()
+        sweep(only=self.name)
+
+
+def _probe_netem(namespace: str) -> bool:
+    result = _tc(namespace, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1us",
+                 check=False)  # fmt: skip
+    if result.returncode == 0:
+        _tc(namespace, "qdisc", "del", "dev", "lo", "root", check=False)
+    return result.returncode == 0
+
+
+@contextlib.contextmanager
+def testbed(bandwidth_gbps: list[float], latency_us: float = 0.0) -> Iterator[Testbed]:
+    """A testbed for the duration of the block, removed afterwards whatever happens."""
+    why = can_shape()
+    if why:
+        raise TestbedError(why)
+    sweep()
+    tb = Testbed(f"{PREFIX}-{os.getpid()}-{next(_counter)}", list(bandwidth_gbps), latency_us)
+    reaper = subprocess.Popen(
+        [sys.executable, "-m", "runners.real.testbed", "reap", str(os.getpid()), tb.name],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # survives the launcher's process group being killed
+    )
+    try:
+        tb.setup()
+        yield tb
+    finally:
+        tb.teardown()
+        reaper.terminate()
+        reaper.wait()
+
+
+def _reap(parent: int, name: str) -> None:
+    """Wait for ``parent`` to exit, then delete testbed ``name``'s namespaces."""
+    try:
+        fd = os.pidfd_open(parent)
+    except ProcessLookupError:
+        fd = None
+    if fd is not None:
+        select.select([fd], [], [])
+    sweep(only=name)
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["reap"] and len(argv) == 3:
+        _reap(int(argv[1]), argv[2])
+        return 0
+    if argv[:1] == ["sweep"]:
+        for ns in sweep():
+            print(f"deleted {ns}")
+        return 0
+    print("usage: python -m runners.real.testbed sweep | reap PID NAME", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,278 @@
+"""One rank of a real run: ``python -m runners.real.worker JOB_DIR`` (started by ``torchrun``).
+
+Reads ``JOB_DIR/job.json`` (written by ``runners.real.launch``: the resolved spec, the plan, the
+training options), trains, and writes ``JOB_DIR/rank<R>.json`` (per-iteration times, losses,
+communication statistics, rank 0's timeline) and, when asked, ``params<R>.pt``. Rank 0 prints
+``progress <done> <total>`` lines on stdout for the launcher's progress bar.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from workloads import data
+from workloads.models import build_model
+
+from ..policies.allreduce import CommPlan, CommTask
+from .engine import Engine, LayerBinding, bind_layers
+
+
+def plan_from_json(raw: dict[str, Any]) -> CommPlan:
+    tasks = tuple(
+        CommTask(
+            layers=tuple(t["layers"]),
+            size_bytes=int(t["size_bytes"]),
+            priority=int(t["priority"]),
+            op=t.get("op", "allreduce"),
+            after=int(t.get("after", -1)),
+        )
+        for t in raw["tasks"]
+    )
+    return CommPlan(
+        tasks=tasks,
+        credit_bytes=float(raw["credit_bytes"]),
+        cross_barrier=bool(raw["cross_barrier"]),
+        delay=int(raw.get("delay", 0)),
+        fusion_threshold_bytes=float(raw.get("fusion_threshold_bytes", 0.0)),
+        fusion_cycle_s=float(raw.get("fusion_cycle_s", 0.0)),
+    )
+
+
+def plan_to_json(plan: CommPlan) -> dict[str, Any]:
+    return {
+        "tasks": [
+            {
+                "layers": list(t.layers),
+                "size_bytes": t.size_bytes,
+                "priority": t.priority,
+                "op": t.op,
+                "after": t.after,
+            }
+            for t in plan.tasks
+        ],
+        "credit_bytes": plan.credit_bytes,
+        "cross_barrier": plan.cross_barrier,
+        "delay": plan.delay,
+        "fusion_threshold_bytes": plan.fusion_threshold_bytes,
+        "fusion_cycle_s": plan.fusion_cycle_s,
+    }
+
+
+class Straggle:
+    """Emulated compute slow-down of this rank: after each layer's forward and each
+    parameter's gradient, sleep (factor - 1) x the compute time since the previous event, so
+    the rank computes ``factor`` times slower and its gradients become ready that much later.
+    Registered before the engine's (or DDP's) hooks, so they see the delayed readiness."""
+
+    def __init__(self, binding: LayerBinding) -> None:
+        self.factor = 1.0
+        self.mark = time.perf_counter()
+        self.handles = []
+        for module in binding.modules:
+            self.handles.append(module.register_forward_pre_hook(self._start))
+            self.handles.append(module.register_forward_hook(self._forward_done))
+        for params in binding.params:
+            for p in params:
+                self.handles.append(p.register_post_accumulate_grad_hook(self._grad_done))
+
+    def reset(self) -> None:
+        self.mark = time.perf_counter()
+
+    def _start(self, module: nn.Module, args: Any) -> None:
+        self.mark = time.perf_counter()
+
+    def _sleep(self) -> None:
+        now = time.perf_counter()
+        if self.factor > 1.0:
+            time.sleep((self.factor - 1.0) * (now - self.mark))
+        self.mark = time.perf_counter()
+
+    def _forward_done(self, module: nn.Module, args: Any, output: Any) -> None:
+        self._sleep()
+
+    def _grad_done(self, p: torch.Tensor) -> None:
+        self._sleep()
+
+
+def slowdown(stragglers: list[dict[str, Any]], worker: int, iteration: int) -> float:
+    """This worker's compute slow-down at ``iteration`` (the spec's straggler windows; the
+    largest factor wins where windows overlap)."""
+    factor = 1.0
+    for s in stragglers:
+        until = s.get("until_iteration")
+        if (
+            s["worker"] == worker
+            and s.get("from_iteration", 0) <= iteration
+            and (until is None or iteration < until)
+        ):
+            factor = max(factor, float(s["slowdown"]))
+    return factor
+
+
+def main(argv: list[str]) -> int:
+    job_dir = Path(argv[0])
+    job = json.loads((job_dir / "job.json").read_text())
+    spec, train = job["spec"], job["train"]
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    worker = int(os.environ.get("LAB_WORKER", rank))
+    torch.set_num_threads(int(train["threads"]))
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=float(job["timeout_s"])))
+    try:
+        result = _train(job, spec, train, rank, world, worker)
+    finally:
+        dist.destroy_process_group()
+    tmp = job_dir / f".rank{rank}.json"
+    tmp.write_text(json.dumps(result))
+    tmp.rename(job_dir / f"rank{rank}.json")
+    if job.get("save_params"):
+        torch.save(result.pop("_state", None), job_dir / f"params{rank}.pt")
+    return 0
+
+
+def _train(
+    job: dict[str, Any],
+    spec: dict[str, Any],
+    train: dict[str, Any],
+    rank: int,
+    world: int,
+    worker: int,
+) -> dict[str, Any]:
+    workload, seed = spec["workload"], int(spec["seed"])
+    torch.manual_seed(seed)  # the same initial weights on every rank
+    model = build_model(workload)
+    model.train()
+    binding = bind_layers(model, job["layers"], job["grad_bytes"])
+    loss_fn = data.loss_fn(workload)
+    batches = data.loader(
+        workload, train["dataset"], int(spec["batch_size"]), seed, rank, world, start_step=0
+    )
+    straggle = Straggle(binding)
+    stragglers = spec["cluster"].get("stragglers", [])
+    first_recorded, end_recorded = job["timeline"]
+    timeline: list[list[Any]] = []
+
+    def record(it: int, resource: str, op: str, layer: str, start: float, end: float, nbytes: int):
+        if rank == 0 and first_recorded <= it < end_recorded:
+            timeline.append([it, resource, op, layer, start, end, nbytes])
+
+    total = int(spec["warmup_iterations"]) + int(spec["iterations"])
+    lr, momentum = float(train["lr"]), float(train["momentum"])
+    if spec["system"] == "ddp":
+        step = _ddp_step(model, job, lr, momentum)
+        engine = None
+    else:
+        engine = Engine(
+            model,
+            binding,
+            plan_from_json(job["plan"]),
+            lr=lr,
+            momentum=momentum,
+            approximation=job.get("approximation", "stale"),
+            record=record,
+        )
+    iterations = []
+    dist.barrier()
+    for it in range(total):
+        straggle.factor = slowdown(stragglers, worker, it)
+        inputs, targets = next(batches)
+        begin = time.perf_counter()
+        if engine is not None:
+            engine.begin(it)
+            straggle.reset()
+            forward_start = time.perf_counter()
+            loss = loss_fn(model(inputs), targets)
+            backward_start = time.perf_counter()
+            loss.backward()
+            end = time.perf_counter()
+        else:
+            straggle.reset()
+            forward_start, backward_start, end, loss = step(inputs, targets, loss_fn)
+        iterations.append(
+            {
+                "iteration": it,
+                "begin": begin,
+                "forward_s": backward_start - forward_start,
+                "backward_s": end - backward_start,
+                "loss": float(loss.detach()),
+                "warmup": it < int(spec["warmup_iterations"]),
+            }
+        )
+        if rank == 0:
+            print(f"progress {it + 1} {total}", flush=True)
+    if engine is not None:
+        engine.finish()
+    finished = time.perf_counter()
+    for i, row in enumerate(iterations):
+        row["iteration_time_s"] = (
+            iterations[i + 1]["begin"] if i + 1 < len(iterations) else finished
+        ) - row["begin"]
+        if engine is not None:
+            row.update(engine.stats(row["iteration"]))
+    result: dict[str, Any] = {
+        "rank": rank,
+        "worker": worker,
+        "world": world,
+        "iterations": iterations,
+        "timeline": timeline,
+        "negotiated": bool(engine is not None and engine.negotiate),
+    }
+    if rank == 0 and train["dataset"] != "synthetic":
+        result["eval"] = _evaluate(model, workload, train["dataset"], loss_fn)
+    if job.get("save_params"):
+        result["_state"] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return result
+
+
+def _ddp_step(model: nn.Module, job: dict[str, Any], lr: float, momentum: float):
+    """PyTorch's own DistributedDataParallel with the ``ddp`` entry's bucket sizes."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    params = job["spec"]["params"]
+    dist._DEFAULT_FIRST_BUCKET_BYTES = int(params["first_bucket_bytes"])
+    ddp = DistributedDataParallel(model, bucket_cap_mb=int(params["bucket_bytes"]) / 2**20)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+
+    def step(inputs: torch.Tensor, targets: torch.Tensor, loss_fn: Any):
+        forward_start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(ddp(inputs), targets)
+        backward_start = time.perf_counter()
+        loss.backward()
+        optimizer.step()
+        return forward_start, backward_start, time.perf_counter(), loss
+
+    return step
+
+
+@torch.no_grad()
+def _evaluate(model: nn.Module, workload: str, dataset: str, loss_fn: Any) -> dict[str, float]:
+    """Loss (and accuracy for classifiers) of the final weights on the held-out split."""
+    inputs, targets = data.eval_set(workload, dataset)
+    model.eval()
+    losses, correct, count = [], 0, 0
+    for start in range(0, len(inputs), 256):
+        x, y = inputs[start : start + 256], targets[start : start + 256]
+        out = model(x)
+        losses.append(float(loss_fn(out, y)) * len(x))
+        if isinstance(out, torch.Tensor) and out.dim() == 2:
+            correct += int((out.argmax(1) == y).sum())
+            count += len(x)
+    model.train()
+    result = {"eval_loss": sum(losses) / len(inputs)}
+    if count:
+        result["eval_accuracy"] = correct / count
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
