@@ -113,6 +113,10 @@ def _list(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     try:
         spec = validate(load_file(args.spec))
+        if getattr(spec, "mode", "sim") == "real":
+            from .real import launch
+
+            launch.preflight(spec)  # this machine: root, ranks, memory (before anything starts)
         if args.out.exists():
             raise rundir.OutputExists(f"{args.out} already exists (choose a new directory)")
     except SpecError as err:

@@ -42,3 +42,13 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
         time.sleep(interval_s)
+
+
+def require_root(what: str) -> None:
+    """Skip (fail under LAB_REQUIRE_SERVICES=1) unless running as root, which ``what`` needs."""
+    if os.geteuid() == 0:
+        return
+    message = f"{what} needs root"
+    if os.environ.get("LAB_REQUIRE_SERVICES") == "1":
+        pytest.fail(message + "; LAB_REQUIRE_SERVICES=1 forbids skipping")
+    pytest.skip(message)

@@ -257,6 +257,7 @@ def _supervise(
                 text=True,
                 cwd=ROOT,
                 start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
             procs.append(proc)
             reader = threading.Thread(
@@ -283,6 +284,15 @@ def _supervise(
             reader.join(timeout=5)
     finally:
         _stop(procs)
+
+
+def _die_with_parent() -> None:
+    """(In the child, before exec.) SIGTERM when the launcher dies, even by SIGKILL, so torchrun
+    stops its ranks instead of leaving them waiting for peers."""
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, 15)  # PR_SET_PDEATHSIG, SIGTERM
 
 
 def _follow(
@@ -319,7 +329,12 @@ def _stop(procs: list[subprocess.Popen[str]]) -> None:
 
 
 def _tails(logs: list[Path], lines: int = 15) -> str:
-    """The interesting end of each node's log (tracebacks first)."""
+    """A rank's own error if one wrote it (``error<rank>.txt``), else the end of each node's
+    log."""
+    errors = sorted(logs[0].parent.glob("error*.txt")) if logs else []
+    if errors:
+        text = errors[0].read_text().strip().splitlines()
+        return f"\n--- {errors[0].name} ---\n" + "\n".join(text[-lines:])
     parts = []
     for path in logs:
         try:

@@ -90,9 +90,21 @@ def sweep(only: str | None = None) -> list[str]:
             continue
         if only is None and _alive(int(m.group(2))):
             continue
+        kill_inside(ns)
         _ip("netns", "del", ns, check=False)
         deleted.append(ns)
     return deleted
+
+
+def kill_inside(namespace: str) -> None:
+    """SIGKILL every process still in ``namespace`` (a namespace is only freed, and its veth
+    removed, when nothing runs in it any more)."""
+    out = _ip("netns", "pids", namespace, check=False).stdout
+    for pid in out.split():
+        try:
+            os.kill(int(pid), 9)
+        except (ProcessLookupError, ValueError):
+            continue
 
 
 def tbf_args(gbps: float) -> list[str]:
@@ -177,6 +189,7 @@ class Testbed:
 
     def teardown(self) -> None:
         for ns in reversed(self.created):
+            kill_inside(ns)
             _ip("netns", "del", ns, check=False)
         self.created.clear()
         sweep(only=self.name)

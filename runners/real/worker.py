@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,16 @@ def slowdown(stragglers: list[dict[str, Any]], worker: int, iteration: int) -> f
 
 def main(argv: list[str]) -> int:
     job_dir = Path(argv[0])
+    try:
+        return _main(job_dir)
+    except BaseException:
+        # The launcher shows the first rank's error (torchrun's own report names no cause).
+        rank = os.environ.get("RANK", "x")
+        (job_dir / f"error{rank}.txt").write_text(traceback.format_exc())
+        raise
+
+
+def _main(job_dir: Path) -> int:
     job = json.loads((job_dir / "job.json").read_text())
     spec, train = job["spec"], job["train"]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -131,11 +142,12 @@ def main(argv: list[str]) -> int:
         result = _train(job, spec, train, rank, world, worker)
     finally:
         dist.destroy_process_group()
+    state = result.pop("_state", None)
+    if state is not None:
+        torch.save(state, job_dir / f"params{rank}.pt")
     tmp = job_dir / f".rank{rank}.json"
     tmp.write_text(json.dumps(result))
     tmp.rename(job_dir / f"rank{rank}.json")
-    if job.get("save_params"):
-        torch.save(result.pop("_state", None), job_dir / f"params{rank}.pt")
     return 0
 
 

@@ -1,0 +1,348 @@
+"""Real mode end to end: ranks started by torchrun train for real, through the command line's
+code path (``runners.execute.run_to_directory``).
+
+Correctness: the exact schedulers end with the weights of single-process SGD on the same global
+batch; the delayed all-reduce rules end with the weights their documented update equations give
+(computed here, in one process). The emulated network shapes bandwidth (measured), and leaves
+nothing behind, even when the launcher is killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from runners.execute import run_to_directory
+from runners.real import testbed
+from runners.spec import SpecError, validate
+from tests.conftest import require_root, wait_for
+from workloads import data
+from workloads.models import build_model
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = "vgg16-debug"  # no batch norm: data-parallel SGD equals single-process SGD exactly
+STEPS = 4  # 1 warm-up + 3 measured
+LR, MOMENTUM = 0.05, 0.9
+
+
+def _spec(system: str, params: dict | None = None, **real) -> dict:
+    return {
+        "system": system,
+        "mode": "real",
+        "workload": MODEL,
+        "cluster": {"workers": 2, "bandwidth_gbps": 1},
+        "params": params or {},
+        "iterations": STEPS - 1,
+        "warmup_iterations": 1,
+        "seed": 3,
+        "real": {
+            "network": "loopback",
+            "dataset": "shapes",
+            "lr": LR,
+            "momentum": MOMENTUM,
+            **real,
+        },
+    }
+
+
+def _run(raw: dict, out: Path, monkeypatch) -> tuple[dict, list[dict]]:
+    monkeypatch.setenv("LAB_REAL_SAVE_PARAMS", "1")
+    summary = run_to_directory(validate(raw), out, ["test"])
+    params = [torch.load(out / f"params{r}.pt") for r in range(2)]
+    return summary, params
+
+
+def _rank_grads(models: list, step: int, seed: int, rng: torch.Tensor) -> torch.Tensor:
+    """Each rank's gradients of ``step`` on its own batch (into ``models[r]``'s ``.grad``).
+    Every rank seeds torch alike, so their dropout masks are the same draws: replay them."""
+    loss_fn = data.loss_fn(MODEL)
+    for r, model in enumerate(models):
+        torch.set_rng_state(rng)
+        model.zero_grad()
+        x, y = data.batch(MODEL, "shapes", 8, seed, r, 2, step)
+        loss_fn(model(x), y).backward()
+    return torch.get_rng_state()
+
+
+def _reference_sgd(seed: int) -> dict:
+    """Single-process SGD on the global batch of each step (the mean of the ranks' losses)."""
+    torch.manual_seed(seed)
+    model = build_model(MODEL)
+    rng = torch.get_rng_state()
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    loss_fn = data.loss_fn(MODEL)
+    for step in range(STEPS):
+        opt.zero_grad()
+        for r in range(2):
+            torch.set_rng_state(rng)
+            x, y = data.batch(MODEL, "shapes", 8, seed, r, 2, step)
+            (loss_fn(model(x), y) / 2).backward()
+        rng = torch.get_rng_state()
+        opt.step()
+    return model.state_dict()
+
+
+def _assert_close(got: dict, want: dict) -> None:
+    worst = max((got[k] - want[k]).abs().max().item() for k in want)
+    scale = max(want[k].abs().max().item() for k in want)
+    assert worst <= 1e-5 * max(1.0, scale), f"max difference {worst:g}"
+
+
+@pytest.mark.parametrize(
+    ("system", "params"),
+    [
+        ("wfbp", {}),
+        ("ddp", {"bucket_bytes": 200_000, "first_bucket_bytes": 50_000}),
+        ("bytescheduler", {"partition_bytes": 40_000, "credit_bytes": 80_000}),
+        ("pace", {"chunk_bytes": 64_000, "fusion": "none"}),
+        ("dear", {"fusion_bytes": 100_000}),
+    ],
+)
+def test_exact_schedulers_match_single_process_sgd(system, params, tmp_path, monkeypatch):
+    summary, (rank0, rank1) = _run(_spec(system, params), tmp_path / "run", monkeypatch)
+    for key in rank0:
+        assert torch.equal(rank0[key], rank1[key]), f"ranks differ on {key}"
+    _assert_close(rank0, _reference_sgd(3))
+    metrics = summary["metrics"]
+    assert metrics["iteration_time_s"] > 0
+    assert summary["network"]["kind"] == "loopback"
+    series = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert [s["iteration"] for s in series] == list(range(STEPS))
+    assert all(s["loss"] > 0 for s in series)
+    if system != "ddp":  # our engine: its plan's collectives are on the timeline
+        rows = (tmp_path / "run" / "timeline.csv").read_text().splitlines()
+        assert any(",network," in row for row in rows)
+        assert metrics["comm_time_s"] > 0
+        negotiated = system in ("bytescheduler", "pace", "dear")
+        assert (metrics["negotiations_per_iteration"] > 0) == negotiated
+
+
+def _reference_delayed(rule: str, seed: int, delay: int = 1) -> dict:
+    """research/comm.md §4.3: forward t uses the synchronised weights w (all averaged
+    gradients up to t-1-delay applied, momentum on w) -- as they are (stale), minus lr x the
+    rank's own gradients since (local-correct), or minus lr x delay x the newest synchronised
+    step (extrapolate); at the end w has every update."""
+    torch.manual_seed(seed)
+    w = build_model(MODEL)
+    rng = torch.get_rng_state()
+    replicas = [build_model(MODEL) for _ in range(2)]
+    names = [n for n, _ in w.named_parameters()]
+    momentum, last, gbar, local = {}, {}, {}, {0: {}, 1: {}}
+
+    def apply(source: int) -> None:
+        with torch.no_grad():
+            for n, p in w.named_parameters():
+                g = gbar[source][n]
+                m = momentum[n] = (
+                    g.clone() if n not in momentum else momentum[n].mul_(MOMENTUM).add_(g)
+                )
+                p.add_(m, alpha=-LR)
+                last[n] = m.clone()
+
+    for t in range(STEPS):
+        if t - 1 - delay >= 0:
+            apply(t - 1 - delay)
+        for r, model in enumerate(replicas):
+            with torch.no_grad():
+                for (n, p), (_, q) in zip(
+                    model.named_parameters(), w.named_parameters(), strict=False
+                ):
+                    p.copy_(q)
+                    if rule == "local-correct":
+                        for k in range(max(0, t - delay), t):
+                            p.add_(local[r][k][n], alpha=-LR)
+                    elif rule == "extrapolate" and last:
+                        p.add_(last[n], alpha=-LR * delay)
+        rng = _rank_grads(replicas, t, seed, rng)
+        grads = [{n: p.grad.clone() for n, p in m.named_parameters()} for m in replicas]
+        local[0][t], local[1][t] = grads
+        gbar[t] = {n: (grads[0][n] + grads[1][n]) / 2 for n in names}
+    for source in range(max(0, STEPS - 1 - delay), STEPS):
+        apply(source)
+    return w.state_dict()
+
+
+@pytest.mark.parametrize("rule", ["stale", "local-correct", "extrapolate"])
+def test_delayed_allreduce_follows_its_update_equations(rule, tmp_path, monkeypatch):
+    params = {"approximation": rule, "max_delay": 1, "order": "priority"}
+    _, (rank0, rank1) = _run(_spec("delayed-allreduce", params), tmp_path / "run", monkeypatch)
+    for key in rank0:
+        assert torch.equal(rank0[key], rank1[key]), f"ranks end with different {key}"
+    _assert_close(rank0, _reference_delayed(rule, 3))
+    # and it is not plain SGD: the delay changes the maths
+    sgd = _reference_sgd(3)
+    assert max((rank0[k] - sgd[k]).abs().max().item() for k in sgd) > 1e-4
+
+
+def test_a_straggler_slows_the_iteration(tmp_path, monkeypatch):
+    base = _spec("wfbp")
+    base["iterations"] = 6
+    fast = run_to_directory(validate(base), tmp_path / "fast", ["test"])
+    slow_spec = {
+        **base,
+        "cluster": {**base["cluster"], "stragglers": [{"worker": 1, "slowdown": 3}]},
+    }
+    slow = run_to_directory(validate(slow_spec), tmp_path / "slow", ["test"])
+    # Worker 1 computes 3x slower: the iteration waits for it, about 2 x its compute longer
+    # (asserted at half that, the machine is shared).
+    added = slow["metrics"]["iteration_time_s"] - fast["metrics"]["iteration_time_s"]
+    assert added > 1.0 * fast["metrics"]["compute_time_s"]
+
+
+# --- the emulated network ---------------------------------------------------------------
+
+_SINK = """
+import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], 5201)); s.listen(1); c, _ = s.accept(); n, t0 = 0, None
+while True:
+    b = c.recv(1 << 20)
+    if not b: break
+    t0 = t0 or time.perf_counter(); n += len(b)
+print(n * 8 / (time.perf_counter() - t0) / 1e6)
+"""
+_SOURCE = """
+import socket, sys, time
+c = socket.create_connection((sys.argv[1], 5201)); buf = b"x" * (1 << 16)
+end = time.perf_counter() + 2.0
+while time.perf_counter() < end: c.sendall(buf)
+c.close()
+"""
+
+
+def _ours() -> list[str]:
+    return [ns for ns in testbed.namespaces() if ns.startswith(testbed.PREFIX + "-")]
+
+
+def test_testbed_shapes_bandwidth_and_cleans_up():
+    require_root("the emulated network")
+    with testbed.testbed([0.05, 0.05]) as bed:
+        assert "tbf" in bed.qdiscs(0) and "rate 50Mbit" in bed.qdiscs(0)
+        sink = subprocess.Popen(
+            bed.wrap(1, [sys.executable, "-c", _SINK, bed.address(1)]),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(0.5)
+        subprocess.run(bed.wrap(0, [sys.executable, "-c", _SOURCE, bed.address(1)]), check=True)
+        mbit = float(sink.communicate(timeout=30)[0])
+        assert set(_ours()) >= {bed.namespace(0), bed.namespace(1), bed.switch}
+    assert 0.8 * 50 <= mbit <= 1.05 * 50, f"{mbit:.1f} Mbit/s through a 50 Mbit/s link"
+    assert not _ours()
+
+
+def test_a_real_run_on_the_shaped_network(tmp_path):
+    require_root("the emulated network")
+    raw = _spec("wfbp", network="shaped", dataset="synthetic")
+    raw["cluster"]["bandwidth_gbps"] = 0.05
+    summary = run_to_directory(validate(raw), tmp_path / "run", ["test"])
+    assert summary["network"]["kind"] == "shaped"
+    assert summary["network"]["bandwidth_gbps"] == 0.05
+    # Ring all-reduce of 2 ranks: each sends the gradients' size once over its 50 Mbit/s NIC.
+    grad_bytes = sum(p.numel() * 4 for p in build_model(MODEL).parameters())
+    wire_s = grad_bytes * 8 / 0.05e9
+    assert 0.8 * wire_s <= summary["metrics"]["comm_time_s"] <= 2.0 * wire_s
+    assert summary["metrics"]["iteration_time_s"] >= 0.8 * wire_s
+    assert not _ours()
+
+
+def test_a_killed_launcher_leaves_no_namespace_and_no_rank(tmp_path):
+    require_root("the emulated network")
+    raw = _spec("wfbp", network="shaped", dataset="synthetic")
+    raw["cluster"]["bandwidth_gbps"] = 0.01
+    raw["iterations"] = 1000
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps(raw))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runners", "run", str(spec_path), "--out", str(tmp_path / "run")],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: len(_ours()) >= 3, timeout_s=60, what="the testbed")
+        wait_for(lambda: _worker_pids(), timeout_s=60, what="the ranks")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    wait_for(lambda: not _ours(), timeout_s=30, what="the reaper to delete the namespaces")
+    wait_for(lambda: not _worker_pids(), timeout_s=30, what="the ranks to stop")
+    assert not (tmp_path / "run").exists()
+
+
+def _worker_pids() -> list[str]:
+    out = subprocess.run(["pgrep", "-f", "runners.real.worker"], capture_output=True, text=True)
+    return out.stdout.split()
+
+
+# --- bad input ----------------------------------------------------------------------------
+
+
+def _cli(raw: dict, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps(raw))
+    return subprocess.run(
+        [sys.executable, "-m", "runners", "run", str(spec_path), "--out", str(tmp_path / "o")],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+SHAPED = {"network": "shaped"}
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"cluster": {"workers": 500}}, "cluster.workers"),
+        ({"workload": "gpt2", "cluster": {"workers": 64}}, "cluster.workers"),
+        (
+            {"real": {"network": "shaped"}, "cluster": {"bandwidth_gbps": 50}},
+            "cluster.bandwidth_gbps",
+        ),
+        ({"real": {"network": "shaped"}, "cluster": {"latency_us": 5000}}, "cluster.latency_us"),
+    ],
+)
+def test_the_command_line_refuses_what_this_machine_cannot_run(change, field, tmp_path):
+    from runners.real import launch
+
+    if "real" in change:
+        require_root("checks of the emulated network")
+    if change == "too-big":  # GPT-2 on as many ranks as the CPUs allow
+        workers = launch.RANKS_PER_CPU * (os.cpu_count() or 1)
+        need = workers * (launch.RANK_BASE_BYTES + 4 * 4 * 124_439_808)
+        if need <= 0.8 * launch._available_memory():
+            pytest.skip("this machine has the memory for GPT-2 on every rank")
+        change = {"workload": "gpt2", "cluster": {"workers": workers}}
+    raw = {"system": "wfbp", "mode": "real", "workload": MODEL, **change}
+    result = _cli(raw, tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert field in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
+def test_shaped_without_root_is_refused_not_run_on_loopback(monkeypatch):
+    from runners.real import launch
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    spec = validate({"system": "wfbp", "mode": "real", "workload": MODEL,
+                     "real": {"network": "shaped"}})  # fmt: skip
+    with pytest.raises(SpecError) as err:
+        launch.preflight(spec)
+    assert err.value.field == "real.network"
+    auto = validate({"system": "wfbp", "mode": "real", "workload": MODEL})
+    network = launch.preflight(auto)
+    assert network.kind == "loopback" and "root" in network.note
