@@ -4,13 +4,14 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test install install-dev lint format bench clean help
+.PHONY: run test install install-dev horovod lint format bench clean help
 
 help:
 	@echo "make run     set up and start the lab (portal + worker + beat) on http://127.0.0.1:8000/"
 	@echo "make test    install test dependencies and run lint + the whole test suite"
 	@echo "make lint    ruff check + format check;  make format  reformat"
 	@echo "make bench   simulator benchmarks (python -m runners bench)"
+	@echo "make horovod build (once, then cached) and install the real Horovod into .venv"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +29,10 @@ $(VENV)/.installed-dev: requirements.txt requirements-dev.txt $(VENV)/.installed
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
+# The real Horovod, built from source once per Horovod/torch/Python version and cached.
+horovod: install
+	scripts/horovod-wheel.sh
+
 run: install
 	scripts/run.sh
 
@@ -39,7 +44,7 @@ format: install-dev
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-test: install-dev lint
+test: install-dev lint horovod
 	scripts/test.sh
 
 bench: install

@@ -570,7 +570,7 @@ ENTRIES: tuple[Entry, ...] = (
         name="horovod",
         arena="allreduce",
         role="baseline",
-        modes=("sim",),
+        modes=("sim", "real"),
         paper="Sergeev and Del Balso, Horovod: fast and easy distributed deep learning in "
         "TensorFlow, arXiv 1802.05799 (tensor fusion, docs/tensor-fusion.rst)",
         summary="Every cycle, the gradients that became ready are fused in ready order up to the "

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -49,6 +51,21 @@ def require_root(what: str) -> None:
     if os.geteuid() == 0:
         return
     message = f"{what} needs root"
+    if os.environ.get("LAB_REQUIRE_SERVICES") == "1":
+        pytest.fail(message + "; LAB_REQUIRE_SERVICES=1 forbids skipping")
+    pytest.skip(message)
+
+
+def require_horovod() -> None:
+    """Skip when this interpreter cannot import horovod.torch; fail instead under
+    LAB_REQUIRE_SERVICES=1 (CI), like require_binary."""
+    probe = subprocess.run(
+        [sys.executable, "-c", "import horovod.torch"], capture_output=True, text=True
+    )
+    if probe.returncode == 0:
+        return
+    last_line = (probe.stderr.strip().splitlines() or ["?"])[-1]
+    message = f"horovod.torch is not importable ({last_line}): run `make horovod`"
     if os.environ.get("LAB_REQUIRE_SERVICES") == "1":
         pytest.fail(message + "; LAB_REQUIRE_SERVICES=1 forbids skipping")
     pytest.skip(message)

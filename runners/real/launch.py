@@ -73,6 +73,14 @@ def network_for(spec: RunSpec) -> Network:
     why_not = tb.can_shape()
     if options.network == "loopback":
         return Network("loopback", "real.network is loopback: bandwidth and latency not applied")
+    if spec.system == "horovod" and not why_not:  # see runners.real.hvd
+        if options.network == "shaped":
+            raise SpecError(
+                "real.network",
+                "the real Horovod runs on loopback only so far (no emulated network for "
+                "horovodrun); set real.network: loopback",
+            )
+        return Network("loopback", "not shaped: the real Horovod runs on loopback only so far")
     if why_not:
         if options.network == "shaped":
             raise SpecError(
@@ -88,6 +96,14 @@ def preflight(spec: RunSpec) -> Network:
     """Check a real run against this machine before anything starts; returns its network."""
     if spec.arena != "allreduce":
         raise SpecError("system", f"real mode runs the all-reduce arena only (got {spec.arena})")
+    if spec.system == "horovod":
+        from . import hvd
+
+        if hvd.available() is None:
+            raise SpecError(
+                "system",
+                "horovod runs the real Horovod, which is not installed here: run `make horovod`",
+            )
     network = network_for(spec)
     c = spec.cluster
     if network.kind == "shaped":
@@ -181,18 +197,30 @@ def run(
         f" ({network.note})" if network.note else "",
     )  # fmt: skip
     started = time.perf_counter()
+    n = spec.cluster.workers
+    horovod = spec.system == "horovod"
+    extra = {}
+    if horovod:
+        from . import hvd
+
+        extra = hvd.settings_env(spec.params)
     if network.kind == "shaped":
-        bandwidth = [spec.cluster.bandwidth_gbps] * spec.cluster.workers
+        bandwidth = [spec.cluster.bandwidth_gbps] * n
         with tb.testbed(bandwidth, spec.cluster.latency_us) as bed:
             network.latency_emulated = bed.netem
             if not bed.netem:
                 network.note = "latency not emulated (no netem qdisc): the testbed's own"
             commands = [
-                (bed.wrap(k, _torchrun(spec, work, k, bed)), {"LAB_WORKER": str(k),
-                 "GLOO_SOCKET_IFNAME": "eth0"})
-                for k in range(spec.cluster.workers)
+                (bed.wrap(k, _torchrun(spec, work, k, bed)),
+                 {"LAB_WORKER": str(k), "GLOO_SOCKET_IFNAME": "eth0"})
+                for k in range(n)
             ]  # fmt: skip
             _supervise(commands, work, options.threads, total, progress)
+    elif horovod:
+        horovodrun = str(Path(sys.executable).parent / "horovodrun")
+        argv = [horovodrun, "--gloo", "-np", str(n), "-H", f"localhost:{n}",
+                sys.executable, "-m", "runners.real.worker", str(work)]  # fmt: skip
+        _supervise([(argv, extra)], work, options.threads, total, progress)
     else:
         commands = [(_torchrun(spec, work, None, None), {})]
         _supervise(commands, work, options.threads, total, progress)

@@ -134,14 +134,26 @@ def main(argv: list[str]) -> int:
 def _main(job_dir: Path) -> int:
     job = json.loads((job_dir / "job.json").read_text())
     spec, train = job["spec"], job["train"]
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    worker = int(os.environ.get("LAB_WORKER", rank))
     torch.set_num_threads(int(train["threads"]))
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=float(job["timeout_s"])))
-    try:
-        result = _train(job, spec, train, rank, world, worker)
-    finally:
-        dist.destroy_process_group()
+    if spec["system"] == "horovod":
+        import horovod.torch as hvd
+
+        hvd.init()
+        rank, world = hvd.rank(), hvd.size()
+        worker = int(os.environ.get("LAB_WORKER", rank))
+        try:
+            result = _train(job, spec, train, rank, world, worker)
+        finally:
+            hvd.shutdown()
+    else:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        worker = int(os.environ.get("LAB_WORKER", rank))
+        timeout = datetime.timedelta(seconds=float(job["timeout_s"]))
+        dist.init_process_group("gloo", timeout=timeout)
+        try:
+            result = _train(job, spec, train, rank, world, worker)
+        finally:
+            dist.destroy_process_group()
     state = result.pop("_state", None)
     if state is not None:
         torch.save(state, job_dir / f"params{rank}.pt")
@@ -179,8 +191,9 @@ def _train(
 
     total = int(spec["warmup_iterations"]) + int(spec["iterations"])
     lr, momentum = float(train["lr"]), float(train["momentum"])
-    if spec["system"] == "ddp":
-        step = _ddp_step(model, job, lr, momentum)
+    if spec["system"] in ("ddp", "horovod"):
+        make_step = _ddp_step if spec["system"] == "ddp" else _horovod_step
+        step = make_step(model, job, lr, momentum)
         engine = None
     else:
         engine = Engine(
@@ -193,7 +206,7 @@ def _train(
             record=record,
         )
     iterations = []
-    dist.barrier()
+    _barrier(spec["system"])
     for it in range(total):
         straggle.factor = slowdown(stragglers, worker, it)
         inputs, targets = next(batches)
@@ -258,6 +271,38 @@ def _ddp_step(model: nn.Module, job: dict[str, Any], lr: float, momentum: float)
         forward_start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(ddp(inputs), targets)
+        backward_start = time.perf_counter()
+        loss.backward()
+        optimizer.step()
+        return forward_start, backward_start, time.perf_counter(), loss
+
+    return step
+
+
+def _barrier(system: str) -> None:
+    if system == "horovod":
+        import horovod.torch as hvd
+
+        hvd.allreduce(torch.zeros(1), name="barrier")
+    else:
+        dist.barrier()
+
+
+def _horovod_step(model: nn.Module, job: dict[str, Any], lr: float, momentum: float):
+    """The real Horovod: ``hvd.DistributedOptimizer`` (gradients averaged; tensor fusion with
+    the entry's threshold and cycle time, set by the launcher in the environment)."""
+    import horovod.torch as hvd
+
+    optimizer = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum),
+        named_parameters=model.named_parameters(),
+    )
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+
+    def step(inputs: torch.Tensor, targets: torch.Tensor, loss_fn: Any):
+        forward_start = time.perf_counter()
+        optimizer.zero_grad()
+        loss = loss_fn(model(inputs), targets)
         backward_start = time.perf_counter()
         loss.backward()
         optimizer.step()
