@@ -13,8 +13,12 @@ from django.views.decorators.http import require_http_methods
 from lab import actions
 from lab.accounts.auth import token_required
 from lab.experiments.forms import (
+    ARENA_CLUSTER_FIELDS,
+    ARENA_PREFIX,
     CLUSTER_KEYS,
     STRAGGLER_NAMES,
+    TRACE_FILE_KEYS,
+    TRACE_KEYS,
     ExperimentForm,
     api_field,
     straggler_text,
@@ -34,8 +38,14 @@ FIELDS = {
     "repeats",
     "iterations",
     "cluster",
+    "trace",
     "params",
 }
+TRACE_FILE_REFUSED = (
+    "trace files are not taken by the API (the server would read a path you name): give a "
+    "generated trace ({generator, jobs, jobs_per_hour, ...}); trace files run from the command "
+    "line (python -m runners run)"
+)
 
 
 @token_required
@@ -64,7 +74,7 @@ def _form_data(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[str
     errors: dict[str, list[str]] = {}
     for key in sorted(set(body) - FIELDS):
         errors[key] = [f"unknown field (allowed: {', '.join(sorted(FIELDS))})"]
-    data = {k: v for k, v in body.items() if k in FIELDS - {"cluster", "seeds", "params"}}
+    data = {k: v for k, v in body.items() if k in FIELDS - {"cluster", "trace", "seeds", "params"}}
     if "params" in body:
         data["params"] = json.dumps(body["params"])
     seeds = body.get("seeds")
@@ -80,10 +90,26 @@ def _form_data(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[str
     if not isinstance(cluster, dict):
         errors["cluster"] = ["must be an object"]
         cluster = {}
+    system = body.get("system")
+    if isinstance(system, str) and actions.arena_of(system) == "cluster":
+        _cluster_arena_data(body, cluster, data, errors)
+    else:
+        _comm_data(cluster, data, errors)
+        if "trace" in body:
+            errors["trace"] = ["only for a system of the cluster arena"]
+    for name, form_field in ExperimentForm.base_fields.items():
+        if name not in data and form_field.initial is not None:
+            initial = form_field.initial() if callable(form_field.initial) else form_field.initial
+            data[name] = json.dumps(initial) if name == "params" else initial
+    return data, errors
+
+
+def _comm_data(cluster: dict[str, Any], data: dict[str, Any], errors: dict[str, list[str]]) -> None:
+    """A communication-arena system: ``cluster`` onto the ``cluster_*`` form fields."""
     for key in CLUSTER_KEYS:
         value = cluster.get(key)
         if value is None:
-            continue  # the form's initial value (the spec's default) fills it in below
+            continue  # the form's initial value (the spec's default) fills it in
         if key in CONDITION_KEYS:
             values = value if isinstance(value, list) else [value]
             if not values or not all(_is_number(v) for v in values):
@@ -97,11 +123,50 @@ def _form_data(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[str
         data[f"cluster_{key}"] = value
     for key in sorted(set(cluster) - set(CLUSTER_KEYS)):
         errors[f"cluster.{key}"] = [f"unknown field (allowed: {', '.join(CLUSTER_KEYS)})"]
-    for name, form_field in ExperimentForm.base_fields.items():
-        if name not in data and form_field.initial is not None:
-            initial = form_field.initial() if callable(form_field.initial) else form_field.initial
-            data[name] = json.dumps(initial) if name == "params" else initial
-    return data, errors
+
+
+def _cluster_arena_data(
+    body: dict[str, Any],
+    cluster: dict[str, Any],
+    data: dict[str, Any],
+    errors: dict[str, list[str]],
+) -> None:
+    """A cluster-arena system: ``trace`` (generated only, never a file) onto the ``trace_*``
+    form fields and ``cluster`` onto the ``cluster_arena_*`` ones. Workloads and iterations
+    have no meaning there and are refused rather than silently dropped."""
+    for key in ("workloads", "iterations"):
+        if body.get(key) not in (None, []):
+            errors[key] = [f"not used in the cluster arena ({body['system']} runs a trace)"]
+    trace = body.get("trace", {})
+    if not isinstance(trace, dict):
+        errors["trace"] = ["must be an object, e.g. {generator: philly, jobs: 200}"]
+        trace = {}
+    for key in TRACE_FILE_KEYS:
+        if key in trace:
+            errors[f"trace.{key}"] = [TRACE_FILE_REFUSED]
+    generated = {k: v for k, v in trace.items() if k not in TRACE_FILE_KEYS}
+    _scalars("trace", generated, TRACE_KEYS, "trace_", data, errors)
+    _scalars("cluster", cluster, tuple(ARENA_CLUSTER_FIELDS), ARENA_PREFIX, data, errors)
+
+
+def _scalars(
+    section: str,
+    given: dict[str, Any],
+    keys: tuple[str, ...],
+    prefix: str,
+    data: dict[str, Any],
+    errors: dict[str, list[str]],
+) -> None:
+    """``given[key]`` onto the form field ``prefix + key``; one value each (no sweeps)."""
+    for key, value in given.items():
+        if key not in keys:
+            errors[f"{section}.{key}"] = [
+                f"unknown field for the cluster arena (allowed: {', '.join(keys)})"
+            ]
+        elif isinstance(value, (list, dict)):
+            errors[f"{section}.{key}"] = ["must be one value (the cluster arena has no sweeps)"]
+        elif value is not None:
+            data[prefix + key] = value
 
 
 def _is_number(value: Any) -> bool:

@@ -2,6 +2,11 @@
 
 Every run the experiment would create is validated against the runners contract before
 anything is stored; a spec error is shown next to the field it names.
+
+The system's arena decides which fields apply: the communication arenas (all-reduce, PS) run
+on workloads for a number of iterations on a ``cluster_*`` cluster; the cluster arena runs on a
+generated trace of jobs (``trace_*``) and its own cluster of servers (``cluster_arena_*``). The
+fields of the other arenas are ignored, errors included (the page hides them).
 """
 
 from __future__ import annotations
@@ -9,12 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.forms.forms import DeclarativeFieldsMetaclass
 
-from lab.actions import ExperimentConfig
+from lab.actions import ExperimentConfig, arena_of
 from lab.catalogue.models import CatalogueEntry, Workload
 from lab.runs.models import CONDITION_KEYS
 from runners import registry
 from runners import spec as run_spec
+from runners.cluster import spec as cluster_spec
 from workloads import devices
 
 MAX_RUNS = 500
@@ -43,13 +50,77 @@ PS_STRAGGLER_HELP = (
     "server:bandwidth_factor:cpu_slowdown, optionally @from-until; e.g. 1:0.5:2, 2:1:3@10-"
 )
 
+# The arenas the portal and the API queue, in the order the system menu lists them.
+PORTAL_ARENAS = ("allreduce", "ps", "cluster")
+ARENA_LABELS = {
+    "allreduce": "all-reduce arena",
+    "ps": "parameter-server arena",
+    "cluster": "cluster arena (a trace of jobs)",
+}
 
-# The portal queues the single-job (communication) arenas; the cluster arena runs from the
-# command line for now (``python -m runners run``).
-PORTAL_ARENAS = ("allreduce", "ps")
+# The cluster arena. Only generated traces: a trace file is a path on the server, and neither
+# the portal nor the API may make the server read a file a user names (``python -m runners
+# run`` takes trace files).
+_TRACE = cluster_spec.TraceSpec()
+TRACE_KEYS = ("generator", "jobs", "jobs_per_hour", "ps_fraction", "arrivals", "duration_scale")
+TRACE_FILE_KEYS = ("file", "format", "on_error", "throughputs", "limit")
+# Every field of the cluster arena's cluster (``ClusterSpec``): label, help text.
+_ARENA = cluster_spec.ClusterSpec()
+ARENA_PREFIX = "cluster_arena_"
+ARENA_CLUSTER_FIELDS = {
+    "servers": ("GPU servers", ""),
+    "gpus_per_server": ("GPUs per server", ""),
+    "gpu": ("GPU", "every server's GPU model"),
+    "nic_gbps": ("NIC bandwidth (Gbit/s per server)", ""),
+    "intra_gbps": ("bandwidth inside a server (Gbit/s)", "between the GPUs of one server"),
+    "cpus_per_server": ("CPU cores per server", ""),
+    "mem_gb_per_server": ("memory per server (GB)", ""),
+    "compute_efficiency": (
+        "compute efficiency",
+        "fraction of the GPU's peak fp32 rate reached (our assumption)",
+    ),
+    "max_interference": (
+        "max interference",
+        "co-located jobs slow each other by up to this (a seeded matrix, not measured); 0 = none",
+    ),
+    "restart_overhead_s": ("restart overhead (s)", "lost when a job is preempted or resized"),
+    "ps_servers": (
+        "PS machines",
+        "a separate pool of CPU machines for parameter servers (OASiS, PAI); 0 = none, PSs run "
+        "on the GPU servers",
+    ),
+    "ps_cpus_per_server": ("CPU cores per PS machine", ""),
+    "ps_mem_gb_per_server": ("memory per PS machine (GB)", ""),
+}
+_GPU_CHOICES = [(d, d) for d in sorted(devices.DEVICES)]
+# The fields only one side uses; the form ignores the other side's (``ExperimentForm.clean``).
+COMM_ONLY = ("workloads", "iterations", *(f"cluster_{key}" for key in CLUSTER_KEYS))
+CLUSTER_ARENA_ONLY = (
+    *(f"trace_{key}" for key in TRACE_KEYS),
+    *(ARENA_PREFIX + key for key in ARENA_CLUSTER_FIELDS),
+)
 
 
-class ExperimentForm(forms.Form):
+def _arena_field(key: str, label: str, help_text: str) -> forms.Field:
+    """The form field of a ``ClusterSpec`` field, with the dataclass default as its initial."""
+    default = getattr(_ARENA, key)
+    if isinstance(default, str):
+        return forms.ChoiceField(
+            label=label, initial=default, choices=_GPU_CHOICES, help_text=help_text
+        )
+    kind = forms.IntegerField if isinstance(default, int) else forms.FloatField
+    return kind(label=label, initial=default, help_text=help_text)
+
+
+# The cluster arena's cluster fields, declared from the table above (``cluster_arena_<key>``).
+_ClusterArenaFields = DeclarativeFieldsMetaclass(
+    "_ClusterArenaFields",
+    (forms.Form,),
+    {ARENA_PREFIX + key: _arena_field(key, *text) for key, text in ARENA_CLUSTER_FIELDS.items()},
+)
+
+
+class ExperimentForm(_ClusterArenaFields):
     name = forms.CharField(max_length=200)
     description = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
     system = forms.ChoiceField(help_text="the system under test")
@@ -58,7 +129,10 @@ class ExperimentForm(forms.Form):
         required=False,
         help_text="preselected: the baselines of the system's arena",
     )
-    workloads = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple)
+    workloads = forms.MultipleChoiceField(
+        widget=forms.CheckboxSelectMultiple,
+        help_text="the models trained (communication arenas; the cluster arena runs a trace)",
+    )
     mode = forms.ChoiceField(choices=[("sim", "simulation"), ("real", "real")], initial="sim")
     seeds = forms.CharField(
         required=False,
@@ -137,6 +211,38 @@ class ExperimentForm(forms.Form):
         "1 = all identical workers jitter together (fast), the number of workers = per-worker "
         "noise",
     )
+    trace_generator = forms.ChoiceField(
+        label="trace generator",
+        initial=_TRACE.generator,
+        choices=[(g, g) for g in cluster_spec.GENERATORS],
+        help_text="seeded by each run's seed: Philly-like jobs (all-reduce or PS) or DL2-like "
+        "PS jobs. The portal and the API take generated traces only; trace files (Philly, "
+        "Helios, PAI, Gavel, Tiresias logs) are paths on the server and run from the command "
+        "line (python -m runners run)",
+    )
+    trace_jobs = forms.IntegerField(label="jobs", initial=_TRACE.jobs)
+    trace_jobs_per_hour = forms.FloatField(
+        label="jobs per hour",
+        initial=_TRACE.jobs_per_hour,
+        help_text="mean arrival rate, i.e. the load; one value (for several loads, copy the "
+        "experiment once per load)",
+    )
+    trace_ps_fraction = forms.FloatField(
+        label="PS fraction",
+        initial=_TRACE.ps_fraction,
+        help_text="share of parameter-server jobs (philly; dl2 jobs are all PS jobs)",
+    )
+    trace_arrivals = forms.ChoiceField(
+        label="arrivals",
+        initial=_TRACE.arrivals,
+        choices=[(a, a) for a in cluster_spec.ARRIVALS],
+        help_text="poisson, or google: a diurnal, bursty Google-like process",
+    )
+    trace_duration_scale = forms.FloatField(
+        label="duration scale",
+        initial=_TRACE.duration_scale,
+        help_text="multiplies every job's duration (below 1: shorter runs)",
+    )
     params = forms.JSONField(
         required=False,
         initial=dict,
@@ -146,14 +252,30 @@ class ExperimentForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        entries = CatalogueEntry.objects.filter(active=True, arena__in=PORTAL_ARENAS)
-        choices = [(e.name, f"{e.name} ({e.arena}, {e.role})") for e in entries]
-        self.fields["system"].choices = choices
-        self.fields["baselines"].choices = [(e.name, e.name) for e in entries]
+        entries = list(CatalogueEntry.objects.filter(active=True, arena__in=PORTAL_ARENAS))
+        groups = [(a, [e for e in entries if e.arena == a]) for a in PORTAL_ARENAS]
+        self.fields["system"].choices = [
+            (ARENA_LABELS[arena], [(e.name, f"{e.name} ({e.role})") for e in group])
+            for arena, group in groups
+            if group
+        ]
+        self.fields["baselines"].choices = [
+            (ARENA_LABELS[arena], [(e.name, e.name) for e in group])
+            for arena, group in groups
+            if group
+        ]
         self.fields["workloads"].choices = [
             (w.name, w.name) for w in Workload.objects.filter(active=True)
         ]
         self.config: ExperimentConfig | None = None
+
+    @property
+    def trace_fields(self) -> list[forms.BoundField]:
+        return [self[f"trace_{key}"] for key in TRACE_KEYS]
+
+    @property
+    def cluster_arena_fields(self) -> list[forms.BoundField]:
+        return [self[ARENA_PREFIX + key] for key in ARENA_CLUSTER_FIELDS]
 
     def clean_seeds(self) -> list[int] | None:
         text = self.cleaned_data.get("seeds", "").strip()
@@ -195,6 +317,10 @@ class ExperimentForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
+        arena = arena_of(data.get("system", ""))
+        for name in COMM_ONLY if arena == "cluster" else CLUSTER_ARENA_ONLY:
+            self.errors.pop(name, None)  # another arena's field: neither checked nor used
+            data.pop(name, None)
         if self.errors:
             return data
         system = registry.get(data["system"])
@@ -206,19 +332,40 @@ class ExperimentForm(forms.Form):
                 f"{', '.join(wrong)}: not in the '{system.arena}' arena of {system.name}",
             )
             return data
-        seeds = data.get("seeds") or list(range(data.get("repeats") or 1))
+        common = {
+            "name": data["name"],
+            "description": data.get("description", ""),
+            "system": system.name,
+            "baselines": tuple(baselines),
+            "mode": data["mode"],
+            "seeds": tuple(data.get("seeds") or range(data.get("repeats") or 1)),
+            "params": data["params"],
+        }
+        if arena == "cluster":
+            config = self._cluster_arena_config(data, common)
+        else:
+            config = self._comm_config(data, common)
+        if config is None:
+            return data
+        for raw in config.raw_specs():
+            try:
+                run_spec.validate(raw)
+            except run_spec.SpecError as err:
+                self.add_error(form_field(err.field, arena), f"{err}" + _for(raw, system.name))
+                return data
+        self.config = config
+        return data
+
+    def _comm_config(self, data: dict[str, Any], common: dict[str, Any]) -> ExperimentConfig | None:
+        """The communication arenas: entries x workloads x sweep points x seeds."""
         sweep = {k: data[f"cluster_{k}"] for k in CONDITION_KEYS if len(data[f"cluster_{k}"]) > 1}
         points = 1
         for values in sweep.values():
             points *= len(values)
-        n_runs = (1 + len(baselines)) * len(data["workloads"]) * points * len(seeds)
-        if n_runs > MAX_RUNS:
-            self.add_error(
-                None,
-                f"this experiment would create {n_runs} runs; the limit is "
-                f"{MAX_RUNS} (fewer seeds, workloads, baselines or swept values)",
-            )
-            return data
+        entries = 1 + len(common["baselines"])
+        n_runs = entries * len(data["workloads"]) * points * len(common["seeds"])
+        if not self._within_limit(n_runs, "seeds, workloads, baselines or swept values"):
+            return None
         cluster = {}
         for key in CLUSTER_KEYS:
             value = data.get(f"cluster_{key}")
@@ -227,27 +374,34 @@ class ExperimentForm(forms.Form):
             if value is None:
                 continue  # left empty: the spec's default
             cluster[key] = value
-        config = ExperimentConfig(
-            name=data["name"],
-            description=data.get("description", ""),
-            system=system.name,
-            baselines=tuple(baselines),
+        return ExperimentConfig(
+            **common,
             workloads=tuple(data["workloads"]),
-            mode=data["mode"],
-            seeds=tuple(seeds),
             iterations=data["iterations"],
-            params=data["params"],
             cluster=cluster,
             sweep=sweep,
         )
-        for raw in config.raw_specs():
-            try:
-                run_spec.validate(raw)
-            except run_spec.SpecError as err:
-                self.add_error(form_field(err.field), f"{err}" + _for(raw, system.name))
-                return data
-        self.config = config
-        return data
+
+    def _cluster_arena_config(
+        self, data: dict[str, Any], common: dict[str, Any]
+    ) -> ExperimentConfig | None:
+        """The cluster arena: entries x seeds on one generated trace. No workloads (the trace is
+        the workload) and no iterations (jobs run to completion)."""
+        n_runs = (1 + len(common["baselines"])) * len(common["seeds"])
+        if not self._within_limit(n_runs, "seeds or baselines"):
+            return None
+        trace = {key: data[f"trace_{key}"] for key in TRACE_KEYS}
+        cluster = {key: data[ARENA_PREFIX + key] for key in ARENA_CLUSTER_FIELDS}
+        return ExperimentConfig(**common, workloads=(), cluster={"trace": trace, **cluster})
+
+    def _within_limit(self, n_runs: int, fewer: str) -> bool:
+        if n_runs <= MAX_RUNS:
+            return True
+        self.add_error(
+            None,
+            f"this experiment would create {n_runs} runs; the limit is {MAX_RUNS} (fewer {fewer})",
+        )
+        return False
 
 
 def _numbers(text: str, kind: type) -> list[Any]:
@@ -314,25 +468,38 @@ def _for(raw: dict[str, Any], system: str) -> str:
     return "" if raw["system"] == system else f" (for baseline {raw['system']})"
 
 
-def form_field(spec_field: str) -> str | None:
-    """The form field that holds a spec field (``cluster.stragglers[0].worker`` ->
-    ``cluster_stragglers``)."""
+def form_field(spec_field: str, arena: str | None = None) -> str | None:
+    """The form field that holds a spec field of a system of ``arena``
+    (``cluster.stragglers[0].worker`` -> ``cluster_stragglers``; in the cluster arena
+    ``cluster.servers`` -> ``cluster_arena_servers`` and ``trace.jobs`` -> ``trace_jobs``);
+    None when no field holds it (the error is shown above the form)."""
     head = spec_field.split("[")[0]
-    if head.startswith("cluster."):
-        return f"cluster_{head.split('.')[1]}"
-    if head.startswith("params"):
-        return "params"
-    return {
-        "workload": "workloads",
-        "system": "system",
-        "mode": "mode",
-        "iterations": "iterations",
-        "seed": "seeds",
-    }.get(head)
+    section, _, key = head.partition(".")
+    if section == "cluster" and key:
+        name = (ARENA_PREFIX if arena == "cluster" else "cluster_") + key.split(".")[0]
+    elif section == "trace" and key:
+        name = f"trace_{key.split('.')[0]}"
+    elif section == "params":
+        name = "params"
+    else:
+        name = {
+            "workload": "workloads",
+            "system": "system",
+            "mode": "mode",
+            "iterations": "iterations",
+            "seed": "seeds",
+        }.get(head, "")
+    return name if name in ExperimentForm.base_fields else None
 
 
 def api_field(form_field_name: str) -> str:
-    """Name of a form field in the JSON API (``cluster_workers`` -> ``cluster.workers``)."""
-    if form_field_name.startswith("cluster_"):
-        return "cluster." + form_field_name.removeprefix("cluster_")
+    """Name of a form field in the JSON API (``cluster_workers`` -> ``cluster.workers``,
+    ``cluster_arena_servers`` -> ``cluster.servers``, ``trace_jobs`` -> ``trace.jobs``)."""
+    for prefix, section in (
+        (ARENA_PREFIX, "cluster"),
+        ("cluster_", "cluster"),
+        ("trace_", "trace"),
+    ):
+        if form_field_name.startswith(prefix):
+            return f"{section}.{form_field_name.removeprefix(prefix)}"
     return "non_field_errors" if form_field_name == "__all__" else form_field_name

@@ -11,7 +11,15 @@ from django.views.decorators.http import require_POST
 from lab import actions
 from lab.accounts.auth import session_or_token
 from lab.catalogue.models import CatalogueEntry
-from lab.experiments.forms import PORTAL_ARENAS, STRAGGLER_NAMES, ExperimentForm, straggler_text
+from lab.experiments.forms import (
+    ARENA_CLUSTER_FIELDS,
+    ARENA_PREFIX,
+    PORTAL_ARENAS,
+    STRAGGLER_NAMES,
+    TRACE_KEYS,
+    ExperimentForm,
+    straggler_text,
+)
 from lab.experiments.models import Experiment
 from lab.reports import export, figures, paper
 from lab.runs.models import Run
@@ -46,16 +54,7 @@ def _initial(request: HttpRequest) -> dict[str, object]:
     """Defaults for a blank form; ``?copy=<id>`` starts from an existing experiment."""
     source = Experiment.objects.filter(pk=request.GET.get("copy") or 0).first()
     if source is None:
-        systems = CatalogueEntry.objects.filter(active=True, arena__in=PORTAL_ARENAS)
-        first = systems.filter(role="system").first() or systems.first()
-        if first is None:
-            return {}
-        baselines = [
-            e.name
-            for e in systems.filter(arena=first.arena, role="baseline")
-            if e.name != first.name
-        ]
-        return {"system": first.name, "baselines": baselines}
+        return _blank_initial()
     initial: dict[str, object] = {
         "name": f"{source.name} (copy)",
         "description": source.description,
@@ -67,6 +66,8 @@ def _initial(request: HttpRequest) -> dict[str, object]:
         "iterations": source.iterations,
         "params": source.params,
     }
+    if actions.arena_of(source.system) == "cluster":
+        return {**initial, **_cluster_arena_initial(request, source)}
     for key, value in source.cluster.items():
         if key in STRAGGLER_NAMES:
             value = ", ".join(straggler_text(item, STRAGGLER_NAMES[key]) for item in value)
@@ -74,6 +75,33 @@ def _initial(request: HttpRequest) -> dict[str, object]:
     for key, values in source.sweep.items():
         initial[f"cluster_{key}"] = ", ".join(f"{v:g}" for v in values)
     return initial
+
+
+def _blank_initial() -> dict[str, object]:
+    """The first system of the portal's arenas with its arena's baselines ticked."""
+    systems = CatalogueEntry.objects.filter(active=True, arena__in=PORTAL_ARENAS)
+    first = systems.filter(role="system").first() or systems.first()
+    if first is None:
+        return {}
+    baselines = [
+        e.name for e in systems.filter(arena=first.arena, role="baseline") if e.name != first.name
+    ]
+    return {"system": first.name, "baselines": baselines}
+
+
+def _cluster_arena_initial(request: HttpRequest, source: Experiment) -> dict[str, object]:
+    """The trace and cluster fields of a cluster-arena experiment (its ``cluster`` holds the
+    cluster spec and, under ``trace``, the trace)."""
+    trace = source.cluster.get("trace") or {}
+    if "file" in trace:
+        messages.warning(
+            request,
+            f"#{source.pk} runs on a trace file; the portal generates traces only, so the copy "
+            "has a generated trace (trace files run from the command line).",
+        )
+    initial = {f"trace_{k}": v for k, v in trace.items() if k in TRACE_KEYS}
+    cluster = {k: v for k, v in source.cluster.items() if k in ARENA_CLUSTER_FIELDS}
+    return {**initial, **{ARENA_PREFIX + k: v for k, v in cluster.items()}}
 
 
 class ExportForm(forms.Form):

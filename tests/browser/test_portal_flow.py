@@ -68,6 +68,41 @@ def test_a_member_creates_an_experiment_and_sees_its_plot(page, portal):
     assert "iteration_time_s" in page.locator("pre.log").first.inner_text()
 
 
+def test_a_member_queues_a_cluster_arena_experiment_on_a_generated_trace(page, portal):
+    login(page, portal)
+    page.goto(portal.url + "/experiments/new/")
+    assert page.is_visible("#comm-fields") and not page.is_visible("#trace-fields")
+    page.select_option("#id_system", "oasis")
+    for part in ("#trace-fields", "#cluster-arena-fields"):
+        assert page.is_visible(part), part
+    for part in ("#comm-fields", "#ps-fields", "#id_workloads", "#id_iterations"):
+        assert not page.is_visible(part), part
+    assert page.is_checked("input[name=baselines][value=fifo]")
+    assert page.is_disabled("input[name=baselines][value=wfbp]")  # another arena
+    ticked = [b.get_attribute("value") for b in page.locator("input[name=baselines]:checked").all()]
+    assert len(ticked) >= 5  # the cluster arena's baselines
+    for baseline in ticked:
+        if baseline != "fifo":
+            page.uncheck(f"input[name=baselines][value={baseline}]")
+    page.fill("#id_name", "cluster run")
+    page.fill("#id_seeds", "0")
+    page.fill("#id_trace_jobs", "0")
+    page.fill("#id_trace_duration_scale", "0.1")
+    page.fill("#id_cluster_arena_servers", "2")
+    page.click("text=Queue experiment")
+    # Shown again with the error next to the trace field, the cluster arena's parts still shown.
+    assert "trace.jobs" in page.locator("#field-trace_jobs .error").inner_text()
+    assert page.is_visible("#trace-fields") and not page.is_visible("#comm-fields")
+    page.fill("#id_trace_jobs", "20")
+    page.click("text=Queue experiment")
+    page.wait_for_url("**/experiments/*/")
+    assert page.locator(".message").inner_text().startswith("Queued 2 runs")
+    page.wait_for_function(
+        "document.getElementById('experiment-status').textContent === 'succeeded'", timeout=120_000
+    )
+    assert page.locator("tr[id^=run-]", has_text="philly-20").count() == 2
+
+
 def test_invalid_input_is_explained_next_to_the_field(page, portal):
     login(page, portal)
     page.goto(portal.url + "/experiments/new/")

@@ -23,6 +23,14 @@ BODY = {
     "cluster": {"workers": 4, "bandwidth_gbps": 10},
     "params": {"credit_bytes": 1_000_000},
 }
+CLUSTER_BODY = {
+    "name": "oasis vs fifo",
+    "system": "oasis",
+    "baselines": ["fifo"],
+    "trace": {"generator": "philly", "jobs": 50, "jobs_per_hour": 20, "ps_fraction": 0.5},
+    "cluster": {"servers": 4, "gpus_per_server": 4},
+    "seeds": [0, 1],
+}
 
 
 @pytest.fixture
@@ -147,6 +155,73 @@ def test_ps_cluster_fields_and_time_varying_stragglers_reach_the_run_spec(client
             "until_iteration": None,
         }
     ]
+
+
+def test_a_cluster_arena_experiment_runs_its_entries_on_the_given_trace(client, token):
+    response = post(client, "/api/experiments/", CLUSTER_BODY, token)
+    assert response.status_code == 201, response.json()
+    data = response.json()
+    assert data["workloads"] == [] and data["cluster"]["trace"]["jobs"] == 50
+    assert sorted((r["system"], r["seed"]) for r in data["runs"]) == [
+        ("fifo", 0),
+        ("fifo", 1),
+        ("oasis", 0),
+        ("oasis", 1),
+    ]
+    for run in Run.objects.all():
+        assert run.spec["trace"] == {
+            "generator": "philly",
+            "jobs": 50,
+            "jobs_per_hour": 20.0,
+            "ps_fraction": 0.5,
+            "arrivals": "poisson",  # left out: the spec's default
+            "duration_scale": 1.0,
+        }
+        assert (run.spec["cluster"]["servers"], run.spec["cluster"]["gpus_per_server"]) == (4, 4)
+        assert run.spec["cluster"]["ps_servers"] == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"trace": {"file": "/etc/passwd", "format": "philly"}}, "trace.file"),
+        ({"trace": {"generator": "philly", "throughputs": "/etc/hosts"}}, "trace.throughputs"),
+        ({"trace": {"jobs": 0}}, "trace.jobs"),
+        ({"trace": {"jobs_per_hour": [10, 20]}}, "trace.jobs_per_hour"),
+        ({"trace": {"generator": "gavel"}}, "trace.generator"),
+        ({"trace": {"arrivals": "bursty"}}, "trace.arrivals"),
+        ({"trace": {"colour": 1}}, "trace.colour"),
+        ({"trace": "philly"}, "trace"),
+        ({"cluster": {"servers": 0}}, "cluster.servers"),
+        ({"cluster": {"gpus_per_server": True}}, "cluster.gpus_per_server"),
+        ({"cluster": {"workers": 4}}, "cluster.workers"),
+        ({"workloads": ["resnet50"]}, "workloads"),
+        ({"iterations": 10}, "iterations"),
+        ({"baselines": ["wfbp"]}, "baselines"),
+        ({"params": {"slot_s": -1}}, "params"),
+    ],
+)
+def test_bad_cluster_arena_bodies_get_400_naming_the_field(client, token, change, field):
+    response = post(client, "/api/experiments/", {**CLUSTER_BODY, **change}, token)
+    assert response.status_code == 400
+    assert field in response.json()["errors"], response.json()
+    assert not Run.objects.exists()
+
+
+def test_a_trace_file_is_refused_even_when_it_exists(client, token, tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("job_id,submit_time\n")
+    body = {**CLUSTER_BODY, "trace": {"file": str(trace), "format": "philly"}}
+    response = post(client, "/api/experiments/", body, token)
+    errors = response.json()["errors"]
+    assert response.status_code == 400 and set(errors) == {"trace.file", "trace.format"}
+    assert "generated trace" in errors["trace.file"][0]
+    assert not Experiment.objects.exists()
+
+
+def test_a_trace_is_refused_for_a_communication_system(client, token):
+    response = post(client, "/api/experiments/", {**BODY, "trace": {"jobs": 5}}, token)
+    assert response.status_code == 400 and "trace" in response.json()["errors"]
 
 
 @pytest.mark.parametrize("body", ["{not json", "[1, 2]"])

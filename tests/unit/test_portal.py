@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from django.test import Client
 from django.urls import reverse
 
 from lab import actions
+from lab.experiments import forms
 from lab.experiments.models import Experiment
+from lab.reports import claims, reproduce
 from lab.runs.models import Run
 from runners import registry
+from runners.cluster import spec as cluster_spec
 
 pytestmark = pytest.mark.django_db
 
@@ -31,6 +36,36 @@ FORM = {
     "cluster_stragglers": "",
     "params": "{}",
 }
+# A cluster-arena experiment as the page posts it: every field of the page is sent, the
+# communication arenas' fields too (hidden, and here deliberately invalid: they are ignored).
+CLUSTER_FORM = {
+    **FORM,
+    "name": "oasis vs fifo, drf",
+    "system": "oasis",
+    "baselines": ["fifo", "drf"],
+    "workloads": ["resnet50-debug"],
+    "iterations": "",
+    "cluster_workers": "0",
+    "params": '{"horizon_slots": 10}',
+    "trace_generator": "dl2",
+    "trace_jobs": "30",
+    "trace_jobs_per_hour": "12",
+    "trace_ps_fraction": "0",
+    "trace_arrivals": "google",
+    "trace_duration_scale": "0.5",
+    **{
+        forms.ARENA_PREFIX + f.name: str(f.default)
+        for f in dataclasses.fields(cluster_spec.ClusterSpec)
+    },
+    "cluster_arena_servers": "4",
+    "cluster_arena_gpus_per_server": "4",
+    "cluster_arena_ps_servers": "2",
+}
+
+
+def field_block(html: str, field: str) -> str:
+    """The HTML of one form field (label, input, help, errors)."""
+    return html.split(f'id="field-{field}"', 1)[1].split('<div class="field', 1)[0]
 
 
 @pytest.fixture
@@ -96,7 +131,7 @@ def test_repeats_give_seeds_when_no_seeds_are_given(browser):
         ({"cluster_ps_stragglers": "8:0.5:1"}, "cluster_ps_stragglers", "ps_stragglers[0].server"),
         ({"workloads": []}, "workloads", "required"),
         ({"system": "nope"}, "system", "Select a valid choice"),
-        ({"mode": "real"}, "mode", "supports sim only"),
+        ({"system": "tictac-tic", "baselines": [], "mode": "real"}, "mode", "supports sim only"),
         ({"name": ""}, "name", "required"),
     ],
 )
@@ -105,8 +140,7 @@ def test_invalid_input_is_shown_next_to_its_field_and_nothing_is_queued(
 ):
     response = browser.post(reverse("experiment-new"), {**FORM, **change})
     assert response.status_code == 200
-    html = response.content.decode()
-    block = html.split(f'id="field-{field}"', 1)[1].split('<div class="field', 1)[0]
+    block = field_block(response.content.decode(), field)
     assert 'class="error"' in block and text in block, block
     assert not Experiment.objects.exists()
     assert not Run.objects.exists()
@@ -181,6 +215,159 @@ def test_copy_prefills_the_form_from_an_experiment(browser, user, config):
     assert form.initial["name"] == "bs vs wfbp (copy)"
     assert form.initial["cluster_workers"] == 4
     assert form.initial["params"] == {"credit_bytes": 100_000}
+
+
+def test_a_cluster_arena_experiment_runs_every_entry_and_seed_on_the_given_trace(browser):
+    response = browser.post(reverse("experiment-new"), CLUSTER_FORM)
+    assert response.status_code == 302, response.context["form"].errors
+    experiment = Experiment.objects.get()
+    assert experiment.workloads == [] and experiment.sweep == {}
+    runs = list(experiment.runs.all())
+    pairs = sorted((r.system, r.seed) for r in runs)
+    assert pairs == sorted((s, seed) for s in ("oasis", "fifo", "drf") for seed in (0, 1))
+    trace = {
+        "generator": "dl2",
+        "jobs": 30,
+        "jobs_per_hour": 12.0,
+        "ps_fraction": 0.0,
+        "arrivals": "google",
+        "duration_scale": 0.5,
+    }
+    for run in runs:
+        assert run.spec["trace"] == trace
+        assert "workload" not in run.spec and "iterations" not in run.spec
+        cluster = run.spec["cluster"]
+        assert (cluster["servers"], cluster["gpus_per_server"], cluster["ps_servers"]) == (4, 4, 2)
+        assert cluster["nic_gbps"] == cluster_spec.ClusterSpec.nic_gbps
+        assert run.workload == "dl2-30"
+        assert ("horizon_slots" in run.spec["params"]) == (run.system == "oasis")
+    assert next(r for r in runs if r.system == "oasis").spec["params"]["horizon_slots"] == 10
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "text"),
+    [
+        ({"trace_jobs": "0"}, "trace_jobs", "trace.jobs: must be between 1"),
+        ({"trace_jobs": ""}, "trace_jobs", "required"),
+        ({"trace_jobs_per_hour": "-2"}, "trace_jobs_per_hour", "trace.jobs_per_hour"),
+        ({"trace_jobs_per_hour": "10, 20"}, "trace_jobs_per_hour", "Enter a number"),
+        ({"trace_ps_fraction": "1.5"}, "trace_ps_fraction", "trace.ps_fraction"),
+        ({"trace_duration_scale": "0"}, "trace_duration_scale", "trace.duration_scale"),
+        ({"trace_generator": "gavel"}, "trace_generator", "Select a valid choice"),
+        ({"cluster_arena_servers": "0"}, "cluster_arena_servers", "cluster.servers"),
+        ({"cluster_arena_max_interference": "11"}, "cluster_arena_max_interference", "cluster."),
+        ({"cluster_arena_gpu": "tpu"}, "cluster_arena_gpu", "Select a valid choice"),
+        ({"baselines": ["fifo", "wfbp"]}, "baselines", "wfbp: not in the"),
+        ({"params": '{"slot_s": -1}'}, "params", "params.slot_s"),
+        ({"mode": "real"}, "mode", "supports sim only"),
+    ],
+)
+def test_a_bad_cluster_arena_value_is_shown_next_to_its_field(browser, change, field, text):
+    response = browser.post(reverse("experiment-new"), {**CLUSTER_FORM, **change})
+    assert response.status_code == 200
+    html = response.content.decode()
+    block = field_block(html, field)
+    assert 'class="error"' in block and text in block, block
+    assert html.count('class="error"') == 1  # the ignored fields show none
+    assert not Experiment.objects.exists()
+
+
+def test_a_communication_system_needs_workloads_and_ignores_the_cluster_arena_fields(browser):
+    ignored = {"trace_jobs": "0", "cluster_arena_servers": "many", "trace_generator": "x"}
+    response = browser.post(reverse("experiment-new"), {**FORM, **ignored, "workloads": []})
+    html = response.content.decode()
+    assert "required" in field_block(html, "workloads")
+    assert html.count('class="error"') == 1 and not Experiment.objects.exists()
+    assert browser.post(reverse("experiment-new"), {**FORM, **ignored}).status_code == 302
+    assert "trace" not in Experiment.objects.get().runs.first().spec
+
+
+def test_the_cluster_arena_fields_show_the_spec_defaults():
+    form = forms.ExperimentForm()
+    trace, cluster = cluster_spec.TraceSpec(), cluster_spec.ClusterSpec()
+    spec_fields = {f.name for f in dataclasses.fields(cluster_spec.ClusterSpec)}
+    assert set(forms.ARENA_CLUSTER_FIELDS) == spec_fields  # every field of the spec, no more
+    for key in spec_fields:
+        assert form.fields[forms.ARENA_PREFIX + key].initial == getattr(cluster, key), key
+    for key in forms.TRACE_KEYS:
+        assert form.fields[f"trace_{key}"].initial == getattr(trace, key), key
+    trace_fields = {f.name for f in dataclasses.fields(cluster_spec.TraceSpec)}
+    assert set(forms.TRACE_KEYS) | set(forms.TRACE_FILE_KEYS) == trace_fields
+    assert not any(name.startswith("trace_file") for name in form.fields)  # no server paths
+
+
+@pytest.mark.parametrize(
+    ("spec_field", "arena", "form_field", "api_field"),
+    [
+        ("trace.jobs", "cluster", "trace_jobs", "trace.jobs"),
+        ("cluster.servers", "cluster", "cluster_arena_servers", "cluster.servers"),
+        ("cluster.servers", "ps", "cluster_servers", "cluster.servers"),
+        ("cluster.stragglers[0].worker", "allreduce", "cluster_stragglers", "cluster.stragglers"),
+        ("params.slot_s", "cluster", "params", "params"),
+        ("trace.file", "cluster", None, None),
+        ("cluster.nope", "cluster", None, None),
+    ],
+)
+def test_a_spec_field_maps_to_the_form_field_and_api_name_of_its_arena(
+    spec_field, arena, form_field, api_field
+):
+    assert forms.form_field(spec_field, arena) == form_field
+    if form_field is not None:
+        assert forms.api_field(form_field) == api_field
+
+
+def test_the_system_menu_groups_systems_by_arena(browser):
+    html = browser.get(reverse("experiment-new")).content.decode()
+    menu = html.split('id="id_system"', 1)[1].split("</select>", 1)[0]
+    cluster_group = menu.split('<optgroup label="cluster arena', 1)[1].split("</optgroup>", 1)[0]
+    assert 'value="oasis"' in cluster_group and 'value="fifo"' in cluster_group
+    assert 'value="pace"' not in cluster_group and 'value="pace"' in menu
+    for part in ('id="trace-fields" data-arenas="cluster"', 'id="comm-fields"'):
+        assert part in html
+
+
+def page_values(form: forms.ExperimentForm) -> dict[str, object]:
+    """What the page posts for an unbound form as it shows it (each field's value)."""
+    values = {name: form[name].value() for name in form.fields}
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def test_a_copy_of_a_cluster_experiment_round_trips_through_the_form(browser):
+    assert browser.post(reverse("experiment-new"), CLUSTER_FORM).status_code == 302
+    source = Experiment.objects.get()
+    page = browser.get(reverse("experiment-new") + f"?copy={source.pk}")
+    form = page.context["form"]
+    assert (form.initial["trace_jobs"], form.initial["cluster_arena_servers"]) == (30, 4)
+    assert 'value="30"' in field_block(page.content.decode(), "trace_jobs")
+    assert browser.post(reverse("experiment-new"), page_values(form)).status_code == 302
+    copy = Experiment.objects.exclude(pk=source.pk).get()
+    assert (copy.system, copy.baselines, copy.seeds) == ("oasis", ["fifo", "drf"], [0, 1])
+    assert copy.params == {"horizon_slots": 10}
+    assert copy.cluster == source.cluster and copy.cluster["trace"]["generator"] == "dl2"
+
+
+def test_a_copy_of_a_claims_cluster_experiment_queues_the_same_runs(browser, user):
+    claim = next(c for c in claims.load_ledger() if c.arena == "cluster")
+    source = actions.create_experiment(user, reproduce.experiment_config(claim, "sim"))
+    form = browser.get(reverse("experiment-new") + f"?copy={source.pk}").context["form"]
+    response = browser.post(reverse("experiment-new"), page_values(form))
+    assert response.status_code == 302, response.context["form"].errors
+    copy = Experiment.objects.exclude(pk=source.pk).get()
+
+    def specs(experiment: Experiment) -> list[dict]:
+        return [{**r.spec, "labels": {}} for r in experiment.runs.order_by("system", "seed")]
+
+    assert specs(copy) == specs(source) and len(specs(source)) > 1
+
+
+def test_the_experiment_page_shows_a_cluster_experiment(browser):
+    browser.post(reverse("experiment-new"), CLUSTER_FORM)
+    experiment = Experiment.objects.get()
+    page = browser.get(experiment.get_absolute_url())
+    html = page.content.decode()
+    assert page.status_code == 200 and html.count('id="run-') == 6
+    assert "dl2-30" in html and "avg JCT" in html
+    assert "on the dl2-30 trace at 12.0 jobs/h" in html and "iterations:" not in html
 
 
 def test_the_catalogue_lists_every_entry_with_its_paper_and_parameters(browser):

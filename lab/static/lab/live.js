@@ -23,15 +23,28 @@
     return root !== null && root.dataset.active === "true";
   }
 
-  // New-experiment form: preselect the baselines of the chosen system's arena.
-  function baselinePreselect() {
+  // New-experiment form: show the parts of the chosen system's arena (data-arenas; the server
+  // ignores the others) and preselect the baselines of its arena.
+  function experimentForm() {
     const data = document.getElementById("catalogue-data");
     const system = document.getElementById("id_system");
     if (!data || !system) { return; }
     const catalogue = JSON.parse(data.textContent);
     const byName = Object.fromEntries(catalogue.map(function (e) { return [e.name, e]; }));
     const hint = document.getElementById("param-hint");
-    const update = function () {
+    const showArena = function () {
+      const chosen = byName[system.value];
+      if (!chosen) { return; }
+      document.querySelectorAll("#experiment-form [data-arenas]").forEach(function (part) {
+        part.hidden = part.dataset.arenas.split(" ").indexOf(chosen.arena) < 0;
+      });
+      if (hint) {
+        const params = chosen.params.map(function (p) { return p.name + " (default " + p.default + ")"; });
+        hint.textContent = params.length ? "Parameters of " + chosen.name + ": " + params.join(", ")
+                                         : chosen.name + " has no parameters.";
+      }
+    };
+    const preselect = function () {
       const chosen = byName[system.value];
       if (!chosen) { return; }
       document.querySelectorAll("input[name=baselines]").forEach(function (box) {
@@ -40,21 +53,16 @@
         box.checked = sameArena && entry.role === "baseline" && entry.name !== chosen.name;
         box.disabled = !sameArena || entry.name === chosen.name;
       });
-      const psFields = document.getElementById("ps-fields");
-      if (psFields) { psFields.hidden = chosen.arena !== "ps"; }
-      if (hint) {
-        const params = chosen.params.map(function (p) { return p.name + " (default " + p.default + ")"; });
-        hint.textContent = params.length ? "Parameters of " + chosen.name + ": " + params.join(", ")
-                                         : chosen.name + " has no parameters.";
-      }
     };
-    system.addEventListener("change", update);
-    if (!document.querySelector(".field.invalid")) { update(); }
+    system.addEventListener("change", function () { preselect(); showArena(); });
+    showArena();
+    // Shown again with errors: the member's own baseline choices stand.
+    if (!document.querySelector(".field.invalid")) { preselect(); }
   }
 
   document.addEventListener("DOMContentLoaded", function () {
     const live = document.getElementById("live");
     if (live) { poll(live); }
-    baselinePreselect();
+    experimentForm();
   });
 })();
