@@ -29,7 +29,16 @@ REFERENCE_PARAM_COUNTS = {
     "transformer": 63_082_496,
 }
 ALL_PARAM_COUNTS = TORCHVISION_PARAM_COUNTS | REFERENCE_PARAM_COUNTS
-DEBUG_NAMES = ["resnet50-debug", "vgg16-debug"]
+DEBUG_CNNS = ["inception3-debug", "resnet50-debug", "vgg16-debug"]
+# Each tiny variant (pinned, so that a change shows) and the full model it shrinks.
+DEBUG_PARAM_COUNTS = {
+    "resnet50-debug": 130_962,
+    "vgg16-debug": 256_690,
+    "inception3-debug": 88_458,
+    "bert-base-debug": 124_864,
+    "transformer-debug": 249_856,
+    "gpt2-debug": 118_528,
+}
 
 
 def param_count(model: nn.Module) -> int:
@@ -92,7 +101,7 @@ def test_new_models_map_their_input_to_the_documented_output_shape(name, batch):
         assert out.shape == (batch, spec.input_shape[-1], spec.num_classes)
 
 
-@pytest.mark.parametrize("name", DEBUG_NAMES)
+@pytest.mark.parametrize("name", DEBUG_CNNS)
 def test_debug_model_trains_a_step_on_cpu_with_its_input_shape(name):
     torch.manual_seed(0)
     spec = MODELS[name]
@@ -107,6 +116,47 @@ def test_debug_model_trains_a_step_on_cpu_with_its_input_shape(name):
     assert all(p.grad is not None for p in model.parameters())
     opt.step()
     assert torch.isfinite(loss)
+
+
+@pytest.mark.parametrize(
+    "name, output_shape",
+    [
+        ("bert-base-debug", ((3, 32, 64), (3, 64))),  # (sequence output, pooled output)
+        ("transformer-debug", (3, 32, 256)),
+        ("gpt2-debug", (3, 32, 256)),
+    ],
+)
+def test_debug_token_models_map_their_input_to_the_documented_output_shape(name, output_shape):
+    spec = MODELS[name]
+    out = meta_model(name)(torch.zeros((3, *spec.input_shape), dtype=torch.long, device="meta"))
+    shape = tuple(o.shape for o in out) if isinstance(out, tuple) else out.shape
+    assert shape == output_shape
+
+
+@pytest.mark.parametrize("name", sorted(DEBUG_PARAM_COUNTS))
+def test_debug_models_are_tiny_versions_of_their_full_models(name):
+    full = name.removesuffix("-debug")
+    debug_layers, full_layers = (workloads.load_profile(n).layers for n in (name, full))
+    assert param_count(meta_model(name)) == DEBUG_PARAM_COUNTS[name] < 500_000  # < 2 MB
+    # Same modules under the same names, fewer blocks: every debug layer exists in the full
+    # model, with the same module type.
+    full_types = {layer["name"]: layer["module_type"] for layer in raw_layers(full)}
+    assert all(full_types[layer["name"]] == layer["module_type"] for layer in raw_layers(name))
+    assert {layer.name.split(".")[0] for layer in debug_layers} == {
+        layer.name.split(".")[0] for layer in full_layers
+    }
+
+
+def test_inception3_debug_keeps_every_branch_of_inception3():
+    # TicTac's order differs from layer order only on DAGs: the debug model keeps the DAG.
+    debug, full = (workloads.load_profile(n).layers for n in ("inception3-debug", "inception3"))
+    assert [(layer.name, layer.deps) for layer in debug] == [
+        (layer.name, layer.deps) for layer in full
+    ]
+
+
+def raw_layers(name: str) -> list[dict]:
+    return json.loads((workloads.PROFILES_DIR / f"{name}.json").read_text())["layers"]
 
 
 def test_every_registered_builder_is_importable_and_named_like_its_model():
@@ -169,6 +219,10 @@ def test_stored_profiles_match_their_registry_entries():
         ("bert-base", "embeddings.word_embeddings", "pooler.dense"),
         ("gpt2", "transformer.wte", "lm_head"),
         ("transformer", "embed", "generator"),
+        ("inception3-debug", "Conv2d_1a_3x3.conv", "fc"),
+        ("bert-base-debug", "embeddings.word_embeddings", "pooler.dense"),
+        ("gpt2-debug", "transformer.wte", "lm_head"),
+        ("transformer-debug", "embed", "generator"),
     ],
 )
 def test_layers_start_and_end_where_the_forward_pass_does(name, first, last):
@@ -230,6 +284,15 @@ def test_layer_counts():
         "bert-base": 101,  # 4 embedding + 12 x 8 + pooler
         "gpt2": 76,  # 2 embeddings + 12 x 6 + ln_f + lm_head
         "transformer": 128,  # embed + 6 x 8 + 6 x 13 + generator
+    }
+    debug = {name: len(workloads.load_profile(name).layers) for name in DEBUG_PARAM_COUNTS}
+    assert debug == {
+        "resnet50-debug": 35,  # 17 convs + 17 batch norms + fc
+        "vgg16-debug": 16,
+        "inception3-debug": 189,  # every conv and batch norm of inception3
+        "bert-base-debug": 21,  # 4 embedding + 2 x 8 + pooler
+        "gpt2-debug": 16,  # 2 embeddings + 2 x 6 + ln_f + lm_head
+        "transformer-debug": 44,  # embed + 2 x 8 + 2 x 13 + generator
     }
 
 
@@ -459,7 +522,9 @@ def test_profiles_are_immutable_and_hashable():
 
 
 def test_unknown_workload_raises_a_value_error_naming_the_known_ones():
-    with pytest.raises(ValueError, match=r"unknown workload 'nope' \(known: bert-base, gpt2, "):
+    with pytest.raises(
+        ValueError, match=r"unknown workload 'nope' \(known: bert-base, bert-base-debug, "
+    ):
         workloads.load_profile("nope")
     with pytest.raises(ValueError, match=r"unknown model 'nope'"):
         build_model("nope")
@@ -503,7 +568,7 @@ def test_profiler_marks_modules_it_has_no_rule_for_as_fallback():
     assert layers[1]["fwd_flops"] == 2 * (2 * 3 * 3)
 
 
-@pytest.mark.parametrize("name", DEBUG_NAMES)
+@pytest.mark.parametrize("name", sorted(DEBUG_PARAM_COUNTS))
 def test_meta_and_cpu_forward_passes_give_the_same_profile(name):
     assert profiler.profile_model(name, device="meta") == profiler.profile_model(name, "cpu")
 

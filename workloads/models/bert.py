@@ -167,3 +167,9 @@ def bert_base(num_classes: int = 30522) -> BertModel:
     """BERT-base (uncased): 12 layers, 768 hidden, 12 heads; `num_classes` is the vocabulary
     size (BertModel has no classifier; the registry passes the vocabulary through it)."""
     return BertModel(vocab=num_classes)
+
+
+def bert_base_debug(num_classes: int = 256) -> BertModel:
+    """Tiny BertModel for tests: 2 post-LN layers, hidden 64, 4 heads, FFN 256, 64 positions
+    (32-token inputs), same modules and names as bert_base; `num_classes` is the vocabulary."""
+    return BertModel(vocab=num_classes, hidden=64, layers=2, heads=4, ffn=256, max_pos=64)

@@ -127,3 +127,9 @@ def gpt2_small(num_classes: int = 50257) -> GPT2LMHeadModel:
     """GPT-2 small (124M): 12 layers, 768 hidden, 12 heads, 1024 context; `num_classes` is
     the vocabulary size (input ids and output logits)."""
     return GPT2LMHeadModel(vocab=num_classes)
+
+
+def gpt2_debug(num_classes: int = 256) -> GPT2LMHeadModel:
+    """Tiny GPT-2 for tests: 2 pre-LN blocks, hidden 64, 4 heads, MLP 256, context 32, same
+    modules, names and tied head as gpt2_small; `num_classes` is the vocabulary size."""
+    return GPT2LMHeadModel(vocab=num_classes, ctx=32, hidden=64, layers=2, heads=4)

@@ -159,3 +159,10 @@ def transformer_base(num_classes: int = 37000) -> Transformer:
     """Transformer base (6+6 layers, d_model 512, 8 heads, ffn 2048); `num_classes` is the
     shared source/target vocabulary size."""
     return Transformer(vocab=num_classes)
+
+
+def transformer_debug(num_classes: int = 256) -> Transformer:
+    """Tiny Transformer for tests: 2+2 post-LN layers, d_model 64, 4 heads, ffn 256, positions
+    up to 64, same modules, names and tied embedding as transformer_base; `num_classes` is
+    the shared vocabulary size."""
+    return Transformer(vocab=num_classes, d_model=64, heads=4, ffn=256, layers=2, max_len=64)
