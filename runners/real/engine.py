@@ -209,10 +209,13 @@ class _Iteration:
 
     def __init__(self, it: int, engine: Engine) -> None:
         self.it = it
-        self.layer_left = [len(p) for p in engine.binding.params]
-        self.group_left = [len(g.layers) for g in engine.groups]
+        params = engine.binding.params
+        self.layer_left = [len(p) for p in params]
+        # A layer without parameters of its own (a tied LM head) is never "ready": it does not
+        # hold its group back, and a group with no parameters at all needs no collective.
+        self.group_left = [sum(1 for layer in g.layers if params[layer]) for g in engine.groups]
         self.finals_left = [g.finals for g in engine.groups]
-        self.synced = [False] * len(engine.groups)
+        self.synced = [g.numel == 0 for g in engine.groups]
         self.bufs: list[torch.Tensor | None] = [None] * len(engine.groups)
         self.local: list[torch.Tensor | None] = [None] * len(engine.groups)
         self.applied = 0  # layers whose update from this iteration has been applied

@@ -349,3 +349,17 @@ def test_shaped_without_root_is_refused_not_run_on_loopback(monkeypatch):
     auto = validate({"system": "wfbp", "mode": "real", "workload": MODEL})
     network = launch.preflight(auto)
     assert network.kind == "loopback" and "root" in network.note
+
+
+@pytest.mark.parametrize(
+    ("workload", "dataset"), [("gpt2-debug", "markov"), ("inception3-debug", "shapes")]
+)
+def test_tied_weights_and_branchy_graphs_train(workload, dataset, tmp_path):
+    """gpt2's LM head owns no parameter (tied to the embedding): its layer must not hold its
+    group back; inception's branches release gradients out of layer order."""
+    raw = {**_spec("bytescheduler", {"partition_bytes": 20_000, "credit_bytes": 40_000}),
+           "workload": workload}  # fmt: skip
+    raw["real"]["dataset"] = dataset
+    summary = run_to_directory(validate(raw), tmp_path / "run", ["test"])
+    assert summary["metrics"]["comm_time_s"] > 0
+    assert summary["metrics"]["eval_loss"] > 0
