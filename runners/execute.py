@@ -67,26 +67,39 @@ def _staged_run(spec: RunSpec | ClusterRunSpec, out: Path, argv: list[str]) -> I
             handler.close()
 
 
-def _write_results(tmp: Path, spec: RunSpec, result: SimResult, wall_s: float) -> dict[str, Any]:
-    rundir.write_jsonl(tmp / rundir.METRICS, result.series)
+def _run_info(spec: RunSpec | ClusterRunSpec) -> dict[str, Any]:
+    """The summary's ``run`` block."""
+    return {
+        "system": spec.system,
+        "workload": spec.workload,
+        "mode": spec.mode,
+        "seed": spec.seed,
+        "arena": spec.arena,
+    }
+
+
+# A comm-arena run's artifacts: the per-iteration series and the timeline.
+COMM_ARTIFACTS = [
+    {"kind": "timeline", "path": "timeline.csv"},
+    {"kind": "series", "path": rundir.METRICS},
+]
+
+
+def _write_series_and_timeline(tmp: Path, series: list[Any], timeline: list[Any]) -> None:
+    rundir.write_jsonl(tmp / rundir.METRICS, series)
     with (tmp / "timeline.csv").open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(SimResult.TIMELINE_COLUMNS)
-        writer.writerows(result.timeline)
+        writer.writerows(timeline)
+
+
+def _write_results(tmp: Path, spec: RunSpec, result: SimResult, wall_s: float) -> dict[str, Any]:
+    _write_series_and_timeline(tmp, result.series, result.timeline)
     summary = {
-        "run": {
-            "system": spec.system,
-            "workload": spec.workload,
-            "mode": spec.mode,
-            "seed": spec.seed,
-            "arena": spec.arena,
-        },
+        "run": _run_info(spec),
         "metrics": {**result.metrics, "sim_wall_s": wall_s},
         "units": {**result.units, "sim_wall_s": "s"},
-        "artifacts": [
-            {"kind": "timeline", "path": "timeline.csv"},
-            {"kind": "series", "path": rundir.METRICS},
-        ],
+        "artifacts": COMM_ARTIFACTS,
     }
     rundir.write_json(tmp / rundir.SUMMARY, summary)
     return summary
@@ -109,19 +122,9 @@ def _real_to_directory(spec: RunSpec, out: Path, argv: list[str]) -> dict[str, A
         result = launch.run(spec, tmp / "ranks", progress)
         for path in (tmp / "ranks").glob("params*.pt"):
             path.rename(tmp / path.name)
-        rundir.write_jsonl(tmp / rundir.METRICS, result.series)
-        with (tmp / "timeline.csv").open("w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(launch.TIMELINE_COLUMNS)
-            writer.writerows(result.timeline)
+        _write_series_and_timeline(tmp, result.series, result.timeline)
         summary = {
-            "run": {
-                "system": spec.system,
-                "workload": spec.workload,
-                "mode": spec.mode,
-                "seed": spec.seed,
-                "arena": spec.arena,
-            },
+            "run": _run_info(spec),
             "network": {
                 "kind": result.network.kind,
                 "bandwidth_gbps": spec.cluster.bandwidth_gbps
@@ -132,10 +135,7 @@ def _real_to_directory(spec: RunSpec, out: Path, argv: list[str]) -> dict[str, A
             },
             "metrics": {k: _finite(v) for k, v in result.metrics.items()},
             "units": result.units,
-            "artifacts": [
-                {"kind": "timeline", "path": "timeline.csv"},
-                {"kind": "series", "path": rundir.METRICS},
-            ],
+            "artifacts": COMM_ARTIFACTS,
         }
         rundir.write_json(tmp / rundir.SUMMARY, summary)
         log.info("iteration_time_s=%.6f", result.metrics["iteration_time_s"])
@@ -179,13 +179,7 @@ def _cluster_to_directory(spec: ClusterRunSpec, out: Path, argv: list[str]) -> d
             writer.writeheader()
             writer.writerows(result.jobs)
         summary = {
-            "run": {
-                "system": spec.system,
-                "workload": spec.workload,
-                "mode": spec.mode,
-                "seed": spec.seed,
-                "arena": spec.arena,
-            },
+            "run": _run_info(spec),
             "policy": sim.policy_names,
             "trace": {
                 "source": info.source,

@@ -218,7 +218,6 @@ class _Iteration:
         self.synced = [g.numel == 0 for g in engine.groups]
         self.bufs: list[torch.Tensor | None] = [None] * len(engine.groups)
         self.local: list[torch.Tensor | None] = [None] * len(engine.groups)
-        self.applied = 0  # layers whose update from this iteration has been applied
         self.comm_s = 0.0
         self.wait_s = 0.0
         self.negotiations = 0
@@ -259,7 +258,6 @@ class Engine:
         self.record = record  # callable(iteration, resource, op, layer, start, end, bytes) or None
 
         self._layer_of: dict[int, int] = {}
-        self._slices: list[list[tuple[nn.Parameter, int, int]]] = []  # per layer
         group_of_layer = {layer: g for g, grp in enumerate(self.groups) for layer in grp.layers}
         self._group_of_layer = [group_of_layer[i] for i in range(len(binding.params))]
         offsets = [0] * len(self.groups)
@@ -269,6 +267,7 @@ class Engine:
                 for p in binding.params[layer]:
                     per_layer.setdefault(layer, []).append((p, offsets[g], offsets[g] + p.numel()))
                     offsets[g] += p.numel()
+        # Per layer: (parameter, start, stop) in its group's flat buffer.
         self._slices = [per_layer.get(i, []) for i in range(len(binding.params))]
         for layer, ps in enumerate(binding.params):
             for p in ps:
@@ -437,7 +436,6 @@ class Engine:
                     continue
                 self._wait_synced(st, g)
                 self._apply(layer, st.bufs[g])
-                st.applied += 1
             self._applied_upto[layer] = source
         if self.approximation != "stale" and (final or self._approx_for[layer] != source):
             self._approximate(layer, source, final)

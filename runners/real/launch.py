@@ -26,7 +26,6 @@ from typing import Any
 
 import workloads
 
-from .. import registry
 from ..policies.allreduce import CommPlan
 from ..spec import RealOptions, RunSpec, SpecError
 from . import testbed as tb
@@ -40,8 +39,6 @@ RANKS_PER_CPU = 4
 RANK_BASE_BYTES = 400 * 2**20  # a rank's Python + torch before the model
 TIMEOUT_S = float(os.environ.get("LAB_REAL_TIMEOUT_S", "1800"))
 COLLECTIVE_TIMEOUT_S = 300.0
-
-TIMELINE_COLUMNS = ("iteration", "resource", "op", "layer", "start_s", "end_s", "bytes")
 
 
 class RealRunError(RuntimeError):
@@ -191,7 +188,6 @@ def run(
     }
     work.mkdir(parents=True, exist_ok=True)
     (work / "job.json").write_text(json.dumps(job))
-    total = end
     log.info(
         "real run: %d ranks, %s network%s", spec.cluster.workers, network.kind,
         f" ({network.note})" if network.note else "",
@@ -215,15 +211,15 @@ def run(
                  {"LAB_WORKER": str(k), "GLOO_SOCKET_IFNAME": "eth0"})
                 for k in range(n)
             ]  # fmt: skip
-            _supervise(commands, work, options.threads, total, progress)
+            _supervise(commands, work, options.threads, end, progress)
     elif horovod:
         horovodrun = str(Path(sys.executable).parent / "horovodrun")
         argv = [horovodrun, "--gloo", "-np", str(n), "-H", f"localhost:{n}",
                 sys.executable, "-m", "runners.real.worker", str(work)]  # fmt: skip
-        _supervise([(argv, extra)], work, options.threads, total, progress)
+        _supervise([(argv, extra)], work, options.threads, end, progress)
     else:
         commands = [(_torchrun(spec, work, None, None), {})]
-        _supervise(commands, work, options.threads, total, progress)
+        _supervise(commands, work, options.threads, end, progress)
     wall_s = time.perf_counter() - started
     ranks = [json.loads((work / f"rank{r}.json").read_text()) for r in range(spec.cluster.workers)]
     result = _results(spec, ranks, network)
@@ -441,8 +437,3 @@ def _results(spec: RunSpec, ranks: list[dict[str, Any]], network: Network) -> Re
             key=lambda row: (row[4], row[1]),
         )  # fmt: skip
     return RealResult(metrics, units, series, timeline, network, ranks)
-
-
-def supports(name: str) -> bool:
-    """Whether registry entry ``name`` runs in real mode."""
-    return "real" in registry.get(name).modes

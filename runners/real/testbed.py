@@ -164,8 +164,7 @@ class Testbed:
                 "netns", self.switch)  # fmt: skip
             _ip("-n", self.switch, "link", "set", port, "master", "br0")
             _ip("-n", self.switch, "link", "set", port, "up")
-            prefix = 16
-            _ip("-n", ns, "addr", "add", f"{self.address(k)}/{prefix}", "dev", "eth0")
+            _ip("-n", ns, "addr", "add", f"{self.address(k)}/16", "dev", "eth0")
             _ip("-n", ns, "link", "set", "eth0", "up")
             _ip("-n", ns, "link", "set", "lo", "up")
             self.shape(k, self.bandwidth_gbps[k])
