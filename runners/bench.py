@@ -6,6 +6,11 @@ before running (PACE's fusion DP, ByteScheduler's tuner) cache their plan per co
 first run's extra time is reported separately as ``plan_wall_s`` and the median is simulation
 alone.
 
+Real mode (issue 6, ``--only real``): the lab's engine against PyTorch's own
+DistributedDataParallel, both with DDP's buckets (``ddp`` with ``real.implementation`` lab vs
+default), 2 ranks on loopback (no shaping), on the debug models: the engine's iteration time
+within 5% of DDP's. Runs alternate between the two so that the machine's drift hits both.
+
 Targets (issue 3): one configuration of resnet50, 16 workers, 50 iterations: under 0.2 s of
 simulation on one core, any policy; the full grid of every communication system and baseline x
 6 workloads x 5 bandwidths x 3 seeds (``examples/grids/comm-full.yaml``): under 5 minutes on
@@ -104,6 +109,69 @@ def run_grid(path: Path = FULL_GRID, jobs: int = 2, progress: bool = True) -> di
         "target_s": GRID_TARGET_S,
         "meets_target": wall < GRID_TARGET_S and outcome.failed == 0,
     }
+
+
+# -- real mode: the engine's own overhead (issue 6) ------------------------------------------------
+
+REAL_MODELS = (
+    "vgg16-debug",
+    "resnet50-debug",
+    "inception3-debug",
+    "bert-base-debug",
+    "transformer-debug",
+    "gpt2-debug",
+)
+REAL_OVERHEAD_TARGET_PCT = 5.0
+
+
+def run_real(
+    models: tuple[str, ...] = REAL_MODELS,
+    repeats: int = 3,
+    iterations: int = 30,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Per debug model: the median over ``repeats`` alternating runs of each implementation's
+    median iteration time (after 3 warm-up iterations), and the engine's overhead in %."""
+    from .real import launch
+
+    out = []
+    for i, model in enumerate(models):
+        times: dict[str, list[float]] = {"default": [], "lab": []}
+        for _ in range(max(1, repeats)):
+            for impl in ("default", "lab"):
+                spec = validate(
+                    {
+                        "system": "ddp",
+                        "mode": "real",
+                        "workload": model,
+                        "cluster": {"workers": 2},
+                        "iterations": iterations,
+                        "warmup_iterations": 3,
+                        "real": {"network": "loopback", "implementation": impl},
+                    }
+                )
+                with tempfile.TemporaryDirectory(prefix="bench-real-") as tmp:
+                    result = launch.run(spec, Path(tmp))
+                times[impl].append(result.metrics["iteration_time_median_s"])
+        ddp = statistics.median(times["default"])
+        lab = statistics.median(times["lab"])
+        overhead = 100.0 * (lab / ddp - 1.0)
+        out.append(
+            {
+                "name": f"engine-vs-ddp/{model}/w2/loopback",
+                "workload": model,
+                "ddp_iteration_s": ddp,
+                "engine_iteration_s": lab,
+                "overhead_pct": overhead,
+                "runs": {k: v for k, v in times.items()},
+                "repeats": len(times["lab"]),
+                "target_pct": REAL_OVERHEAD_TARGET_PCT,
+                "meets_target": overhead <= REAL_OVERHEAD_TARGET_PCT,
+            }
+        )
+        if progress:
+            print(f"[bench] real {i + 1}/{len(models)} {model}", file=sys.stderr)
+    return out
 
 
 # -- the cluster arena (issue 4) -----------------------------------------------------------------

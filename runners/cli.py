@@ -3,8 +3,11 @@
     python -m runners list [--json] [--arena ARENA]
     python -m runners run SPEC --out DIR
     python -m runners grid GRID --out DIR [--jobs N] [--resume] [--keep-runs]
-    python -m runners bench [--json] [--repeats N] [--only comm|cluster] [--grid]
+    python -m runners bench [--json] [--repeats N] [--only comm|cluster|real] [--grid]
     python -m runners harmony train --out DIR [--epochs E] [--seed S] | evaluate --checkpoint P
+    python -m runners calibrate [--label L] [--models M,..] [--bandwidths G,..] [--workers N]
+    python -m runners fidelity [--label L] [--systems S,..] [--models M,..] [--bandwidths G,..]
+                               [--json]
 
 ``grid`` expands a sweep (systems x workloads x cluster/params/spec axes x seeds, see
 ``runners.grid``), validates every run, runs them in parallel and writes DIR/results.csv (one row
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 from pathlib import Path
 
@@ -82,10 +86,48 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--only",
-        choices=("comm", "cluster"),
-        help="only the communication arenas' cases or only the cluster arena's",
+        choices=("comm", "cluster", "real"),
+        help="only the communication arenas' cases, only the cluster arena's, or only real "
+        "mode's (the lab's engine against PyTorch DDP, 2 ranks on loopback: a few minutes)",
     )
     p.set_defaults(func=_bench)
+    from . import fidelity
+
+    p = sub.add_parser(
+        "calibrate",
+        help="measure this machine's compute and network for the simulator (real-mode testbed)",
+    )
+    p.add_argument("--label", default=fidelity.DEFAULT_LABEL, help="name of the calibration")
+    p.add_argument("--models", default=",".join(fidelity.DEFAULT_MODELS), help="comma-separated")
+    p.add_argument(
+        "--bandwidths",
+        default=",".join(map(str, fidelity.DEFAULT_BANDWIDTHS)),
+        help="nominal Gbit/s of the emulated network to measure, comma-separated (loopback "
+        "is always measured)",
+    )
+    p.add_argument("--workers", type=int, default=2, help="ranks (default 2)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1)")
+    p.add_argument("--repeats", type=int, default=20, help="timed steps per layer profile")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=_calibrate)
+    p = sub.add_parser(
+        "fidelity", help="run matched real and simulated configurations; report the error"
+    )
+    p.add_argument("--label", default=fidelity.DEFAULT_LABEL, help="calibration to use")
+    p.add_argument("--systems", default=",".join(fidelity.DEFAULT_SYSTEMS), help="comma-separated")
+    p.add_argument("--models", default=",".join(fidelity.DEFAULT_MODELS), help="comma-separated")
+    p.add_argument(
+        "--bandwidths",
+        default=",".join(map(str, fidelity.DEFAULT_BANDWIDTHS)),
+        help="nominal Gbit/s, comma-separated; 'loopback' for the unshaped network",
+    )
+    p.add_argument("--iterations", type=int, default=20, help="measured iterations per run")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON line per configuration, then the report (mape_pct, configs, ...)",
+    )
+    p.set_defaults(func=_fidelity)
     return parser
 
 
@@ -182,16 +224,143 @@ def _harmony(args: argparse.Namespace) -> int:
         return int(err.code or 0)
 
 
+def _names(value: str, what: str, known: list[str]) -> tuple[str, ...]:
+    names = tuple(v.strip() for v in value.split(",") if v.strip())
+    if not names:
+        raise SpecError(what, "must name at least one")
+    for name in names:
+        if name not in known:
+            raise SpecError(what, f"unknown {name!r} (known: {', '.join(known)})")
+    return names
+
+
+def _bandwidths(value: str, loopback: bool) -> tuple[float | None, ...]:
+    from .real import launch
+
+    out: list[float | None] = []
+    for item in (v.strip() for v in value.split(",") if v.strip()):
+        if item == "loopback" and loopback:
+            out.append(None)
+            continue
+        try:
+            gbps = float(item)
+        except ValueError:
+            raise SpecError("--bandwidths", f"not a number: {item!r}") from None
+        if not launch.MIN_SHAPED_GBPS <= gbps <= launch.MAX_SHAPED_GBPS:
+            raise SpecError(
+                "--bandwidths",
+                f"the emulated network shapes {launch.MIN_SHAPED_GBPS:g}.."
+                f"{launch.MAX_SHAPED_GBPS:g} Gbit/s (got {gbps:g})",
+            )
+        out.append(gbps)
+    if not out:
+        raise SpecError("--bandwidths", "must name at least one")
+    return tuple(out)
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from . import fidelity
+    from .real import testbed as tb
+
+    try:
+        models = _names(args.models, "--models", workloads.names())
+        bandwidths = _bandwidths(args.bandwidths, loopback=False)
+        if not 2 <= args.workers <= 64:
+            raise SpecError("--workers", f"must be between 2 and 64 (got {args.workers})")
+        if not 1 <= args.threads <= 256 or args.repeats < 3:
+            raise SpecError("--threads/--repeats", "threads 1..256, repeats >= 3")
+        if not re.fullmatch(workloads.LABEL_PATTERN, args.label):
+            raise SpecError("--label", f"bad label {args.label!r} (letters, digits, '.', '_', '-')")
+    except SpecError as err:
+        print(f"invalid arguments: {err}", file=sys.stderr)
+        return 2
+    if why_not := tb.can_shape():
+        print(f"note: {why_not}: measuring loopback only", file=sys.stderr)
+    result = fidelity.calibrate(
+        args.label,
+        models,
+        tuple(b for b in bandwidths if b is not None),
+        args.workers,
+        args.threads,
+        args.repeats,
+        progress=lambda message: print(f"[calibrate] {message}", file=sys.stderr, flush=True),
+    )
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    for point in result["network"]:
+        nominal = point["nominal_gbps"]
+        where = "loopback" if nominal is None else f"{nominal:g} Gbit/s shaped"
+        slow = ", ".join(f"{m} {v:+.0%}" for m, v in point["overlap_slowdown"].items())
+        print(
+            f"{where:20} bandwidth {point['bandwidth_gbps']:8.3f} Gbit/s  latency "
+            f"{point['latency_us']:7.1f} us  compute while communicating: {slow}"
+        )
+    print(f"wrote {result['testbed']} and {len(result['profiles'])} measured profiles")
+    return 0
+
+
+def _fidelity(args: argparse.Namespace) -> int:
+    from . import fidelity
+
+    try:
+        systems = _names(
+            args.systems,
+            "--systems",
+            [e.name for e in registry.entries() if "real" in e.modes],
+        )
+        models = _names(args.models, "--models", workloads.names())
+        bandwidths = _bandwidths(args.bandwidths, loopback=True)
+        if not 3 <= args.iterations <= 10_000:
+            raise SpecError("--iterations", f"must be between 3 and 10000 (got {args.iterations})")
+        testbed = fidelity.load_testbed(args.label)
+        for model in models:
+            for nominal in bandwidths:
+                fidelity.matched_specs(systems[0], model, nominal, testbed)
+    except (SpecError, fidelity.CalibrationMissing) as err:
+        print(f"invalid arguments: {err}", file=sys.stderr)
+        return 2
+    total = len(systems) * len(models) * len(bandwidths)
+    done = [0]
+
+    def on_config(row: dict) -> None:
+        done[0] += 1
+        where = "loopback" if row["bandwidth_gbps"] is None else f"{row['bandwidth_gbps']:g}G"
+        line = (
+            f"[fidelity] {done[0]}/{total} {row['system']}/{row['workload']}/{where}: real "
+            f"{row['real_iteration_s'] * 1e3:.1f} ms, sim {row['sim_iteration_s'] * 1e3:.1f} ms "
+            f"({row['ape_pct']:.1f}%)"
+        )
+        print(line, file=sys.stderr, flush=True)
+        if args.json:
+            print(json.dumps(row), flush=True)
+
+    try:
+        result = fidelity.fidelity(
+            args.label, systems, models, bandwidths, args.iterations, on_config=on_config
+        )
+    except SpecError as err:
+        print(f"invalid arguments: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(fidelity.format_report(result))
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         print("--repeats: must be >= 1", file=sys.stderr)
         return 2
-    if args.only == "cluster":
+    if args.only in ("cluster", "real"):
         report: dict = {"cases": [], "target_s": bench.CASE_TARGET_S}
     else:
         report = bench.run(repeats=args.repeats, progress=not args.json)
-    if args.only != "comm":
+    if args.only in (None, "cluster"):
         report["cluster"] = bench.run_cluster(repeats=args.repeats, progress=not args.json)
+    if args.only == "real":
+        report["real"] = bench.run_real(repeats=args.repeats, progress=not args.json)
     if args.grid:
         report["grid"] = bench.run_grid(progress=not args.json)
     if args.json:
@@ -215,6 +384,13 @@ def _bench(args: argparse.Namespace) -> int:
         print(
             f"cluster {case['name']:34} median {case['median_wall_s']:7.2f} s  "
             f"{case['simulated_jobs_per_s']:9,.0f} jobs/s  (target {goal}){flag}"
+        )
+    for case in report.get("real", []):
+        flag = "" if case["meets_target"] else f"  (over the {case['target_pct']:g}% target)"
+        print(
+            f"real {case['name']:42} DDP {case['ddp_iteration_s'] * 1e3:7.1f} ms  "
+            f"engine {case['engine_iteration_s'] * 1e3:7.1f} ms  "
+            f"overhead {case['overhead_pct']:+5.1f}%{flag}"
         )
     if "grid" in report:
         g = report["grid"]

@@ -114,6 +114,11 @@ class RealOptions:
         ``workloads.data``.
     lr, momentum: plain SGD on every rank (the same update equations in every system).
     threads: torch intra-op threads per rank.
+    implementation: ``default`` = the system's own implementation (PyTorch's
+        DistributedDataParallel for ``ddp``, the real Horovod for ``horovod``, the lab's engine
+        for every other system); ``lab`` = the lab's engine executing the system's plan (for
+        ``ddp`` and ``horovod``: their buckets or fusion), e.g. to measure the engine's own
+        overhead against DDP (``python -m runners bench --only real``).
     """
 
     network: str = "auto"
@@ -121,6 +126,10 @@ class RealOptions:
     lr: float = 0.01
     momentum: float = 0.0
     threads: int = 1
+    implementation: str = "default"
+
+
+IMPLEMENTATIONS = ("default", "lab")
 
 
 _REAL_RULES: dict[str, tuple[type, Any, str]] = {
@@ -129,6 +138,11 @@ _REAL_RULES: dict[str, tuple[type, Any, str]] = {
     "lr": (float, lambda v: 0 < v <= 100, "a number in (0, 100] (SGD learning rate)"),
     "momentum": (float, lambda v: 0 <= v < 1, "a number in [0, 1) (SGD momentum)"),
     "threads": (int, lambda v: 1 <= v <= 256, "an integer between 1 and 256 (per rank)"),
+    "implementation": (
+        str,
+        lambda v: v in IMPLEMENTATIONS,
+        f"one of {', '.join(IMPLEMENTATIONS)} (default: the system's own; lab: the lab's engine)",
+    ),
 }
 
 
@@ -174,6 +188,8 @@ class RunSpec:
                 del data[key]
         if data["real"] is None:
             del data["real"]
+        elif data["real"]["implementation"] == RealOptions.implementation:
+            del data["real"]["implementation"]  # added later: old real runs keep their key
         data["spec_version"] = SPEC_VERSION
         return data
 

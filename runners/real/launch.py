@@ -64,13 +64,22 @@ class RealResult:
     ranks: list[dict[str, Any]] = field(default_factory=list)
 
 
+def framework(spec: RunSpec) -> str | None:
+    """``ddp`` or ``horovod`` when the run trains with that framework's own implementation,
+    ``None`` when the lab's engine executes the system's plan (``real.implementation``)."""
+    options = spec.real or RealOptions()
+    if spec.system in ("ddp", "horovod") and options.implementation == "default":
+        return spec.system
+    return None
+
+
 def network_for(spec: RunSpec) -> Network:
     """The network the run gets (``SpecError`` if it asks for one it cannot have)."""
     options = spec.real or RealOptions()
     why_not = tb.can_shape()
     if options.network == "loopback":
         return Network("loopback", "real.network is loopback: bandwidth and latency not applied")
-    if spec.system == "horovod" and not why_not:  # see runners.real.hvd
+    if framework(spec) == "horovod" and not why_not:  # see runners.real.hvd
         if options.network == "shaped":
             raise SpecError(
                 "real.network",
@@ -91,9 +100,11 @@ def network_for(spec: RunSpec) -> Network:
 
 def preflight(spec: RunSpec) -> Network:
     """Check a real run against this machine before anything starts; returns its network."""
-    if spec.arena != "allreduce":
-        raise SpecError("system", f"real mode runs the all-reduce arena only (got {spec.arena})")
-    if spec.system == "horovod":
+    if spec.arena not in ("allreduce", "ps"):
+        raise SpecError(
+            "system", f"real mode runs the all-reduce and PS arenas only (got {spec.arena})"
+        )
+    if framework(spec) == "horovod":
         from . import hvd
 
         if hvd.available() is None:
@@ -117,20 +128,30 @@ def preflight(spec: RunSpec) -> Network:
                 f"most {tb.NATIVE_LATENCY_US:g} us, the testbed's own (got {c.latency_us:g})",
             )
     cpus = os.cpu_count() or 1
-    if c.workers > RANKS_PER_CPU * cpus:
+    ranks, servers, server_field = c.workers, 0, "cluster.workers"
+    if spec.arena == "ps":  # one process per parameter server as well (runners.real.ps)
+        from . import ps
+
+        servers, server_field = ps.preflight(spec, network)
+        ranks += servers
+    if ranks > RANKS_PER_CPU * cpus:
+        what = f"{ranks} ranks" if not servers else (
+            f"{ranks} ranks ({c.workers} workers + {servers} servers)"
+        )  # fmt: skip
         raise SpecError(
-            "cluster.workers",
-            f"{c.workers} ranks on {cpus} CPUs: at most {RANKS_PER_CPU * cpus} on this machine",
-        )
+            "cluster.workers" if c.workers > RANKS_PER_CPU * cpus or not servers
+            else server_field,
+            f"{what} on {cpus} CPUs: at most {RANKS_PER_CPU * cpus} on this machine",
+        )  # fmt: skip
     profile = workloads.load_profile(spec.workload)
     param_bytes = sum(layer.param_bytes for layer in profile.layers)
     # Weights, gradients, the engine's flat buffers and momentum: about 4 copies per rank.
-    need = c.workers * (RANK_BASE_BYTES + 4 * param_bytes)
+    need = ranks * (RANK_BASE_BYTES + 4 * param_bytes)
     have = _available_memory()
     if have is not None and need > 0.8 * have:
         raise SpecError(
             "workload",
-            f"{spec.workload} on {c.workers} ranks needs about {need / 2**30:.1f} GiB, this "
+            f"{spec.workload} on {ranks} ranks needs about {need / 2**30:.1f} GiB, this "
             f"machine has {have / 2**30:.1f} GiB available; use {spec.workload}-debug or fewer"
             " workers",
         )
@@ -162,6 +183,10 @@ def run(
     from .worker import plan_to_json
 
     network = preflight(spec)
+    if spec.arena == "ps":  # workers and server processes: runners.real.ps
+        from . import ps
+
+        return ps.run(spec, work, network, progress)
     options = spec.real or RealOptions()
     plan = _plan(spec)
     profile = workloads.load_profile(spec.workload)
@@ -181,6 +206,7 @@ def run(
             "lr": options.lr,
             "momentum": options.momentum,
             "threads": options.threads,
+            "framework": framework(spec),
         },
         "timeline": window,
         "timeout_s": COLLECTIVE_TIMEOUT_S,
@@ -194,7 +220,7 @@ def run(
     )  # fmt: skip
     started = time.perf_counter()
     n = spec.cluster.workers
-    horovod = spec.system == "horovod"
+    horovod = framework(spec) == "horovod"
     extra = {}
     if horovod:
         from . import hvd
@@ -231,10 +257,18 @@ def run(
     return result
 
 
-def _torchrun(spec: RunSpec, work: Path, node: int | None, bed: tb.Testbed | None) -> list[str]:
+def _torchrun(
+    spec: RunSpec,
+    work: Path,
+    node: int | None,
+    bed: tb.Testbed | None,
+    nodes: int | None = None,
+) -> list[str]:
+    """``torchrun`` for all ranks (loopback) or for ``node`` of ``bed``; ``nodes`` ranks in
+    all (default: one per worker; the PS arena adds its server processes)."""
     base = [sys.executable, "-m", "torch.distributed.run", "--max-restarts", "0"]
     target = ["--module", "runners.real.worker", str(work)]
-    n = spec.cluster.workers
+    n = spec.cluster.workers if nodes is None else nodes
     if bed is None or node is None:
         return [*base, "--standalone", "--nnodes", "1", "--nproc-per-node", str(n), *target]
     return [

@@ -133,9 +133,13 @@ def main(argv: list[str]) -> int:
 
 def _main(job_dir: Path) -> int:
     job = json.loads((job_dir / "job.json").read_text())
+    if job.get("arena") == "ps":  # a PS worker or server process: runners.real.ps
+        from .ps import process_main
+
+        return process_main(job_dir, job)
     spec, train = job["spec"], job["train"]
     torch.set_num_threads(int(train["threads"]))
-    if spec["system"] == "horovod":
+    if train.get("framework") == "horovod":
         import horovod.torch as hvd
 
         hvd.init()
@@ -191,8 +195,9 @@ def _train(
 
     total = int(spec["warmup_iterations"]) + int(spec["iterations"])
     lr, momentum = float(train["lr"]), float(train["momentum"])
-    if spec["system"] in ("ddp", "horovod"):
-        make_step = _ddp_step if spec["system"] == "ddp" else _horovod_step
+    own = train.get("framework")  # ddp or horovod: the framework's own implementation
+    if own:
+        make_step = _ddp_step if own == "ddp" else _horovod_step
         step = make_step(model, job, lr, momentum)
         engine = None
     else:
@@ -206,7 +211,7 @@ def _train(
             record=record,
         )
     iterations = []
-    _barrier(spec["system"])
+    _barrier(own)
     for it in range(total):
         straggle.factor = slowdown(stragglers, worker, it)
         inputs, targets = next(batches)
@@ -279,8 +284,8 @@ def _ddp_step(model: nn.Module, job: dict[str, Any], lr: float, momentum: float)
     return step
 
 
-def _barrier(system: str) -> None:
-    if system == "horovod":
+def _barrier(framework: str | None) -> None:
+    if framework == "horovod":
         import horovod.torch as hvd
 
         hvd.allreduce(torch.zeros(1), name="barrier")

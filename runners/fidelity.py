@@ -1,0 +1,393 @@
+"""Calibrate the simulator against this machine's real runs, and measure how well it predicts
+them (``python -m runners calibrate`` / ``python -m runners fidelity``).
+
+**calibrate** measures, on the machine and testbed that real runs use:
+
+- per-layer compute of each debug model: ``python -m workloads profile NAME --measure`` run in
+  ``workers`` processes at once, each with the real runs' torch thread count (real ranks share
+  the machine's cores and memory bandwidth the same way), merged per layer by the median;
+  written as the measured profile ``<model>@<label>`` (``cluster.gpu: measured:<label>``);
+- the network's alpha-beta parameters: gloo all-reduce times over sizes 4 KiB..4 MiB between
+  ``workers`` ranks, on loopback and on the emulated testbed at each nominal bandwidth, fitted
+  to the simulator's ring all-reduce (``runners.real.probe.fit_alpha_beta``);
+- per model and network, how much compute slows down while the rank's network is busy (the
+  ranks' communication threads and the kernel's shaping share the cores with training): the
+  simulator's ``cluster.overlap_slowdown`` (``runners.real.probe.overlap``);
+
+all written to ``workloads/profiles/testbeds/<label>.json``.
+
+**fidelity** runs matched configurations (systems x models x bandwidths): each for real on the
+testbed, and in the simulator with the calibrated profile (``measured:<label>``, no compute
+jitter) and the fitted bandwidth, latency and overlap slow-down of that network. It reports
+per configuration both iteration times and the simulator's absolute percentage error, and
+their mean (MAPE) per system and overall. Nothing in the simulator is fitted to the training runs
+themselves: only the two calibration measurements above feed it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import workloads
+
+from .spec import validate
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTBEDS_DIR = ROOT / "workloads" / "profiles" / "testbeds"
+DEFAULT_LABEL = "testbed"
+DEFAULT_MODELS = ("vgg16-debug", "resnet50-debug")
+DEFAULT_BANDWIDTHS = (0.25, 1.0)
+DEFAULT_SYSTEMS = ("wfbp", "ddp", "bytescheduler", "pace", "dear", "delayed-allreduce")
+MAPE_TARGET_PCT = 10.0
+
+
+class CalibrationMissing(ValueError):
+    """The testbed file or a bandwidth in it is missing: run calibrate first."""
+
+
+def testbed_path(label: str) -> Path:
+    return TESTBEDS_DIR / f"{label}.json"
+
+
+# -- calibrate ---------------------------------------------------------------------------------
+
+
+def calibrate(
+    label: str = DEFAULT_LABEL,
+    models: tuple[str, ...] = DEFAULT_MODELS,
+    bandwidths: tuple[float, ...] = DEFAULT_BANDWIDTHS,
+    workers: int = 2,
+    threads: int = 1,
+    repeats: int = 20,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Measure compute and network on this machine; write the profiles and the testbed file."""
+    from .real import probe
+    from .real import testbed as tb
+
+    say = progress or (lambda message: None)
+    written = []
+    for model in models:
+        say(f"compute: {model} in {workers} processes at once")
+        written.append(str(_measure_concurrently(model, label, workers, threads, repeats)))
+    network = []
+    points: list[float | None] = [None]
+    if tb.can_shape() is None:
+        points += list(bandwidths)
+    else:
+        say(f"network: loopback only ({tb.can_shape()})")
+    for nominal in points:
+        say(f"network: {'loopback' if nominal is None else f'{nominal:g} Gbit/s shaped'}")
+        with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
+            rows = probe.probe(workers, nominal, Path(tmp), threads=threads)
+        alpha, bandwidth = probe.fit_alpha_beta(rows, workers)
+        slowdown = {}
+        for model in models:
+            say(f"  overlap: {model} while the network is busy")
+            with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
+                slowdown[model] = round(
+                    probe.overlap(model, workers, nominal, Path(tmp), threads=threads), 4
+                )
+        network.append(
+            {
+                "nominal_gbps": nominal,
+                "bandwidth_gbps": round(bandwidth * 8 / 1e9, 6),
+                "latency_us": round(alpha * 1e6, 3),
+                "overlap_slowdown": slowdown,
+                "allreduce": [{"bytes": s, "seconds": round(t, 9)} for s, t in rows],
+            }
+        )
+    doc = {
+        "label": label,
+        "workers": workers,
+        "threads": threads,
+        "profiles": {model: f"{model}@{label}" for model in models},
+        "network": network,
+        "method": (
+            "compute: measured profiles of every model, taken in `workers` processes at once "
+            "(median per layer over them), torch threads as in real runs; network: median of "
+            "timed gloo all-reduces per size between `workers` ranks (the slowest rank's), "
+            "bandwidth from the sizes >= 1 MiB, latency from the smaller ones "
+            "(runners.real.probe.fit_alpha_beta); overlap slow-down per model: forward + "
+            "backward timed alone and while a thread keeps 1 MiB all-reduces going "
+            "(runners.real.probe.overlap)"
+        ),
+        "host": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
+    }
+    path = testbed_path(label)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp_path = path.with_suffix(".json.tmp")
+    tmp_path.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp_path.rename(path)
+    return {"testbed": str(path), "profiles": written, "network": network}
+
+
+def _measure_concurrently(model: str, label: str, workers: int, threads: int, repeats: int) -> Path:
+    """``workers`` measurement processes at once; the per-layer median written as one profile."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "OMP_NUM_THREADS": str(threads),
+    }
+    with tempfile.TemporaryDirectory(prefix="lab-calibrate-") as tmp:
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "workloads",
+                    "profile",
+                    model,
+                    "--measure",
+                    "--label",
+                    f"{label}-p{k}",
+                    "--measured-dir",
+                    tmp,
+                    "--repeats",
+                    str(repeats),
+                    "--warmup",
+                    "3",
+                ],  # fmt: skip
+                env=env,
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for k in range(workers)
+        ]
+        for proc in procs:
+            _, err = proc.communicate()
+            if proc.returncode:
+                raise RuntimeError(f"measuring {model} failed: {err.strip().splitlines()[-1:]}")
+        docs = [
+            json.loads(workloads.measured_path(model, f"{label}-p{k}", Path(tmp)).read_text())
+            for k in range(workers)
+        ]
+    merged = docs[0]
+    merged["label"] = label
+    for i, layer in enumerate(merged["layers"]):
+        for key in ("fwd_s", "bwd_s"):
+            layer[key] = round(statistics.median(d["layers"][i][key] for d in docs), 9)
+    merged["source"]["concurrent_processes"] = workers
+    merged["source"]["method"] += (
+        f" Taken in {workers} processes at once (as real runs' ranks share this machine), "
+        "each layer's time the median over the processes."
+    )
+    merged["source"]["command"] = (
+        f"python -m runners calibrate --label {label} --models {model} --workers {workers}"
+    )
+    path = workloads.measured_path(model, label)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    from workloads.profiler import dumps
+
+    path.write_text(dumps(merged))
+    return path
+
+
+# -- fidelity ----------------------------------------------------------------------------------
+
+
+def load_testbed(label: str) -> dict[str, Any]:
+    path = testbed_path(label)
+    if not path.exists():
+        raise CalibrationMissing(
+            f"no calibration '{label}' ({path}): run `python -m runners calibrate --label {label}`"
+        )
+    return json.loads(path.read_text())
+
+
+def network_point(testbed: dict[str, Any], nominal: float | None) -> dict[str, Any]:
+    for point in testbed["network"]:
+        if point["nominal_gbps"] == nominal:
+            return point
+    have = ", ".join(
+        "loopback" if p["nominal_gbps"] is None else f"{p['nominal_gbps']:g}"
+        for p in testbed["network"]
+    )
+    what = "loopback" if nominal is None else f"{nominal:g} Gbit/s"
+    raise CalibrationMissing(
+        f"calibration '{testbed['label']}' has no {what} (has: {have}): run `python -m runners "
+        f"calibrate --label {testbed['label']} --bandwidths ...` with it"
+    )
+
+
+def _slowdown(point: dict[str, Any], model: str, label: str) -> float:
+    try:
+        return float(point["overlap_slowdown"][model])
+    except KeyError:
+        raise CalibrationMissing(
+            f"calibration '{label}' did not measure {model}: run `python -m runners calibrate "
+            f"--label {label} --models ...` with it"
+        ) from None
+
+
+def matched_specs(
+    system: str,
+    model: str,
+    nominal: float | None,
+    testbed: dict[str, Any],
+    iterations: int = 20,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The real spec and its simulated twin (raw, to be validated)."""
+    point = network_point(testbed, nominal)
+    workers = int(testbed["workers"])
+    real_cluster: dict[str, Any] = {"workers": workers}
+    if nominal is not None:
+        real_cluster["bandwidth_gbps"] = nominal
+    real = {
+        "system": system,
+        "mode": "real",
+        "workload": model,
+        "cluster": real_cluster,
+        "iterations": iterations,
+        "warmup_iterations": 3,
+        "real": {
+            "network": "loopback" if nominal is None else "shaped",
+            "threads": int(testbed["threads"]),
+        },
+    }
+    sim = {
+        "system": system,
+        "workload": model,
+        "cluster": {
+            "workers": workers,
+            "bandwidth_gbps": point["bandwidth_gbps"],
+            "latency_us": point["latency_us"],
+            "gpu": f"measured:{testbed['label']}",
+            "compute_jitter_cv": 0.0,
+            "overlap_slowdown": _slowdown(point, model, testbed["label"]),
+        },
+        "iterations": iterations,
+        "warmup_iterations": 3,
+    }
+    return real, sim
+
+
+def fidelity(
+    label: str = DEFAULT_LABEL,
+    systems: tuple[str, ...] = DEFAULT_SYSTEMS,
+    models: tuple[str, ...] = DEFAULT_MODELS,
+    bandwidths: tuple[float | None, ...] = DEFAULT_BANDWIDTHS,
+    iterations: int = 20,
+    on_config: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Run every configuration for real and simulated; the report (see the module docstring)."""
+    from .execute import simulate
+    from .real import launch
+
+    testbed = load_testbed(label)
+    plan = [(m, b, s) for m in models for b in bandwidths for s in systems]
+    pairs = [(cfg, matched_specs(cfg[2], cfg[0], cfg[1], testbed, iterations)) for cfg in plan]
+    checked = [(cfg, validate(r), validate(s)) for cfg, (r, s) in pairs]  # all before any run
+    for _, real_spec, _ in checked:
+        launch.preflight(real_spec)
+    configs = []
+    for (model, nominal, system), real_spec, sim_spec in checked:
+        started = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="lab-fidelity-") as tmp:
+            real = launch.run(real_spec, Path(tmp))
+        sim = simulate(sim_spec)
+        measured = real.metrics["iteration_time_s"]
+        predicted = sim.metrics["iteration_time_s"]
+        row = {
+            "system": system,
+            "workload": model,
+            "bandwidth_gbps": nominal,
+            "network": real.network.kind,
+            "real_iteration_s": measured,
+            "real_iteration_median_s": real.metrics["iteration_time_median_s"],
+            "sim_iteration_s": predicted,
+            "ape_pct": 100.0 * abs(predicted - measured) / measured,
+            "real_compute_s": real.metrics["compute_time_s"],
+            "sim_compute_s": sim.metrics["compute_time_s"],
+            "wall_s": time.perf_counter() - started,
+        }
+        configs.append(row)
+        if on_config is not None:
+            on_config(row)
+    return report(configs, label)
+
+
+def report(configs: list[dict[str, Any]], label: str) -> dict[str, Any]:
+    """MAPE per system and overall, and each system's speedup over the baselines, real and
+    simulated, per (model, bandwidth)."""
+    per_system = {
+        system: statistics.fmean(c["ape_pct"] for c in configs if c["system"] == system)
+        for system in dict.fromkeys(c["system"] for c in configs)
+    }
+    mape = statistics.fmean(c["ape_pct"] for c in configs)
+    speedups = []
+    for baseline in ("wfbp", "horovod", "ddp"):
+        base = {(c["workload"], c["bandwidth_gbps"]): c for c in configs if c["system"] == baseline}
+        for c in configs:
+            b = base.get((c["workload"], c["bandwidth_gbps"]))
+            if b is None or c["system"] == baseline:
+                continue
+            speedups.append(
+                {
+                    "system": c["system"],
+                    "baseline": baseline,
+                    "workload": c["workload"],
+                    "bandwidth_gbps": c["bandwidth_gbps"],
+                    "real": b["real_iteration_s"] / c["real_iteration_s"],
+                    "sim": b["sim_iteration_s"] / c["sim_iteration_s"],
+                }
+            )
+    return {
+        "label": label,
+        "mape_pct": mape,
+        "target_pct": MAPE_TARGET_PCT,
+        "meets_target": mape < MAPE_TARGET_PCT and len(configs) >= 12,
+        "per_system_mape_pct": per_system,
+        "configs": configs,
+        "speedups": speedups,
+    }
+
+
+def format_report(result: dict[str, Any]) -> str:
+    """The report as text: one line per configuration, MAPE per system and overall, speedups."""
+
+    def where(gbps: float | None) -> str:
+        return "loopback" if gbps is None else f"{gbps:g} Gbit/s"
+
+    lines = [
+        f"{'system':18} {'workload':18} {'network':12} {'real ms':>9} {'sim ms':>9} {'error':>7}"
+    ]
+    for c in result["configs"]:
+        lines.append(
+            f"{c['system']:18} {c['workload']:18} {where(c['bandwidth_gbps']):12} "
+            f"{c['real_iteration_s'] * 1e3:9.1f} {c['sim_iteration_s'] * 1e3:9.1f} "
+            f"{c['ape_pct']:6.1f}%"
+        )
+    lines.append("")
+    for system, value in result["per_system_mape_pct"].items():
+        lines.append(f"MAPE {system:18} {value:5.1f}%")
+    verdict = "meets" if result["meets_target"] else "misses"
+    lines.append(
+        f"MAPE overall {result['mape_pct']:.1f}% over {len(result['configs'])} configurations "
+        f"({verdict} the {result['target_pct']:g}% target over at least 12)"
+    )
+    if result["speedups"]:
+        lines.append("")
+        lines.append(
+            f"{'speedup':18} {'over':8} {'workload':18} {'network':12} {'real':>6} {'sim':>6}"
+        )
+        for s in result["speedups"]:
+            lines.append(
+                f"{s['system']:18} {s['baseline']:8} {s['workload']:18} "
+                f"{where(s['bandwidth_gbps']):12} {s['real']:6.2f} {s['sim']:6.2f}"
+            )
+    return "\n".join(lines)

@@ -1,0 +1,231 @@
+"""Measure the real network of real runs: gloo all-reduce times over a range of sizes, on
+loopback or on the emulated testbed, with the same launcher as training runs.
+
+``probe(workers, bandwidth_gbps, work)`` starts ``workers`` ranks (``python -m
+runners.real.probe JOB_DIR`` under torchrun) that time all-reduces of each size (median of
+``repeats`` after a warm-up) and returns ``[(bytes, seconds), ...]``; ``fit_alpha_beta`` turns
+them into the simulator's ring all-reduce parameters. ``overlap(model, ...)`` measures how much
+a model's forward + backward slows down while the rank's network is busy (the simulator's
+``cluster.overlap_slowdown``). ``runners.fidelity.calibrate`` uses all three.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import testbed as tb
+
+DEFAULT_SIZES = (4096, 16384, 65536, 262144, 1048576, 2097152, 4194304)
+
+
+def probe(
+    workers: int,
+    bandwidth_gbps: float | None,
+    work: Path,
+    sizes: tuple[int, ...] = DEFAULT_SIZES,
+    repeats: int = 11,
+    threads: int = 1,
+) -> list[tuple[int, float]]:
+    """Median all-reduce time per size: on loopback when ``bandwidth_gbps`` is None, else on
+    the emulated testbed with every NIC shaped to it (root only: ``TestbedError`` otherwise)."""
+    rows = _launch(
+        {"sizes": list(sizes), "repeats": repeats}, workers, bandwidth_gbps, work, threads
+    )
+    return [(int(size), float(seconds)) for size, seconds in rows]
+
+
+def overlap(
+    model: str,
+    workers: int,
+    bandwidth_gbps: float | None,
+    work: Path,
+    steps: int = 15,
+    threads: int = 1,
+) -> float:
+    """The compute slow-down while communication overlaps: every rank times forward +
+    backward of ``model`` (its real loss, the default batch) ``steps`` times alone, then as
+    many times while a thread of its own keeps 1 MiB all-reduces going; returns
+    ``median(busy) / median(alone) - 1`` (the slowest rank's medians), at least 0."""
+    alone, busy = _launch(
+        {"overlap_model": model, "steps": steps}, workers, bandwidth_gbps, work, threads
+    )
+    return max(0.0, busy / alone - 1.0)
+
+
+def _launch(job: dict, workers: int, bandwidth_gbps: float | None, work: Path, threads: int) -> Any:
+    from .launch import _supervise
+
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "job.json").write_text(json.dumps(job))
+    (work / "probe.json").unlink(missing_ok=True)
+    base = [sys.executable, "-m", "torch.distributed.run", "--max-restarts", "0"]
+    target = ["--module", "runners.real.probe", str(work)]
+    if bandwidth_gbps is None:
+        argv = [*base, "--standalone", "--nnodes", "1", "--nproc-per-node", str(workers), *target]
+        _supervise([(argv, {})], work, threads, 0, None)
+    else:
+        if why_not := tb.can_shape():
+            raise tb.TestbedError(why_not)
+        with tb.testbed([bandwidth_gbps] * workers) as bed:
+            commands = []
+            for k in range(workers):
+                argv = [
+                    *base,
+                    "--nnodes", str(workers),
+                    "--nproc-per-node", "1",
+                    "--rdzv-backend", "c10d",
+                    "--rdzv-endpoint", f"{bed.address(0)}:29400",
+                    "--rdzv-id", bed.name,
+                    "--rdzv-conf", f"is_host={'true' if k == 0 else 'false'}",
+                    "--local-addr", bed.address(k),
+                    *target,
+                ]  # fmt: skip
+                commands.append((bed.wrap(k, argv), {"GLOO_SOCKET_IFNAME": "eth0"}))
+            _supervise(commands, work, threads, 0, None)
+    return json.loads((work / "probe.json").read_text())
+
+
+LARGE_BYTES = 1 << 20  # sizes from here set the bandwidth; smaller ones, the latency
+
+
+def fit_alpha_beta(rows: list[tuple[int, float]], workers: int) -> tuple[float, float]:
+    """Fit ``t(S) = 2(n-1) * alpha + 2(n-1)/n * S / B`` (the simulator's ring all-reduce) to
+    measured ``(S bytes, t seconds)``: returns ``(alpha_s, B bytes/s)``.
+
+    Two regimes, because the shaper's token bucket (``tc tbf``, burst 256 KiB) lets small
+    messages through at line rate: B is the least-squares slope over the sizes of at least
+    ``LARGE_BYTES`` (the throughput a long transfer sees); alpha is the median, over the
+    smaller sizes, of what their time leaves after ``S / B``, per step (0 if negative)."""
+    n = workers
+    steps = 2 * (n - 1)
+    large = [(float(s), t) for s, t in rows if s >= LARGE_BYTES]
+    small = [(float(s), t) for s, t in rows if s < LARGE_BYTES]
+    if len({s for s, _ in large}) < 2 or not small:
+        raise ValueError(f"need two sizes of at least {LARGE_BYTES} bytes and one smaller to fit")
+    mx = statistics.fmean(s for s, _ in large)
+    my = statistics.fmean(t for _, t in large)
+    slope = sum((s - mx) * (t - my) for s, t in large) / sum((s - mx) ** 2 for s, _ in large)
+    if slope <= 0:
+        raise ValueError("measured times do not grow with size: cannot fit a bandwidth")
+    bandwidth = (steps / n) / slope
+    alpha = statistics.median((t - steps / n * s / bandwidth) / steps for s, t in small)
+    return max(0.0, alpha), bandwidth
+
+
+def main(argv: list[str]) -> int:
+    """(A rank.) Run the job (all-reduce sizes or the overlap measurement); rank 0 writes
+    ``probe.json``."""
+    import datetime
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    work = Path(argv[0])
+    job = json.loads((work / "job.json").read_text())
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
+    rank = int(os.environ["RANK"])
+    try:
+        if "overlap_model" in job:
+            out: Any = _overlap(job["overlap_model"], int(job["steps"]), rank)
+        else:
+            out = _sizes(job["sizes"], int(job["repeats"]))
+    finally:
+        dist.destroy_process_group()
+    if rank == 0:
+        tmp = work / ".probe.json"
+        tmp.write_text(json.dumps(out))
+        tmp.rename(work / "probe.json")
+    return 0
+
+
+def _slowest(seconds: float) -> float:
+    """The largest of the ranks' values (every rank calls it)."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([seconds], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t)
+
+
+def _sizes(sizes: list[int], repeats: int) -> list[list[float]]:
+    import torch
+    import torch.distributed as dist
+
+    rows = []
+    for size in sizes:
+        buf = torch.ones(max(1, size // 4))
+        for _ in range(2):
+            dist.all_reduce(buf)
+        times = []
+        for _ in range(repeats):
+            dist.barrier()
+            start = time.perf_counter()
+            dist.all_reduce(buf)
+            times.append(time.perf_counter() - start)
+        # The slowest rank's view: every rank waits for the collective's end.
+        rows.append([size, _slowest(statistics.median(times))])
+    return rows
+
+
+def _overlap(model_name: str, steps: int, rank: int) -> list[float]:
+    import threading
+
+    import torch
+    import torch.distributed as dist
+
+    import workloads
+    from workloads import data
+    from workloads.models import build_model
+
+    torch.manual_seed(0)
+    model = build_model(model_name)
+    model.train()
+    loss_fn = data.loss_fn(model_name)
+    batch_size = workloads.load_profile(model_name).default_batch_size
+    world = dist.get_world_size()
+    inputs, targets = data.batch(model_name, "synthetic", batch_size, 0, rank, world, 0)
+
+    def timed(n: int) -> list[float]:
+        out = []
+        for _ in range(n):
+            start = time.perf_counter()
+            model.zero_grad(set_to_none=True)
+            loss_fn(model(inputs), targets).backward()
+            out.append(time.perf_counter() - start)
+        return out
+
+    timed(3)
+    dist.barrier()
+    alone = statistics.median(timed(steps))
+    group = dist.new_group(backend="gloo")
+    stop = threading.Event()
+    buf = torch.ones(1 << 18)  # 1 MiB
+
+    def traffic() -> None:
+        # Element 0 carries each rank's stop flag: summed by the all-reduce itself, every rank
+        # sees the same total in the same round, so all threads leave after the same round.
+        while True:
+            buf[0] = 1.0 if stop.is_set() else 0.0
+            dist.all_reduce(buf, group=group)
+            if buf[0] > 0:
+                return
+
+    dist.barrier()
+    thread = threading.Thread(target=traffic, daemon=True)
+    thread.start()
+    busy = statistics.median(timed(steps))
+    stop.set()
+    thread.join()
+    return [_slowest(alone), _slowest(busy)]
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,153 @@
+"""Calibration and fidelity (``runners.fidelity``, ``runners.real.probe``) without running
+anything real: the alpha-beta fit, the matched specs, the report's arithmetic and the command
+line's refusals (exit 2, nothing measured)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from runners import cli, fidelity
+from runners.real import probe
+from runners.sim.network import RingAllReduce
+from runners.spec import validate
+
+TESTBED = {
+    "label": "cpu",  # vgg16-debug@cpu is a stored measured profile
+    "workers": 2,
+    "threads": 1,
+    "network": [
+        {
+            "nominal_gbps": None,
+            "bandwidth_gbps": 12.0,
+            "latency_us": 80.0,
+            "overlap_slowdown": {"vgg16-debug": 0.2},
+        },
+        {
+            "nominal_gbps": 1.0,
+            "bandwidth_gbps": 0.94,
+            "latency_us": 120.0,
+            "overlap_slowdown": {"vgg16-debug": 0.4},
+        },
+    ],
+}
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_the_fit_recovers_the_ring_model_it_inverts(workers):
+    ring = RingAllReduce(workers, 1e9 / 8 * 0.9, 150e-6)
+    rows = [(s, ring.time_s(s)) for s in probe.DEFAULT_SIZES]
+    alpha, bandwidth = probe.fit_alpha_beta(rows, workers)
+    assert alpha == pytest.approx(150e-6, rel=1e-6)
+    assert bandwidth == pytest.approx(1e9 / 8 * 0.9, rel=1e-6)
+
+
+def test_the_fit_takes_bandwidth_from_large_sizes_only():
+    """A token bucket lets small messages through at line rate: they must not set B."""
+    ring = RingAllReduce(2, 1e8, 100e-6)
+    rows = [(s, ring.time_s(s) if s >= probe.LARGE_BYTES else 100e-6) for s in probe.DEFAULT_SIZES]
+    alpha, bandwidth = probe.fit_alpha_beta(rows, 2)
+    assert bandwidth == pytest.approx(1e8, rel=1e-6)
+    assert 0 <= alpha < 100e-6
+
+
+def test_the_fit_refuses_what_it_cannot_fit():
+    with pytest.raises(ValueError, match="two sizes"):
+        probe.fit_alpha_beta([(4096, 1e-4), (1 << 20, 1e-3)], 2)
+    with pytest.raises(ValueError, match="do not grow"):
+        probe.fit_alpha_beta([(4096, 1e-4), (1 << 20, 2e-3), (1 << 21, 1e-3)], 2)
+
+
+def test_matched_specs_share_the_configuration_and_use_the_calibration():
+    real, sim = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, TESTBED, iterations=7)
+    real_spec, sim_spec = validate(real), validate(sim)
+    assert real_spec.mode == "real" and sim_spec.mode == "sim"
+    assert real_spec.cluster.bandwidth_gbps == 1.0  # the shaper's nominal rate
+    assert real_spec.real.network == "shaped"
+    c = sim_spec.cluster
+    assert (c.bandwidth_gbps, c.latency_us, c.overlap_slowdown) == (0.94, 120.0, 0.4)
+    assert c.gpu == "measured:cpu" and c.compute_jitter_cv == 0
+    assert real_spec.iterations == sim_spec.iterations == 7
+    assert real_spec.warmup_iterations == sim_spec.warmup_iterations
+    loop_real, loop_sim = fidelity.matched_specs("ddp", "vgg16-debug", None, TESTBED)
+    assert loop_real["real"]["network"] == "loopback"
+    assert loop_sim["cluster"]["bandwidth_gbps"] == 12.0
+
+
+def test_a_missing_calibration_point_says_what_to_run():
+    with pytest.raises(fidelity.CalibrationMissing, match="no 0.25 Gbit/s.*has: loopback, 1"):
+        fidelity.matched_specs("wfbp", "vgg16-debug", 0.25, TESTBED)
+    with pytest.raises(fidelity.CalibrationMissing, match="did not measure resnet50-debug"):
+        fidelity.matched_specs("wfbp", "resnet50-debug", 1.0, TESTBED)
+
+
+def _row(system, real, sim, gbps=1.0, workload="vgg16-debug"):
+    return {
+        "system": system,
+        "workload": workload,
+        "bandwidth_gbps": gbps,
+        "real_iteration_s": real,
+        "sim_iteration_s": sim,
+        "ape_pct": 100 * abs(sim - real) / real,
+    }
+
+
+def test_the_report_averages_errors_and_computes_speedups():
+    rows = [
+        _row("wfbp", 0.040, 0.036),  # 10 %
+        _row("pace", 0.020, 0.021),  # 5 %
+        _row("wfbp", 0.100, 0.100, gbps=None),  # 0 %
+    ]
+    out = fidelity.report(rows, "unit")
+    assert out["mape_pct"] == pytest.approx(5.0)
+    assert out["per_system_mape_pct"] == pytest.approx({"wfbp": 5.0, "pace": 5.0})
+    assert not out["meets_target"]  # under 10 %, but fewer than 12 configurations
+    (speedup,) = out["speedups"]
+    assert speedup["system"] == "pace" and speedup["baseline"] == "wfbp"
+    assert speedup["real"] == pytest.approx(2.0)
+    assert speedup["sim"] == pytest.approx(0.036 / 0.021)
+    text = fidelity.format_report(out)
+    assert "MAPE overall 5.0% over 3 configurations (misses" in text
+    many = fidelity.report([_row("wfbp", 0.04, 0.041)] * 12, "unit")
+    assert many["meets_target"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [
+        (["fidelity", "--systems", "wfbp,nope"], "--systems"),
+        (["fidelity", "--systems", "ps-default"], "--systems"),  # no real mode
+        (["fidelity", "--bandwidths", "50"], "--bandwidths"),
+        (["fidelity", "--bandwidths", "fast"], "--bandwidths"),
+        (["fidelity", "--models", "vgg17"], "--models"),
+        (["fidelity", "--iterations", "1"], "--iterations"),
+        (["fidelity", "--label", "no-such-calibration"], "no calibration"),
+        (["calibrate", "--workers", "1"], "--workers"),
+        (["calibrate", "--label", "a b"], "--label"),
+        (["calibrate", "--bandwidths", "loopback"], "--bandwidths"),
+    ],
+)
+def test_the_command_line_refuses_bad_arguments(argv, field, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert field in err and err.count("\n") == 1
+
+
+def test_fidelity_json_ends_with_the_report(monkeypatch, capsys):
+    rows = [_row("wfbp", 0.04, 0.04 * (1 + i / 100), workload="vgg16-debug") for i in range(3)]
+
+    def fake(label, systems, models, bandwidths, iterations, on_config=None):
+        for row in rows:
+            on_config(row)
+        return fidelity.report(rows, label)
+
+    monkeypatch.setattr(fidelity, "fidelity", fake)
+    monkeypatch.setattr(fidelity, "load_testbed", lambda label: TESTBED)
+    argv = ["fidelity", "--label", "unit", "--systems", "wfbp", "--models", "vgg16-debug"]
+    assert cli.main([*argv, "--bandwidths", "1", "--json"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 4
+    last = json.loads(lines[-1])
+    assert last["mape_pct"] == pytest.approx(1.0)
+    assert len(last["configs"]) == 3
