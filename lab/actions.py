@@ -44,6 +44,7 @@ class ExperimentConfig:
     params: dict[str, Any] = field(default_factory=dict, hash=False)
     iterations: int = 20
     sweep: dict[str, list[Any]] = field(default_factory=dict, hash=False)
+    real: dict[str, Any] = field(default_factory=dict, hash=False)  # mode real: RealOptions
 
     def conditions(self) -> list[dict[str, Any]]:
         """The cluster of every point of the sweep (just ``cluster`` without one)."""
@@ -76,7 +77,7 @@ class ExperimentConfig:
             trace = cluster.get("trace", {})
             return {"system": entry, "mode": self.mode, "trace": trace, "cluster": rest,
                     "params": params, "seed": seed}  # fmt: skip
-        return {
+        raw = {
             "system": entry,
             "mode": self.mode,
             "workload": workload,
@@ -85,6 +86,9 @@ class ExperimentConfig:
             "iterations": self.iterations,
             "seed": seed,
         }
+        if self.mode == "real" and self.real:
+            raw["real"] = dict(self.real)
+        return raw
 
     def model_fields(self) -> dict[str, Any]:
         """The Experiment model's fields for this definition (JSON-ready: lists, dicts)."""
@@ -164,8 +168,15 @@ def _transition(run_id: int, sources: tuple[str, ...], target: str, **fields: An
 
 def launch_run(run_id: int) -> bool:
     """Start a queued run as a detached process if a slot is free. Idempotent."""
-    if Run.objects.filter(state=Run.RUNNING).count() >= settings.MAX_PARALLEL_RUNS:
+    running = Run.objects.filter(state=Run.RUNNING)
+    if running.count() >= settings.MAX_PARALLEL_RUNS:
         return False  # the reconciler launches it when a slot frees up
+    # A real run trains on this machine's cores and network: it runs alone, so that no other
+    # run disturbs the times it measures (and it disturbs no simulation's).
+    if running.filter(spec__mode="real").exists():
+        return False
+    if running.exists() and Run.objects.filter(pk=run_id, spec__mode="real").exists():
+        return False
     if not _transition(
         run_id,
         (Run.QUEUED,),
@@ -226,8 +237,11 @@ def reconcile() -> dict[str, int]:
     free = settings.MAX_PARALLEL_RUNS - Run.objects.filter(state=Run.RUNNING).count()
     if free > 0:
         queued = Run.objects.filter(state=Run.QUEUED).order_by("created_at", "id")
-        for run_id in queued.values_list("pk", flat=True)[:free]:
-            counts["launched"] += launch_run(run_id)
+        for run_id, mode in queued.values_list("pk", "spec__mode")[:free]:
+            launched = launch_run(run_id)
+            counts["launched"] += launched
+            if not launched and mode == "real":
+                break  # the oldest waiting run needs the machine alone: let it drain
     return counts
 
 

@@ -16,6 +16,7 @@ from lab.experiments.forms import (
     ARENA_CLUSTER_FIELDS,
     ARENA_PREFIX,
     CLUSTER_KEYS,
+    REAL_KEYS,
     STRAGGLER_NAMES,
     TRACE_FILE_KEYS,
     TRACE_KEYS,
@@ -40,6 +41,7 @@ FIELDS = {
     "cluster",
     "trace",
     "params",
+    "real",
 }
 TRACE_FILE_REFUSED = (
     "trace files are not taken by the API (the server would read a path you name): give a "
@@ -74,7 +76,17 @@ def _form_data(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[str
     errors: dict[str, list[str]] = {}
     for key in sorted(set(body) - FIELDS):
         errors[key] = [f"unknown field (allowed: {', '.join(sorted(FIELDS))})"]
-    data = {k: v for k, v in body.items() if k in FIELDS - {"cluster", "trace", "seeds", "params"}}
+    nested = {"cluster", "trace", "seeds", "params", "real"}
+    data = {k: v for k, v in body.items() if k in FIELDS - nested}
+    real = body.get("real", {})
+    if not isinstance(real, dict):
+        errors["real"] = ["must be an object (mode real: how the runs train)"]
+        real = {}
+    for key in sorted(set(real) - set(REAL_KEYS)):
+        errors[f"real.{key}"] = [f"unknown field (allowed: {', '.join(REAL_KEYS)})"]
+    for key in REAL_KEYS:
+        if key in real:
+            data[f"real_{key}"] = real[key]
     if "params" in body:
         data["params"] = json.dumps(body["params"])
     seeds = body.get("seeds")

@@ -26,6 +26,8 @@ from workloads import devices
 
 MAX_RUNS = 500
 _DEFAULTS = run_spec.CommCluster()
+_REAL = run_spec.RealOptions()
+REAL_KEYS = ("network", "dataset", "lr", "momentum", "implementation")
 CLUSTER_KEYS = (
     "workers",
     "bandwidth_gbps",
@@ -243,6 +245,35 @@ class ExperimentForm(_ClusterArenaFields):
         initial=_TRACE.duration_scale,
         help_text="multiplies every job's duration (below 1: shorter runs)",
     )
+    real_network = forms.ChoiceField(
+        required=False,
+        label="network",
+        initial=_REAL.network,
+        choices=[(n, n) for n in run_spec.NETWORKS],
+        help_text="shaped: every rank in its own network namespace, its NIC shaped to the "
+        "bandwidth above (the lab's worker must run as root); loopback: no shaping; auto: "
+        "shaped when possible, and each run says which it got",
+    )
+    real_dataset = forms.ChoiceField(
+        required=False,
+        label="dataset",
+        initial=_REAL.dataset,
+        choices=[(d, d) for d in run_spec.REAL_DATASETS],
+        help_text="synthetic (timing only), shapes (generated images, the CNNs) or markov (a "
+        "generated language, the token models): held-out loss and accuracy are reported",
+    )
+    real_lr = forms.FloatField(
+        label="learning rate", required=False, initial=_REAL.lr, help_text="plain SGD"
+    )
+    real_momentum = forms.FloatField(label="momentum", required=False, initial=_REAL.momentum)
+    real_implementation = forms.ChoiceField(
+        required=False,
+        label="implementation",
+        initial=_REAL.implementation,
+        choices=[(i, i) for i in run_spec.IMPLEMENTATIONS],
+        help_text="default: each system's own (PyTorch DDP for ddp, the real Horovod for "
+        "horovod, the lab's engine for the rest); lab: the lab's engine for every system",
+    )
     params = forms.JSONField(
         required=False,
         initial=dict,
@@ -272,6 +303,10 @@ class ExperimentForm(_ClusterArenaFields):
     @property
     def trace_fields(self) -> list[forms.BoundField]:
         return [self[f"trace_{key}"] for key in TRACE_KEYS]
+
+    @property
+    def real_fields(self) -> list[forms.BoundField]:
+        return [self[f"real_{key}"] for key in REAL_KEYS]
 
     @property
     def cluster_arena_fields(self) -> list[forms.BoundField]:
@@ -318,8 +353,11 @@ class ExperimentForm(_ClusterArenaFields):
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         arena = arena_of(data.get("system", ""))
-        for name in COMM_ONLY if arena == "cluster" else CLUSTER_ARENA_ONLY:
-            self.errors.pop(name, None)  # another arena's field: neither checked nor used
+        ignored = list(COMM_ONLY if arena == "cluster" else CLUSTER_ARENA_ONLY)
+        if data.get("mode") != "real" or arena == "cluster":
+            ignored += [f"real_{key}" for key in REAL_KEYS]
+        for name in ignored:
+            self.errors.pop(name, None)  # another arena's or mode's field: not checked or used
             data.pop(name, None)
         if self.errors:
             return data
@@ -341,6 +379,11 @@ class ExperimentForm(_ClusterArenaFields):
             "seeds": tuple(data.get("seeds") or range(data.get("repeats") or 1)),
             "params": data["params"],
         }
+        if data["mode"] == "real" and arena != "cluster":
+            real = {key: data.get(f"real_{key}") for key in REAL_KEYS}
+            common["real"] = {
+                k: v for k, v in real.items() if v not in (None, "") and getattr(_REAL, k) != v
+            }
         if arena == "cluster":
             config = self._cluster_arena_config(data, common)
         else:
@@ -349,7 +392,11 @@ class ExperimentForm(_ClusterArenaFields):
             return data
         for raw in config.raw_specs():
             try:
-                run_spec.validate(raw)
+                spec = run_spec.validate(raw)
+                if getattr(spec, "mode", "sim") == "real":
+                    from runners.real import launch
+
+                    launch.preflight(spec)  # this machine: root, ranks, memory
             except run_spec.SpecError as err:
                 self.add_error(form_field(err.field, arena), f"{err}" + _for(raw, system.name))
                 return data
@@ -481,6 +528,8 @@ def form_field(spec_field: str, arena: str | None = None) -> str | None:
         name = f"trace_{key.split('.')[0]}"
     elif section == "params":
         name = "params"
+    elif section == "real" and key:
+        name = f"real_{key}"
     else:
         name = {
             "workload": "workloads",
@@ -499,6 +548,7 @@ def api_field(form_field_name: str) -> str:
         (ARENA_PREFIX, "cluster"),
         ("cluster_", "cluster"),
         ("trace_", "trace"),
+        ("real_", "real"),
     ):
         if form_field_name.startswith(prefix):
             return f"{section}.{form_field_name.removeprefix(prefix)}"

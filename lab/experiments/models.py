@@ -27,6 +27,11 @@ class Experiment(models.Model):
         help_text='swept cluster fields and their values, e.g. {"bandwidth_gbps": [1, 10]}',
     )
     params = models.JSONField(default=dict, help_text="parameters of the system under test")
+    real = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="mode real: how the runs train (runners.spec.RealOptions fields)",
+    )
     iterations = models.PositiveIntegerField(default=20)
     nightly = models.BooleanField(
         default=False, help_text="re-run every night with the claims suite, tracked for regressions"

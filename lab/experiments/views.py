@@ -23,6 +23,7 @@ from lab.experiments.forms import (
 from lab.experiments.models import Experiment
 from lab.reports import export, figures, paper
 from lab.runs.models import Run
+from runners import rundir
 
 
 def experiment_list(request: HttpRequest) -> HttpResponse:
@@ -74,6 +75,8 @@ def _initial(request: HttpRequest) -> dict[str, object]:
         initial[f"cluster_{key}"] = value
     for key, values in source.sweep.items():
         initial[f"cluster_{key}"] = ", ".join(f"{v:g}" for v in values)
+    for key, value in (source.real or {}).items():
+        initial[f"real_{key}"] = value
     return initial
 
 
@@ -154,13 +157,18 @@ def experiment_live(request: HttpRequest, pk: int) -> HttpResponse:
 
 def _live_context(experiment: Experiment) -> dict[str, object]:
     runs = list(experiment.runs.prefetch_related("measurements"))
-    columns = RUN_COLUMNS["cluster" if actions.arena_of(experiment.system) == "cluster" else "comm"]
+    if actions.arena_of(experiment.system) == "cluster":
+        columns = RUN_COLUMNS["cluster"]
+    else:
+        columns = RUN_COLUMNS["real" if experiment.mode == "real" else "comm"]
     for run in runs:
         values = {m.metric: m.value for m in run.measurements.all()}
         run.cells = [
             "" if values.get(metric) is None else format(values[metric], fmt)
             for metric, _, fmt in columns
         ]
+        if experiment.mode == "real":
+            run.cells.append(_network_of(run))
     status = Run.combined_state([r.state for r in runs])
     figure_list, settled = _figures(experiment)
     return {
@@ -169,7 +177,8 @@ def _live_context(experiment: Experiment) -> dict[str, object]:
         "status": status,
         "counts": {s: sum(r.state == s for r in runs) for s, _ in Run.STATE_CHOICES},
         "figures": figure_list,
-        "metric_headers": [header for _, header, _ in columns],
+        "metric_headers": [header for _, header, _ in columns]
+        + (["network"] if experiment.mode == "real" else []),
         "active": status in Run.ACTIVE or not settled,
     }
 
@@ -180,12 +189,30 @@ RUN_COLUMNS = {
         ("iteration_time_s", "iteration time (s)", ".4f"),
         ("throughput_samples_per_s", "throughput (samples/s)", ".1f"),
     ],
+    "real": [
+        ("iteration_time_s", "iteration time (s)", ".4f"),
+        ("throughput_samples_per_s", "throughput (samples/s)", ".1f"),
+        ("exposed_comm_s", "exposed comm (s)", ".4f"),
+        ("final_loss", "final loss", ".4f"),
+    ],
     "cluster": [
         ("avg_jct_s", "avg JCT (s)", ",.0f"),
         ("total_utility", "utility", ".1f"),
         ("admitted_fraction", "admitted", ".0%"),
     ],
 }
+
+
+def _network_of(run: Run) -> str:
+    """What a finished real run trained on (its summary's network block), e.g. "shaped"."""
+    if run.state != Run.SUCCEEDED:
+        return ""
+    try:
+        network = rundir.read_summary(run.run_dir).get("network") or {}
+    except (OSError, ValueError):
+        return ""
+    kind = str(network.get("kind", ""))
+    return f"{kind} ({network['note']})" if network.get("note") else kind
 
 
 def _figures(experiment: Experiment) -> tuple[list[dict[str, object]], bool]:

@@ -183,6 +183,7 @@ def run(
     from .worker import plan_to_json
 
     network = preflight(spec)
+    work = work.resolve()  # the ranks start in the project's root, not in our directory
     if spec.arena == "ps":  # workers and server processes: runners.real.ps
         from . import ps
 
@@ -399,7 +400,14 @@ def _tails(logs: list[Path], lines: int = 15) -> str:
             text = path.read_text().splitlines()
         except OSError:
             continue
-        errors = [line for line in text if "Error" in line or "error" in line]
+        # The ranks' own errors, not torchrun's report about them.
+        errors = [
+            line
+            for line in text
+            if ("Error" in line or "error" in line)
+            and "ChildFailedError" not in line
+            and "elastic" not in line
+        ]
         tail = (errors[-5:] if errors else []) + text[-lines:]
         parts.append(f"\n--- {path.name} ---\n" + "\n".join(dict.fromkeys(tail)))
     return "".join(parts)

@@ -103,6 +103,45 @@ def test_a_member_queues_a_cluster_arena_experiment_on_a_generated_trace(page, p
     assert page.locator("tr[id^=run-]", has_text="philly-20").count() == 2
 
 
+def test_a_member_trains_for_real_from_the_portal(page, portal):
+    """Mode real: the page shows how the runs train only for it; the runs train for real (two
+    ranks each, on loopback here), one at a time, and the page shows their loss and network."""
+    login(page, portal)
+    page.goto(portal.url + "/experiments/new/")
+    page.select_option("#id_system", "wfbp")
+    assert not page.is_visible("#real-fields")
+    page.select_option("#id_mode", "real")
+    assert page.is_visible("#real-fields")
+    ticked = [b.get_attribute("value") for b in page.locator("input[name=baselines]:checked").all()]
+    for baseline in ticked:
+        if baseline != "ddp":
+            page.uncheck(f"input[name=baselines][value={baseline}]")
+    page.fill("#id_name", "real run")
+    page.check("input[name=workloads][value=vgg16-debug]")
+    page.fill("#id_seeds", "0")
+    page.fill("#id_iterations", "5")
+    page.fill("#id_cluster_workers", "2")
+    page.fill("#id_cluster_bandwidth_gbps", "1")
+    page.select_option("#id_real_network", "loopback")
+    page.select_option("#id_real_dataset", "shapes")
+    page.fill("#id_real_lr", "-1")
+    page.click("text=Queue experiment")
+    assert "real.lr" in page.locator("#field-real_lr .error").inner_text()
+    assert page.is_visible("#real-fields")  # shown again with the error, mode real kept
+    page.fill("#id_real_lr", "0.05")
+    page.click("text=Queue experiment")
+    page.wait_for_url("**/experiments/*/")
+    assert page.locator(".message").inner_text().startswith("Queued 2 runs")
+    page.wait_for_function(
+        "document.getElementById('experiment-status').textContent === 'succeeded'", timeout=180_000
+    )
+    assert page.locator("tr[id^=run-] .state.succeeded").count() == 2
+    assert page.locator("th", has_text="final loss").count() == 1
+    assert page.locator("tr[id^=run-]", has_text="loopback").count() == 2
+    page.locator("img.plot").first.wait_for(state="visible", timeout=60_000)
+    assert "loopback" in page.locator("details pre").first.text_content()  # the definition
+
+
 def test_invalid_input_is_explained_next_to_the_field(page, portal):
     login(page, portal)
     page.goto(portal.url + "/experiments/new/")

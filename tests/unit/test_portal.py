@@ -131,7 +131,7 @@ def test_repeats_give_seeds_when_no_seeds_are_given(browser):
         ({"cluster_ps_stragglers": "8:0.5:1"}, "cluster_ps_stragglers", "ps_stragglers[0].server"),
         ({"workloads": []}, "workloads", "required"),
         ({"system": "nope"}, "system", "Select a valid choice"),
-        ({"system": "tictac-tic", "baselines": [], "mode": "real"}, "mode", "supports sim only"),
+        ({"mode": "real", "cluster_workers": "1000"}, "cluster_workers", "on this machine"),
         ({"name": ""}, "name", "required"),
     ],
 )

@@ -23,8 +23,8 @@
     return root !== null && root.dataset.active === "true";
   }
 
-  // New-experiment form: show the parts of the chosen system's arena (data-arenas; the server
-  // ignores the others) and preselect the baselines of its arena.
+  // New-experiment form: show the parts of the chosen system's arena (data-arenas) and mode
+  // (data-modes; the server ignores the others) and preselect the baselines of its arena.
   function experimentForm() {
     const data = document.getElementById("catalogue-data");
     const system = document.getElementById("id_system");
@@ -35,8 +35,11 @@
     const showArena = function () {
       const chosen = byName[system.value];
       if (!chosen) { return; }
+      const mode = document.getElementById("id_mode");
       document.querySelectorAll("#experiment-form [data-arenas]").forEach(function (part) {
-        part.hidden = part.dataset.arenas.split(" ").indexOf(chosen.arena) < 0;
+        const modes = part.dataset.modes ? part.dataset.modes.split(" ") : null;
+        part.hidden = part.dataset.arenas.split(" ").indexOf(chosen.arena) < 0 ||
+          (modes !== null && mode !== null && modes.indexOf(mode.value) < 0);
       });
       if (hint) {
         const params = chosen.params.map(function (p) { return p.name + " (default " + p.default + ")"; });
@@ -55,6 +58,8 @@
       });
     };
     system.addEventListener("change", function () { preselect(); showArena(); });
+    const modeField = document.getElementById("id_mode");
+    if (modeField) { modeField.addEventListener("change", showArena); }
     showArena();
     // Shown again with errors: the member's own baseline choices stand.
     if (!document.querySelector(".field.invalid")) { preselect(); }

@@ -1,0 +1,127 @@
+"""Real mode from the portal and the API: how the runs train (``real``) is part of an
+experiment's definition, the machine is checked before anything is stored, and a real run
+runs alone on the machine."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+from django.test import override_settings
+
+from lab import actions
+from lab.accounts.models import ApiToken
+from lab.experiments.models import Experiment
+from lab.runs.models import Run
+from tests.unit.test_actions import finish_all
+
+pytestmark = pytest.mark.django_db
+
+BODY = {
+    "name": "real ddp",
+    "system": "wfbp",
+    "baselines": ["ddp"],
+    "workloads": ["vgg16-debug"],
+    "mode": "real",
+    "seeds": [0],
+    "iterations": 3,
+    "cluster": {"workers": 2, "bandwidth_gbps": 1},
+    "real": {"network": "loopback", "dataset": "shapes", "lr": 0.05},
+}
+
+
+@pytest.fixture
+def token(user) -> str:
+    return ApiToken.issue(user)
+
+
+def post(client, body, token):
+    return client.post(
+        "/api/experiments/",
+        json.dumps(body),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Token {token}",
+    )
+
+
+def test_the_api_stores_how_real_runs_train(client, token):
+    response = post(client, BODY, token)
+    assert response.status_code == 201, response.content
+    experiment = Experiment.objects.get()
+    assert experiment.real == {"network": "loopback", "dataset": "shapes", "lr": 0.05}
+    for run in experiment.runs.all():
+        assert run.spec["mode"] == "real"
+        real = run.spec["real"]
+        assert (real["network"], real["dataset"], real["lr"]) == ("loopback", "shapes", 0.05)
+        assert real["momentum"] == 0.0  # the default, resolved in the stored spec
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"real": {"network": "satellite"}}, "real.network"),
+        ({"real": {"lr": -1}}, "real.lr"),
+        ({"real": {"threads_per_rank": 2}}, "real.threads_per_rank"),
+        ({"real": "fast"}, "real"),
+        ({"cluster": {"workers": 1000}}, "cluster.workers"),  # more ranks than this machine holds
+        ({"system": "oasis", "baselines": []}, "mode"),  # the cluster arena has no real mode
+    ],
+)
+def test_the_api_refuses_a_real_experiment_this_machine_cannot_run(client, token, change, field):
+    response = post(client, {**BODY, **change}, token)
+    assert response.status_code == 400
+    assert field in response.json()["errors"], response.json()
+    assert not Experiment.objects.exists()
+
+
+def test_a_simulated_experiment_ignores_the_real_fields(client, token):
+    response = post(client, {**BODY, "mode": "sim", "real": {"network": "satellite"}}, token)
+    assert response.status_code == 201, response.content
+    experiment = Experiment.objects.get()
+    assert experiment.real == {}
+    assert all("real" not in run.spec for run in experiment.runs.all())
+
+
+def test_the_form_copies_the_real_options(client, user, token):
+    post(client, BODY, token)
+    client.force_login(user)
+    experiment = Experiment.objects.get()
+    page = client.get(f"/experiments/new/?copy={experiment.pk}").content.decode()
+    assert 'id="real-fields"' in page and 'data-modes="real"' in page
+    assert '<option value="loopback" selected>' in page
+    assert 'name="real_lr" value="0.05"' in page
+
+
+@override_settings(MAX_PARALLEL_RUNS=4)
+def test_a_real_run_runs_alone_on_the_machine(user, config, client):
+    sim = actions.create_experiment(user, dataclasses.replace(config, seeds=(0,)))
+    real_config = actions.ExperimentConfig(
+        name="real",
+        system="ddp",
+        workloads=("vgg16-debug",),
+        seeds=(0,),
+        mode="real",
+        iterations=50,
+        cluster={"workers": 2},
+        real={"network": "loopback"},
+    )
+    real = actions.create_experiment(user, real_config)
+    (real_run,) = real.runs.all()
+    sim_ids = list(sim.runs.values_list("pk", flat=True))
+    assert actions.launch_run(sim_ids[0])
+    assert not actions.launch_run(real_run.pk)  # a simulation is running
+    finish_all(sim)  # reconciling, it launches the real run once the machine is free
+    real_run.refresh_from_db()
+    assert real_run.state == Run.RUNNING
+    rerun = actions.rerun_experiment(sim, user)
+    assert not actions.launch_run(rerun.runs.first().pk)  # the real run has the machine
+    finish_all(real, timeout_s=180)
+    real_run.refresh_from_db()
+    assert real_run.state == Run.SUCCEEDED, (real_run.home / "process.log").read_text()[-3000:]
+    assert real_run.measurements.filter(metric="final_loss").exists()
+    client.force_login(user)
+    page = client.get(f"/experiments/{real.pk}/").content.decode()
+    assert "<th>network</th>" in page and "<td>loopback" in page
+    assert "final loss" in page
+    finish_all(rerun)
