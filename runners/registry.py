@@ -664,7 +664,7 @@ ENTRIES: tuple[Entry, ...] = (
         name="tictac-tic",
         arena="ps",
         role="system",
-        modes=("sim",),
+        modes=("sim", "real"),
         paper="Hashemi, Abdu Jyothi, Campbell. TicTac: accelerating distributed deep learning "
         "with communication scheduling, MLSys 2019",
         summary="Parameter transfers ordered by TIC (timing-independent, from the DAG alone); "
@@ -675,7 +675,7 @@ ENTRIES: tuple[Entry, ...] = (
         name="tictac-tac",
         arena="ps",
         role="system",
-        modes=("sim",),
+        modes=("sim", "real"),
         paper="Hashemi, Abdu Jyothi, Campbell. TicTac: accelerating distributed deep learning "
         "with communication scheduling, MLSys 2019",
         summary="Parameter transfers ordered by TAC (timing-aware: profiled compute and "
@@ -686,7 +686,7 @@ ENTRIES: tuple[Entry, ...] = (
         name="eager-ps",
         arena="ps",
         role="system",
-        modes=("sim",),
+        modes=("sim", "real"),
         paper="Along Jin, HKU PhD thesis 2023, chapter on the eager parameter server (papers not "
         "identified; research/comm.md section 4.2)",
         summary="Push and pull decoupled: a worker pulls whatever parameters the server holds "
@@ -726,7 +726,7 @@ ENTRIES: tuple[Entry, ...] = (
         name="psld",
         arena="ps",
         role="system",
-        modes=("sim",),
+        modes=("sim", "real"),
         paper="Chen, Peng, Bao, Wu, Zhu, Guo. Elastic parameter server load distribution in deep "
         "learning clusters (PSLD), ACM SoCC 2020",
         summary="Exploitation-exploration re-distribution of parameters among PSs (best-fit "
@@ -783,7 +783,7 @@ ENTRIES: tuple[Entry, ...] = (
         name="ps-default",
         arena="ps",
         role="baseline",
-        modes=("sim",),
+        modes=("sim", "real"),
         paper="Li et al., Scaling distributed machine learning with the parameter server, OSDI "
         "2014; MXNet KVStore (kvstore_dist.h)",
         summary="MXNet key hashing ((key*9973) mod servers), arrays of 1M+ elements sharded over "
@@ -814,7 +814,7 @@ ENTRIES: tuple[Entry, ...] = (
         name="byteps",
         arena="ps",
         role="baseline",
-        modes=("sim",),
+        modes=("sim", "real"),
         paper="Jiang et al., A unified architecture for accelerating distributed DNN training in "
         "heterogeneous GPU/CPU clusters (BytePS), OSDI 2020",
         summary="Tensors partitioned into 4,096,000-byte pieces, each hashed to a server; "
@@ -841,7 +841,7 @@ ENTRIES: tuple[Entry, ...] = (
         name="p3",
         arena="ps",
         role="baseline",
-        modes=("sim",),
+        modes=("sim", "real"),
         paper="Jayarajan, Wei, Gibson, Fedorova, Pekhimenko. Priority-based parameter "
         "propagation for distributed DNN training (P3), SysML 2019",
         summary="Parameters sliced (50,000 per slice), pushed and pulled in priority order (the "

@@ -117,7 +117,7 @@ def test_the_report_averages_errors_and_computes_speedups():
     ("argv", "field"),
     [
         (["fidelity", "--systems", "wfbp,nope"], "--systems"),
-        (["fidelity", "--systems", "ps-default"], "--systems"),  # no real mode
+        (["fidelity", "--systems", "oasis"], "--systems"),  # no real mode
         (["fidelity", "--bandwidths", "50"], "--bandwidths"),
         (["fidelity", "--bandwidths", "fast"], "--bandwidths"),
         (["fidelity", "--models", "vgg17"], "--models"),

@@ -180,7 +180,7 @@ BAD_SPECS = [
     ("system-not-a-string", with_changes(system=3), "system"),
     ("unknown-system", with_changes(system="horovod-magic"), "system"),
     ("unknown-top-level-key", with_changes(nodes=4), "nodes"),
-    ("real-mode-for-sim-only-entry", with_changes(system="tictac-tic", mode="real"), "mode"),
+    ("real-mode-for-sim-only-entry", {"system": "oasis", "mode": "real"}, "mode"),
     ("real-options-in-sim-mode", with_changes(real={"lr": 0.1}), "real"),
     ("real-unknown-option", with_changes(mode="real", real={"speed": 2}), "real.speed"),
     ("real-bad-network", with_changes(mode="real", real={"network": "wifi"}), "real.network"),

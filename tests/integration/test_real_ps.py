@@ -1,0 +1,390 @@
+"""Real mode of the parameter-server arena (``runners.real.ps``): worker and server processes
+started by torchrun exchange keys point to point, through the command line's code path
+(``runners.execute.run_to_directory``).
+
+Correctness: every sync-mode system ends with the weights of single-process SGD on the same
+global batch, on the workers and on the servers, also when PSLD moves keys between servers while
+training. The asynchronous modes end with the weights their update equations give (replayed
+here in one process from the servers' logs of what they applied, see
+``test_eager_ps_follows_its_update_equations``). A straggler does not deadlock a run of 3
+workers and 2 servers; the emulated network gives every server its own namespace and leaves
+nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from runners.execute import run_to_directory
+from runners.policies.ps import lr_scale
+from runners.real import launch
+from runners.real import ps as real_ps
+from runners.real.engine import bind_layers
+from runners.spec import SpecError, validate
+from tests.conftest import require_root
+from tests.integration.test_real_mode import _assert_close, _ours
+from workloads import data
+from workloads.models import build_model
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = "vgg16-debug"  # no batch norm: data-parallel SGD equals single-process SGD exactly
+LR, MOMENTUM = 0.05, 0.9
+SEED = 3
+BATCH = 8  # vgg16-debug's default batch size
+
+
+def _spec(system: str, params: dict | None = None, steps: int = 4, workers: int = 2,
+          servers: int = 2, **cluster) -> dict:  # fmt: skip
+    return {
+        "system": system,
+        "mode": "real",
+        "workload": MODEL,
+        "cluster": {
+            "workers": workers,
+            "ps": 2,
+            "servers": servers,
+            "bandwidth_gbps": 1,
+            **cluster,
+        },  # fmt: skip
+        "params": params or {},
+        "iterations": steps - 1,
+        "warmup_iterations": 1,
+        "seed": SEED,
+        "real": {"network": "loopback", "dataset": "shapes", "lr": LR, "momentum": MOMENTUM},
+    }
+
+
+def _run(raw: dict, out: Path, monkeypatch) -> dict:
+    monkeypatch.setenv("LAB_REAL_SAVE_PARAMS", "1")
+    return run_to_directory(validate(raw), out, ["test"])
+
+
+def _reference_sgd(steps: int, workers: int = 2) -> dict:
+    """Single-process SGD with momentum on the global batch of each step (the mean of the
+    workers' losses); every worker seeds torch alike, so their dropout masks are the same
+    draws: replayed per worker."""
+    torch.manual_seed(SEED)
+    model = build_model(MODEL)
+    rng = torch.get_rng_state()
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    loss_fn = data.loss_fn(MODEL)
+    for step in range(steps):
+        opt.zero_grad()
+        for w in range(workers):
+            torch.set_rng_state(rng)
+            x, y = data.batch(MODEL, "shapes", BATCH, SEED, w, workers, step)
+            (loss_fn(model(x), y) / workers).backward()
+        rng = torch.get_rng_state()
+        opt.step()
+    return model.state_dict()
+
+
+SYNC_SYSTEMS = [
+    ("ps-default", {"bigarray_bound_elems": 20_000}),  # big layers sharded over both servers
+    ("byteps", {"partition_bytes": 40_000}),  # global barrier
+    ("byteps", {"partition_bytes": 40_000, "cross_barrier": True}),
+    ("tictac-tic", {}),
+    ("tictac-tac", {}),
+    ("p3", {"slice_params": 20_000}),
+    ("psld", {}),  # the default window sees no full window in 4 steps: a static start
+]
+
+
+@pytest.mark.parametrize(("system", "params"), SYNC_SYSTEMS)
+def test_sync_ps_systems_match_single_process_sgd(system, params, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    summary = _run(_spec(system, params), out, monkeypatch)
+    want = _reference_sgd(4)
+    workers = [torch.load(out / f"params{w}.pt") for w in range(2)]
+    for key in workers[0]:
+        assert torch.equal(workers[0][key], workers[1][key]), f"workers differ on {key}"
+    _assert_close(workers[0], want)
+    _assert_close(torch.load(out / "params-servers.pt"), want)
+    metrics = summary["metrics"]
+    assert summary["run"]["arena"] == "ps" and summary["network"]["kind"] == "loopback"
+    assert metrics["iteration_time_s"] > 0 and metrics["comm_time_s"] > 0
+    assert metrics["ps_max_busy_s"] > 0 and metrics["ps_servers_used"] == 2
+    series = [json.loads(line) for line in (out / "metrics.jsonl").open()]
+    assert [s["iteration"] for s in series] == list(range(4))
+    rows = (out / "timeline.csv").read_text().splitlines()
+    assert any(",uplink,push," in row for row in rows)
+    assert any(",ps0.cpu,aggregate," in row for row in rows)
+    if system == "psld":
+        assert metrics["psld_changes"] == 0 and metrics["ps_migrated_bytes"] == 0
+
+
+def test_psld_moving_keys_keeps_sgd_exact(tmp_path, monkeypatch):
+    """window 1, always explore: worker 0 moves a key in the run (decided at iteration 4 from
+    round 1, effective at 6); its parameters and momentum migrate with it. A third server
+    process exists for scale-out (cluster.servers) and idles."""
+    out = tmp_path / "run"
+    raw = _spec("psld", {"window": 1, "epsilon": 1.0}, steps=9, servers=3)
+    raw["timeline_iterations"] = 0  # every iteration: the migration is on the timeline
+    summary = _run(raw, out, monkeypatch)
+    metrics = summary["metrics"]
+    assert metrics["psld_changes"] >= 1 and metrics["ps_migrated_bytes"] > 0
+    want = _reference_sgd(9)
+    for w in range(2):
+        _assert_close(torch.load(out / f"params{w}.pt"), want)
+    _assert_close(torch.load(out / "params-servers.pt"), want)
+    rows = (out / "timeline.csv").read_text().splitlines()
+    assert any(",migrate," in row for row in rows)
+
+
+_CHANNEL_PROBE = """
+import datetime, threading, torch, torch.distributed as dist
+from runners.real.ps import PUSH, Channel
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+me, world = dist.get_rank(), dist.get_world_size()
+cv, got, n_messages = threading.Condition(), {}, 300
+def on_message(h, payload, start, end):
+    if h[0] == PUSH:  # in order per sender, intact
+        assert got.get(h[4], -1) == h[2] - 1 and payload.numel() == h[3], h
+        assert bool((payload == h[2]).all()), h
+        got[h[4]] = h[2]
+channel = Channel(me, list(range(world)), cv, on_message)
+dist.barrier()
+channel.start()
+with cv:
+    for i in range(n_messages):
+        for peer in channel.peers:
+            n = 1 + (i * 7919 + me) % 50_000
+            channel.post((1, 0, 0), peer, PUSH, 0, i, n, torch.full((n,), float(i)))
+    channel.close()
+channel.join()
+assert got == {p: n_messages - 1 for p in channel.peers}, got
+dist.barrier()
+dist.destroy_process_group()
+print("ok", me)
+"""
+
+
+def test_the_channel_threads_keep_gloo_messages_whole_and_in_order(tmp_path):
+    """The transport every PS process uses: a sender and a receiver thread on one gloo group
+    (headers received from any source, then the payload from that source); 3 processes send
+    each other 300 messages of random sizes each, all at once, and stop."""
+    script = tmp_path / "probe.py"
+    script.write_text(_CHANNEL_PROBE)
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+         "--nproc-per-node", "3", str(script)],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert sorted(line for line in result.stdout.splitlines() if line.startswith("ok")) == [
+        "ok 0", "ok 1", "ok 2",
+    ]  # fmt: skip
+
+
+# --- the asynchronous modes: their update equations ----------------------------------------
+
+
+def _replay(raw: dict, out: Path) -> dict:
+    """The eager PS's server equations (runners.real.ps), replayed from the servers' logs.
+
+    Every push the servers applied is logged, in the order they handled it, as (worker w,
+    iteration t, version v the gradient was computed on, staleness tau, scale s). Worker w's
+    gradient of iteration t, g_w^t, is recomputed here on its own batch with, for every key,
+    the key's parameters at the version w used (the versions of its pushes of t). Per key, with
+    W workers, momentum mu, learning rate lr and m starting at 0:
+
+    * async: tau = (updates applied to the key so far) - v, s = lr_scale(rule, tau, tau_max)
+      with tau_max the largest tau of the key so far; m <- mu m + s g / W; w <- w - lr m; a new
+      version per push;
+    * sync-round: tau = t - v (round t is applied to version t); round t sums s g over its W
+      pushes, and once complete m <- mu m + sum / W; w <- w - lr m (version t + 1).
+
+    Returns the final parameters of every key as a model state dict.
+    """
+    spec = validate(raw)
+    plan = real_ps.plan_for(spec)
+    workers, steps = spec.cluster.workers, spec.warmup_iterations + spec.iterations
+    torch.manual_seed(SEED)
+    model = build_model(MODEL)
+    rngs = [torch.get_rng_state()]
+    binding = bind_layers(model, [n for n in json.loads((out / "ranks" / "job.json")
+                                                        .read_text())["layers"]])  # fmt: skip
+    keys = {k.index: k for k in real_ps.layout(plan, binding) if k.numel}
+    loss_fn = data.loss_fn(MODEL)
+    with torch.no_grad():
+        for t in range(steps):  # dropout draws per step: the same on every worker
+            torch.set_rng_state(rngs[t])
+            model(data.batch(MODEL, "shapes", BATCH, SEED, 0, workers, t)[0])
+            rngs.append(torch.get_rng_state())
+    logs: dict[int, list] = {}
+    for path in sorted((out / "ranks").glob("server*.json")):
+        for k, entries in json.loads(path.read_text()).get("log", {}).items():
+            logs[int(k)] = entries
+    assert set(logs) == set(keys), "every key's pushes are logged"
+    used: dict[tuple[int, int], dict[int, int]] = {}
+    for k, entries in logs.items():
+        assert len(entries) == workers * steps
+        for w, t, v, _, _ in entries:
+            used.setdefault((int(w), int(t)), {})[k] = int(v)
+    history = {k: {0: key.read(binding)} for k, key in keys.items()}
+    momentum = {k: torch.zeros(key.numel) for k, key in keys.items()}
+    version = dict.fromkeys(keys, 0)
+    tau_max = dict.fromkeys(keys, 0.0)
+    sums: dict[tuple[int, int], list] = {}
+    grads: dict[tuple[int, int], dict[int, torch.Tensor]] = {}
+    mode, rule = plan.server_mode, plan.lr_rule
+
+    def gradient(w: int, t: int) -> dict[int, torch.Tensor] | None:
+        if (w, t) not in grads:
+            need = used[w, t]
+            if any(need[k] not in history[k] for k in keys):
+                return None  # a version not computed yet: another key first
+            with torch.no_grad():
+                for k, key in keys.items():
+                    key.write(binding, history[k][need[k]])
+            torch.set_rng_state(rngs[t])
+            model.zero_grad()
+            x, y = data.batch(MODEL, "shapes", BATCH, SEED, w, workers, t)
+            loss_fn(model(x), y).backward()
+            flat = {
+                i: torch.cat([p.grad.reshape(-1) for p in ps])
+                for i, ps in enumerate(binding.params)
+                if ps
+            }
+            grads[w, t] = {k: flat[key.layer][key.start : key.stop].clone()
+                           for k, key in keys.items()}  # fmt: skip
+        return grads[w, t]
+
+    def step(k: int, g: torch.Tensor) -> None:
+        momentum[k].mul_(MOMENTUM).add_(g)
+        w = history[k][version[k]] - LR * momentum[k]
+        version[k] += 1
+        history[k][version[k]] = w
+
+    pointer = dict.fromkeys(keys, 0)
+    while any(pointer[k] < len(logs[k]) for k in keys):
+        moved = False
+        for k in keys:
+            while pointer[k] < len(logs[k]):
+                w, t, v, tau, scale = logs[k][pointer[k]]
+                g = gradient(int(w), int(t))
+                if g is None:
+                    break
+                want_tau = version[k] - v if mode == "async" else t - v
+                assert tau == want_tau, f"key {k}: staleness {tau}, the equations give {want_tau}"
+                tau_max[k] = max(tau_max[k], float(tau))
+                assert scale == pytest.approx(lr_scale(rule, float(tau), tau_max[k]))
+                if mode == "async":
+                    step(k, g[k] * (scale / workers))
+                else:
+                    acc = sums.setdefault((k, int(t)), [torch.zeros_like(g[k]), 0])
+                    acc[0].add_(g[k], alpha=scale)
+                    acc[1] += 1
+                    if acc[1] == workers:
+                        assert version[k] == t, "rounds are applied in order"
+                        step(k, sums.pop((k, int(t)))[0] / workers)
+                pointer[k] += 1
+                moved = True
+        assert moved, "the logs are not a causal order"
+    with torch.no_grad():
+        for k, key in keys.items():
+            key.write(binding, history[k][version[k]])
+    return model.state_dict()
+
+
+@pytest.mark.parametrize(
+    ("server_mode", "lr_rule", "stragglers"),
+    [
+        ("async", "inverse", []),
+        ("sync-round", "linear", [{"worker": 1, "slowdown": 3}]),
+    ],
+)
+def test_eager_ps_follows_its_update_equations(
+    server_mode, lr_rule, stragglers, tmp_path, monkeypatch
+):
+    """See ``_replay`` for the equations. sync-round with a straggler: the fast worker runs
+    ahead on older rounds (staleness > 0)."""
+    out = tmp_path / "run"
+    params = {"server_mode": server_mode, "lr_rule": lr_rule, "partition_bytes": 40_000}
+    raw = _spec("eager-ps", params, steps=5, stragglers=stragglers)
+    summary = _run(raw, out, monkeypatch)
+    want = _replay(raw, out)
+    _assert_close(torch.load(out / "params-servers.pt"), want)
+    metrics = summary["metrics"]
+    assert metrics["max_staleness"] >= 1
+    assert 0 < metrics["mean_lr_scale"] <= 1
+    sgd = _reference_sgd(5)
+    assert max((want[k] - sgd[k]).abs().max().item() for k in sgd) > 1e-4, "not plain SGD"
+
+
+# --- stragglers, the emulated network ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("system", "params"),
+    [("p3", {"slice_params": 20_000}), ("eager-ps", {"server_mode": "sync-round"})],
+)
+def test_three_workers_two_servers_and_a_straggler_finish(system, params, tmp_path):
+    raw = _spec(system, params, steps=6, workers=3, stragglers=[{"worker": 2, "slowdown": 4}])
+    raw["real"]["dataset"] = "synthetic"
+    out = tmp_path / "run"
+    summary = run_to_directory(validate(raw), out, ["test"])
+    assert summary["metrics"]["iteration_time_s"] > 0
+    ranks = [json.loads((out / "ranks" / f"rank{w}.json").read_text()) for w in range(3)]
+    assert all(len(r["iterations"]) == 6 for r in ranks)
+    assert sorted(p.name for p in (out / "ranks").glob("server*.json")) == [
+        "server0.json",
+        "server1.json",
+    ]
+    if system == "eager-ps":  # the fast workers do not wait for the straggler
+        median = [statistics.median(row["iteration_time_s"] for row in r["iterations"])
+                  for r in ranks]  # fmt: skip
+        assert max(median[:2]) < median[2], median
+
+
+def test_a_shaped_ps_run_gives_servers_namespaces_and_leaves_none(tmp_path):
+    require_root("the emulated network")
+    raw = _spec("byteps", {"partition_bytes": 100_000}, bandwidth_gbps=0.5,
+                server_bandwidth_gbps=0.25)  # fmt: skip
+    raw["real"].update(network="shaped", dataset="synthetic")
+    out = tmp_path / "run"
+    summary = run_to_directory(validate(raw), out, ["test"])
+    assert summary["network"]["kind"] == "shaped"
+    assert len(list((out / "ranks").glob("node*.log"))) == 4  # one namespace per process
+    metrics = summary["metrics"]
+    # A server holds about half the bytes: per round its 0.25 Gbit/s NIC receives that half
+    # from each of the 2 workers (asserted at half of it).
+    grad_bytes = sum(p.numel() * 4 for p in build_model(MODEL).parameters())
+    assert metrics["ps_max_busy_s"] >= 0.5 * grad_bytes * 8 / 0.25e9
+    assert not _ours()
+
+
+# --- bad input --------------------------------------------------------------------------------
+
+
+def test_preflight_counts_servers_and_names_the_field(monkeypatch):
+    cpus = os.cpu_count() or 1
+    limit = launch.RANKS_PER_CPU * cpus
+    raw = _spec("p3", workers=2, servers=limit)
+    raw["cluster"]["ps"] = limit - 1  # 2 workers + limit - 1 servers: one rank too many
+    with pytest.raises(SpecError) as err:
+        launch.preflight(validate(raw))
+    assert err.value.field == "cluster.ps"
+    raw = _spec("psld", workers=2, servers=limit)  # PSLD may scale out to every server
+    with pytest.raises(SpecError) as err:
+        launch.preflight(validate(raw))
+    assert err.value.field == "cluster.servers"
+    assert launch.preflight(validate(_spec("psld"))).kind == "loopback"
+
+
+def test_a_shaped_server_bandwidth_is_checked():
+    require_root("checks of the emulated network")
+    raw = _spec("byteps", server_bandwidth_gbps=50)
+    raw["real"]["network"] = "shaped"
+    with pytest.raises(SpecError) as err:
+        launch.preflight(validate(raw))
+    assert err.value.field == "cluster.server_bandwidth_gbps"
