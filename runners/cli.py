@@ -123,6 +123,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--iterations", type=int, default=20, help="measured iterations per run")
     p.add_argument(
+        "--latency",
+        choices=fidelity.LATENCIES,
+        default="busy",
+        help="the simulator's latency: a small all-reduce's time while the rank computes "
+        "(busy, default: what overlapped collectives meet) or on idle ranks (idle)",
+    )
+    p.add_argument(
         "--json",
         action="store_true",
         help="one JSON line per configuration, then the report (mape_pct, configs, ...)",
@@ -291,10 +298,14 @@ def _calibrate(args: argparse.Namespace) -> int:
     for point in result["network"]:
         nominal = point["nominal_gbps"]
         where = "loopback" if nominal is None else f"{nominal:g} Gbit/s shaped"
-        slow = ", ".join(f"{m} {v:+.0%}" for m, v in point["overlap_slowdown"].items())
+        slow = ", ".join(
+            f"{m} {v:+.0%} ({point['latency_busy_us'][m]:.0f} us)"
+            for m, v in point["overlap_slowdown"].items()
+        )
         print(
             f"{where:20} bandwidth {point['bandwidth_gbps']:8.3f} Gbit/s  latency "
-            f"{point['latency_us']:7.1f} us  compute while communicating: {slow}"
+            f"{point['latency_us']:7.1f} us  compute while communicating (latency while "
+            f"computing): {slow}"
         )
     print(f"wrote {result['testbed']} and {len(result['profiles'])} measured profiles")
     return 0
@@ -316,7 +327,7 @@ def _fidelity(args: argparse.Namespace) -> int:
         testbed = fidelity.load_testbed(args.label)
         for model in models:
             for nominal in bandwidths:
-                fidelity.matched_specs(systems[0], model, nominal, testbed)
+                fidelity.matched_specs(systems[0], model, nominal, testbed, latency=args.latency)
     except (SpecError, fidelity.CalibrationMissing) as err:
         print(f"invalid arguments: {err}", file=sys.stderr)
         return 2
@@ -337,7 +348,13 @@ def _fidelity(args: argparse.Namespace) -> int:
 
     try:
         result = fidelity.fidelity(
-            args.label, systems, models, bandwidths, args.iterations, on_config=on_config
+            args.label,
+            systems,
+            models,
+            bandwidths,
+            args.iterations,
+            on_config=on_config,
+            latency=args.latency,
         )
     except SpecError as err:
         print(f"invalid arguments: {err}", file=sys.stderr)
@@ -387,6 +404,8 @@ def _bench(args: argparse.Namespace) -> int:
         )
     for case in report.get("real", []):
         flag = "" if case["meets_target"] else f"  (over the {case['target_pct']:g}% target)"
+        if case["failures"]:
+            flag += f"  ({len(case['failures'])} failed runs: {case['failures'][0]})"
         print(
             f"real {case['name']:42} DDP {case['ddp_iteration_s'] * 1e3:7.1f} ms  "
             f"engine {case['engine_iteration_s'] * 1e3:7.1f} ms  "

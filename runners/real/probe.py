@@ -46,15 +46,18 @@ def overlap(
     work: Path,
     steps: int = 15,
     threads: int = 1,
-) -> float:
-    """The compute slow-down while communication overlaps: every rank times forward +
-    backward of ``model`` (its real loss, the default batch) ``steps`` times alone, then as
-    many times while a thread of its own keeps 1 MiB all-reduces going; returns
-    ``median(busy) / median(alone) - 1`` (the slowest rank's medians), at least 0."""
-    alone, busy = _launch(
+) -> tuple[float, float]:
+    """How computing and communicating slow each other down on this machine: every rank
+    times forward + backward of ``model`` (its real loss, the default batch) ``steps`` times
+    alone, then as many times while a thread of its own keeps 1 MiB all-reduces going, then
+    again while the thread times 4 KiB all-reduces. Returns ``(slow-down, busy latency)``:
+    ``median(busy) / median(alone) - 1`` (at least 0), and the median time of a 4 KiB
+    all-reduce while the rank computes, per ring step (``/ 2(n-1)``), in seconds (the slowest
+    rank's medians)."""
+    alone, busy, small = _launch(
         {"overlap_model": model, "steps": steps}, workers, bandwidth_gbps, work, threads
     )
-    return max(0.0, busy / alone - 1.0)
+    return max(0.0, busy / alone - 1.0), small / (2 * (workers - 1))
 
 
 def _launch(job: dict, workers: int, bandwidth_gbps: float | None, work: Path, threads: int) -> Any:
@@ -206,25 +209,36 @@ def _overlap(model_name: str, steps: int, rank: int) -> list[float]:
     dist.barrier()
     alone = statistics.median(timed(steps))
     group = dist.new_group(backend="gloo")
-    stop = threading.Event()
-    buf = torch.ones(1 << 18)  # 1 MiB
 
-    def traffic() -> None:
-        # Element 0 carries each rank's stop flag: summed by the all-reduce itself, every rank
-        # sees the same total in the same round, so all threads leave after the same round.
-        while True:
-            buf[0] = 1.0 if stop.is_set() else 0.0
-            dist.all_reduce(buf, group=group)
-            if buf[0] > 0:
-                return
+    def while_computing(elements: int) -> tuple[float, float]:
+        """Median forward + backward time while a thread keeps all-reduces of ``elements``
+        floats going, and the median of those all-reduces' times."""
+        stop = threading.Event()
+        buf = torch.ones(elements)
+        times: list[float] = []
 
-    dist.barrier()
-    thread = threading.Thread(target=traffic, daemon=True)
-    thread.start()
-    busy = statistics.median(timed(steps))
-    stop.set()
-    thread.join()
-    return [_slowest(alone), _slowest(busy)]
+        def traffic() -> None:
+            # Element 0 carries each rank's stop flag: summed by the all-reduce itself, every
+            # rank sees the same total in the same round, so all threads leave after it.
+            while True:
+                buf[0] = 1.0 if stop.is_set() else 0.0
+                start = time.perf_counter()
+                dist.all_reduce(buf, group=group)
+                times.append(time.perf_counter() - start)
+                if buf[0] > 0:
+                    return
+
+        dist.barrier()
+        thread = threading.Thread(target=traffic, daemon=True)
+        thread.start()
+        compute = statistics.median(timed(steps))
+        stop.set()
+        thread.join()
+        return compute, statistics.median(times)
+
+    busy, _ = while_computing(1 << 18)  # 1 MiB
+    _, small = while_computing(1024)  # 4 KiB
+    return [_slowest(alone), _slowest(busy), _slowest(small)]
 
 
 if __name__ == "__main__":

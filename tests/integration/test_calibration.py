@@ -43,6 +43,7 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
     for point in (loop, shaped):
         assert point["latency_us"] >= 0
         assert point["overlap_slowdown"][MODEL] >= 0
+        assert point["latency_busy_us"][MODEL] > 0
         assert [row["bytes"] for row in point["allreduce"]] == sorted(
             row["bytes"] for row in point["allreduce"]
         )

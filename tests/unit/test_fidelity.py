@@ -23,12 +23,14 @@ TESTBED = {
             "bandwidth_gbps": 12.0,
             "latency_us": 80.0,
             "overlap_slowdown": {"vgg16-debug": 0.2},
+            "latency_busy_us": {"vgg16-debug": 700.0},
         },
         {
             "nominal_gbps": 1.0,
             "bandwidth_gbps": 0.94,
             "latency_us": 120.0,
             "overlap_slowdown": {"vgg16-debug": 0.4},
+            "latency_busy_us": {"vgg16-debug": 900.0},
         },
     ],
 }
@@ -66,10 +68,12 @@ def test_matched_specs_share_the_configuration_and_use_the_calibration():
     assert real_spec.cluster.bandwidth_gbps == 1.0  # the shaper's nominal rate
     assert real_spec.real.network == "shaped"
     c = sim_spec.cluster
-    assert (c.bandwidth_gbps, c.latency_us, c.overlap_slowdown) == (0.94, 120.0, 0.4)
+    assert (c.bandwidth_gbps, c.latency_us, c.overlap_slowdown) == (0.94, 900.0, 0.4)
     assert c.gpu == "measured:cpu" and c.compute_jitter_cv == 0
     assert real_spec.iterations == sim_spec.iterations == 7
     assert real_spec.warmup_iterations == sim_spec.warmup_iterations
+    _, idle = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, TESTBED, latency="idle")
+    assert idle["cluster"]["latency_us"] == 120.0  # the fit on idle ranks
     loop_real, loop_sim = fidelity.matched_specs("ddp", "vgg16-debug", None, TESTBED)
     assert loop_real["real"]["network"] == "loopback"
     assert loop_sim["cluster"]["bandwidth_gbps"] == 12.0
@@ -137,7 +141,7 @@ def test_the_command_line_refuses_bad_arguments(argv, field, capsys):
 def test_fidelity_json_ends_with_the_report(monkeypatch, capsys):
     rows = [_row("wfbp", 0.04, 0.04 * (1 + i / 100), workload="vgg16-debug") for i in range(3)]
 
-    def fake(label, systems, models, bandwidths, iterations, on_config=None):
+    def fake(label, systems, models, bandwidths, iterations, on_config=None, latency="busy"):
         for row in rows:
             on_config(row)
         return fidelity.report(rows, label)
