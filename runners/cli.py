@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import re
 import sys
 from pathlib import Path
@@ -411,6 +412,10 @@ def _bench(args: argparse.Namespace) -> int:
             f"engine {case['engine_iteration_s'] * 1e3:7.1f} ms  "
             f"overhead {case['overhead_pct']:+5.1f}%{flag}"
         )
+    if report.get("real"):
+        ratios = [1 + c["overhead_pct"] / 100 for c in report["real"]]
+        geomean = math.prod(ratios) ** (1 / len(ratios))
+        print(f"real engine vs DDP over {len(ratios)} models: geometric mean {geomean - 1:+.1%}")
     if "grid" in report:
         g = report["grid"]
         print(

@@ -188,7 +188,9 @@ def _measure_concurrently(model: str, label: str, workers: int, threads: int, re
         f" Taken in {workers} processes at once (as real runs' ranks share this machine), "
         "each layer's time the median over the processes."
     )
-    merged["source"]["command"] = (
+    # The measuring command each process ran (with this label), and the one that ran them.
+    merged["source"]["command"] = merged["source"]["command"].replace(f"{label}-p0", label)
+    merged["source"]["calibrated_by"] = (
         f"python -m runners calibrate --label {label} --models {model} --workers {workers}"
     )
     path = workloads.measured_path(model, label)

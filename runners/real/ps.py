@@ -62,7 +62,8 @@ arrival); its pulls leave in priority order when ``pull_order`` or ``server_orde
 ``priority``, in the worker's random order when ``pull_order`` is ``random``, else in the order
 they are answered. ``cluster.ps_stragglers``' ``cpu_slowdown`` stretches a server's
 aggregation (sleep of ``(f - 1) x`` its time); a ``bandwidth_factor`` scales the server's shaped
-NIC for the whole run (shaped network only; not applied on loopback).
+NIC in the straggler's iterations (re-shaped when rank 0 reports the iteration before: see
+``_Reshaper``; shaped network only, not applied on loopback).
 
 **PSLD** (``plan.controller``, sync mode only). Worker 0 runs the controller. At the start of its
 iteration ``i`` it observes round ``r = i - 3`` (iteration time = between its starts of ``r`` and
@@ -163,19 +164,13 @@ def preflight(spec: RunSpec, network: Network) -> tuple[int, str]:
         field = "cluster.ps"
     else:
         field = "params.max_servers" if spec.params.get("max_servers") else "cluster.servers"
-    c = spec.cluster
     if network.kind == "shaped":
         from .launch import MAX_SHAPED_GBPS, MIN_SHAPED_GBPS
 
-        for i, s in enumerate(c.ps_stragglers):
-            if s.bandwidth_factor != 1.0 and (s.from_iteration or s.until_iteration is not None):
-                raise SpecError(
-                    f"cluster.ps_stragglers[{i}].from_iteration",
-                    "real mode shapes a server's bandwidth factor for the whole run only (leave "
-                    "from_iteration and until_iteration out, or use the simulator)",
-                )
-        for j in range(servers):
-            gbps = server_gbps(spec, j)
+        total = spec.warmup_iterations + spec.iterations
+        for j, gbps in (
+            (j, server_gbps(spec, j, it)) for j in range(servers) for it in range(total)
+        ):
             if not MIN_SHAPED_GBPS <= gbps <= MAX_SHAPED_GBPS:
                 raise SpecError(
                     "cluster.server_bandwidth_gbps",
@@ -185,15 +180,49 @@ def preflight(spec: RunSpec, network: Network) -> tuple[int, str]:
     return servers, field
 
 
-def server_gbps(spec: RunSpec, server: int) -> float:
-    """Server ``server``'s shaped NIC rate: ``cluster.server_bandwidth_gbps`` times its
-    whole-run ``ps_stragglers`` bandwidth factor."""
+def server_gbps(spec: RunSpec, server: int, iteration: int = 0) -> float:
+    """Server ``server``'s shaped NIC rate in ``iteration``: ``cluster.server_bandwidth_gbps``
+    times the bandwidth factors of the ``ps_stragglers`` active then (``from_iteration`` <=
+    iteration < ``until_iteration``)."""
     c = spec.cluster
     gbps = float(c.server_bandwidth_gbps or c.bandwidth_gbps)
     for s in c.ps_stragglers:
-        if s.server == server and s.bandwidth_factor != 1.0:
+        until = s.until_iteration
+        active = s.from_iteration <= iteration and (until is None or iteration < until)
+        if s.server == server and s.bandwidth_factor != 1.0 and active:
             gbps *= s.bandwidth_factor
     return gbps
+
+
+class _Reshaper:
+    """Time-varying server bandwidth on the emulated network: when rank 0 reports iteration
+    ``i`` done, every server NIC whose rate differs in iteration ``i + 1`` is re-shaped
+    (``Testbed.shape``). The switch follows rank 0, so the other ranks may be a little into
+    the next iteration or not there yet (a reconstruction of a straggler window, not an exact
+    one); ``changes`` counts the re-shapings."""
+
+    def __init__(
+        self,
+        spec: RunSpec,
+        bed: tb.Testbed,
+        workers: int,
+        servers: int,
+        progress: Callable[[int, int], None] | None,
+    ) -> None:
+        self.spec, self.bed, self.workers, self.servers = spec, bed, workers, servers
+        self.progress = progress
+        self.rate = [server_gbps(spec, j, 0) for j in range(servers)]
+        self.changes = 0
+
+    def __call__(self, done: int, total: int) -> None:
+        for j in range(self.servers):
+            gbps = server_gbps(self.spec, j, done)
+            if done < total and gbps != self.rate[j]:
+                self.bed.shape(self.workers + j, gbps)
+                self.rate[j] = gbps
+                self.changes += 1
+        if self.progress is not None:
+            self.progress(done, total)
 
 
 def plan_to_json(plan: PSPlan) -> dict[str, Any]:
@@ -288,10 +317,13 @@ def run(
                 env = {"LAB_PS_ID": str(k), "GLOO_SOCKET_IFNAME": "eth0"}
                 argv = bed.wrap(k, launch._torchrun(spec, work, k, bed, nodes=n))
                 commands.append((argv, env))
-            launch._supervise(commands, work, options.threads, end, progress)
+            reshaper = _Reshaper(spec, bed, workers, servers, progress)
+            launch._supervise(commands, work, options.threads, end, reshaper)
+            reshapes = reshaper.changes
     else:
         commands = [(launch._torchrun(spec, work, None, None, nodes=n), {})]
         launch._supervise(commands, work, options.threads, end, progress)
+        reshapes = 0
     wall_s = time.perf_counter() - started
     ranks = [json.loads((work / f"rank{w}.json").read_text()) for w in range(workers)]
     records = [json.loads((work / f"server{j}.json").read_text()) for j in range(servers)]
@@ -305,6 +337,9 @@ def run(
     result.units.update(units)
     result.metrics["real_wall_s"] = wall_s
     result.units["real_wall_s"] = "s"
+    if any(s.bandwidth_factor != 1.0 for s in c.ps_stragglers) and network.kind == "shaped":
+        result.metrics["ps_bandwidth_reshapes"] = float(reshapes)
+        result.units["ps_bandwidth_reshapes"] = ""
     for key, value in dict(plan.info).items():
         result.metrics[f"plan.{key}"] = value
         result.units[f"plan.{key}"] = ""
