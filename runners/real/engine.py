@@ -417,7 +417,12 @@ class Engine:
             return
         start = time.perf_counter()
         with self._cv:
-            while not st.synced[g] and self._error is None:
+            while True:
+                # Count finished collectives here too: the communication thread may be waiting
+                # for a core, and this thread would otherwise wait for it to wake.
+                self._advance_completions()
+                if st.synced[g] or self._error is not None:
+                    break
                 self._cv.wait(0.5)
         self._raise_comm_error()
         cur = self._cur
