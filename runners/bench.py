@@ -156,6 +156,7 @@ def run_real(
                         try:
                             result = launch.run(spec, Path(tmp))
                         except launch.RealRunError as err:
+                            launch.log.warning("%s (%s) failed: %s", model, impl, err)
                             failures.append(f"{impl}: {str(err).splitlines()[0]}")
                             continue
                     times[impl].append(result.metrics["iteration_time_median_s"])

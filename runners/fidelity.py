@@ -324,8 +324,18 @@ def fidelity(
     configs = []
     for (model, nominal, system), real_spec, sim_spec in checked:
         started = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="lab-fidelity-") as tmp:
-            real = launch.run(real_spec, Path(tmp))
+        failures: list[str] = []
+        real = None
+        for _attempt in range(2):  # a failed run is reported with the result, and tried again
+            with tempfile.TemporaryDirectory(prefix="lab-fidelity-") as tmp:
+                try:
+                    real = launch.run(real_spec, Path(tmp))
+                    break
+                except launch.RealRunError as err:
+                    launch.log.warning("%s/%s failed, %s", system, model, err)
+                    failures.append(str(err).splitlines()[0])
+        if real is None:
+            raise launch.RealRunError(f"{system}/{model}: both attempts failed: {failures}")
         sim = simulate(sim_spec)
         measured = real.metrics["iteration_time_s"]
         predicted = sim.metrics["iteration_time_s"]
@@ -341,6 +351,7 @@ def fidelity(
             "real_compute_s": real.metrics["compute_time_s"],
             "sim_compute_s": sim.metrics["compute_time_s"],
             "wall_s": time.perf_counter() - started,
+            "failed_attempts": failures,
         }
         configs.append(row)
         if on_config is not None:
