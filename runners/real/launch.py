@@ -267,14 +267,22 @@ def _torchrun(
 ) -> list[str]:
     """``torchrun`` for all ranks (loopback) or for ``node`` of ``bed``; ``nodes`` ranks in
     all (default: one per worker; the PS arena adds its server processes)."""
-    base = [sys.executable, "-m", "torch.distributed.run", "--max-restarts", "0"]
-    target = ["--module", "runners.real.worker", str(work)]
     n = spec.cluster.workers if nodes is None else nodes
+    return torchrun_argv("runners.real.worker", work, n, node, bed)
+
+
+def torchrun_argv(
+    module: str, work: Path, nodes: int, node: int | None, bed: tb.Testbed | None
+) -> list[str]:
+    """``torchrun`` starting ``python -m module work``: all ``nodes`` ranks here (loopback),
+    or rank ``node`` in its namespace of ``bed`` (c10d rendezvous at node 0)."""
+    base = [sys.executable, "-m", "torch.distributed.run", "--max-restarts", "0"]
+    target = ["--module", module, str(work)]
     if bed is None or node is None:
-        return [*base, "--standalone", "--nnodes", "1", "--nproc-per-node", str(n), *target]
+        return [*base, "--standalone", "--nnodes", "1", "--nproc-per-node", str(nodes), *target]
     return [
         *base,
-        "--nnodes", str(n),
+        "--nnodes", str(nodes),
         "--nproc-per-node", "1",
         "--rdzv-backend", "c10d",
         "--rdzv-endpoint", f"{bed.address(0)}:29400",

@@ -61,34 +61,24 @@ def overlap(
 
 
 def _launch(job: dict, workers: int, bandwidth_gbps: float | None, work: Path, threads: int) -> Any:
-    from .launch import _supervise
+    from .launch import _supervise, torchrun_argv
 
     work.mkdir(parents=True, exist_ok=True)
     (work / "job.json").write_text(json.dumps(job))
     (work / "probe.json").unlink(missing_ok=True)
-    base = [sys.executable, "-m", "torch.distributed.run", "--max-restarts", "0"]
-    target = ["--module", "runners.real.probe", str(work)]
+    module = "runners.real.probe"
     if bandwidth_gbps is None:
-        argv = [*base, "--standalone", "--nnodes", "1", "--nproc-per-node", str(workers), *target]
+        argv = torchrun_argv(module, work, workers, None, None)
         _supervise([(argv, {})], work, threads, 0, None)
     else:
         if why_not := tb.can_shape():
             raise tb.TestbedError(why_not)
         with tb.testbed([bandwidth_gbps] * workers) as bed:
-            commands = []
-            for k in range(workers):
-                argv = [
-                    *base,
-                    "--nnodes", str(workers),
-                    "--nproc-per-node", "1",
-                    "--rdzv-backend", "c10d",
-                    "--rdzv-endpoint", f"{bed.address(0)}:29400",
-                    "--rdzv-id", bed.name,
-                    "--rdzv-conf", f"is_host={'true' if k == 0 else 'false'}",
-                    "--local-addr", bed.address(k),
-                    *target,
-                ]  # fmt: skip
-                commands.append((bed.wrap(k, argv), {"GLOO_SOCKET_IFNAME": "eth0"}))
+            commands = [
+                (bed.wrap(k, torchrun_argv(module, work, workers, k, bed)),
+                 {"GLOO_SOCKET_IFNAME": "eth0"})
+                for k in range(workers)
+            ]  # fmt: skip
             _supervise(commands, work, threads, 0, None)
     return json.loads((work / "probe.json").read_text())
 
