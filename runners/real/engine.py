@@ -36,7 +36,7 @@ import heapq
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -193,6 +193,53 @@ def layout(plan: CommPlan, binding: LayerBinding, world: int) -> tuple[list[_Gro
     return groups, tasks
 
 
+def attach_hooks(
+    binding: LayerBinding,
+    grad_ready: Callable[[torch.Tensor], None],
+    pre_forward: Callable[[int], Callable[..., None]],
+    post_forward: Callable[[int], Callable[..., None]],
+) -> list[Any]:
+    """Readiness hooks on every parameter, forward pre- and post-hooks on every layer's module
+    (``pre_forward(layer)`` / ``post_forward(layer)`` make the hooks); returns the handles."""
+    hooks: list[Any] = []
+    for ps in binding.params:
+        for p in ps:
+            hooks.append(p.register_post_accumulate_grad_hook(grad_ready))
+    for layer, module in enumerate(binding.modules):
+        hooks.append(module.register_forward_pre_hook(pre_forward(layer)))
+        hooks.append(module.register_forward_hook(post_forward(layer)))
+    return hooks
+
+
+def iteration_row(
+    it: int, begin: float, times: tuple[float, float, float], loss: torch.Tensor, warmup: bool
+) -> dict[str, Any]:
+    """A rank's record of iteration ``it`` (``times``: forward start, backward start, end)."""
+    forward_start, backward_start, end = times
+    return {
+        "iteration": it,
+        "begin": begin,
+        "forward_s": backward_start - forward_start,
+        "backward_s": end - backward_start,
+        "loss": float(loss.detach()),
+        "warmup": warmup,
+    }
+
+
+def set_iteration_times(
+    iterations: list[dict[str, Any]],
+    finished: float,
+    stats: Callable[[int], dict[str, float]] | None = None,
+) -> None:
+    """An iteration lasts from its begin to the next one's (the last: to ``finished``); with
+    ``stats``, each row also gets the executor's per-iteration statistics."""
+    for i, row in enumerate(iterations):
+        end = iterations[i + 1]["begin"] if i + 1 < len(iterations) else finished
+        row["iteration_time_s"] = end - row["begin"]
+        if stats is not None:
+            row.update(stats(row["iteration"]))
+
+
 def is_fifo(plan: CommPlan) -> bool:
     """Whether the plan sends first-ready first (no reordering): priorities never decrease in
     the expected release order (groups released from the output side), no dependent tasks.
@@ -295,13 +342,7 @@ class Engine:
         self._stop = False
         self._error: BaseException | None = None
 
-        self._hooks = []
-        for ps in binding.params:
-            for p in ps:
-                self._hooks.append(p.register_post_accumulate_grad_hook(self._grad_ready))
-        for layer, module in enumerate(binding.modules):
-            self._hooks.append(module.register_forward_pre_hook(self._pre_forward(layer)))
-            self._hooks.append(module.register_forward_hook(self._post_forward(layer)))
+        self._hooks = attach_hooks(binding, self._grad_ready, self._pre_forward, self._post_forward)
         self._thread = threading.Thread(target=self._comm_loop, name="comm", daemon=True)
         self._thread.start()
 

