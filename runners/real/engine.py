@@ -33,11 +33,13 @@ Gradients are averaged over ranks (divided by the world size after the sum). Tor
 from __future__ import annotations
 
 import heapq
+import json
 import math
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -238,6 +240,17 @@ def set_iteration_times(
         row["iteration_time_s"] = end - row["begin"]
         if stats is not None:
             row.update(stats(row["iteration"]))
+
+
+def write_record(job_dir: Path, name: str, rank: int, result: dict[str, Any]) -> None:
+    """A process's record for the launcher: its parameters (``_state``, when saved) as
+    ``params<rank>.pt``, the rest as ``<name>.json``, written atomically (temp, rename)."""
+    state = result.pop("_state", None)
+    if state is not None:
+        torch.save(state, job_dir / f"params{rank}.pt")
+    tmp = job_dir / f".{name}.json"
+    tmp.write_text(json.dumps(result))
+    tmp.rename(job_dir / f"{name}.json")
 
 
 def is_fifo(plan: CommPlan) -> bool:

@@ -120,6 +120,7 @@ from .engine import (
     bind_layers,
     iteration_row,
     set_iteration_times,
+    write_record,
 )
 
 if TYPE_CHECKING:
@@ -1321,12 +1322,7 @@ def process_main(job_dir: Path, job: dict[str, Any]) -> int:
         sys.stderr.flush()
         os._exit(1)
     dist.destroy_process_group()
-    state = result.pop("_state", None)
-    if state is not None:
-        torch.save(state, job_dir / f"params{me}.pt")
-    tmp = job_dir / f".{name}.json"
-    tmp.write_text(json.dumps(result))
-    tmp.rename(job_dir / f"{name}.json")
+    write_record(job_dir, name, me, result)
     return 0
 
 

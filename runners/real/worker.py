@@ -25,7 +25,14 @@ from workloads import data
 from workloads.models import build_model
 
 from ..policies.allreduce import CommPlan, CommTask
-from .engine import Engine, LayerBinding, bind_layers, iteration_row, set_iteration_times
+from .engine import (
+    Engine,
+    LayerBinding,
+    bind_layers,
+    iteration_row,
+    set_iteration_times,
+    write_record,
+)
 
 
 def plan_from_json(raw: dict[str, Any]) -> CommPlan:
@@ -158,12 +165,7 @@ def _main(job_dir: Path) -> int:
             result = _train(job, spec, train, rank, world, worker)
         finally:
             dist.destroy_process_group()
-    state = result.pop("_state", None)
-    if state is not None:
-        torch.save(state, job_dir / f"params{rank}.pt")
-    tmp = job_dir / f".rank{rank}.json"
-    tmp.write_text(json.dumps(result))
-    tmp.rename(job_dir / f"rank{rank}.json")
+    write_record(job_dir, f"rank{rank}", rank, result)
     return 0
 
 
