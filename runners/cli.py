@@ -284,15 +284,19 @@ def _calibrate(args: argparse.Namespace) -> int:
         return 2
     if why_not := tb.can_shape():
         print(f"note: {why_not}: measuring loopback only", file=sys.stderr)
-    result = fidelity.calibrate(
-        args.label,
-        models,
-        tuple(b for b in bandwidths if b is not None),
-        args.workers,
-        args.threads,
-        args.repeats,
-        progress=lambda message: print(f"[calibrate] {message}", file=sys.stderr, flush=True),
-    )
+    try:
+        result = fidelity.calibrate(
+            args.label,
+            models,
+            tuple(b for b in bandwidths if b is not None),
+            args.workers,
+            args.threads,
+            args.repeats,
+            progress=lambda message: print(f"[calibrate] {message}", file=sys.stderr, flush=True),
+        )
+    except fidelity.CalibrationError as err:
+        print(f"calibration failed: {err}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps(result))
         return 0

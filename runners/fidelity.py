@@ -57,6 +57,11 @@ class CalibrationMissing(ValueError):
     """The testbed file or a bandwidth in it is missing: run calibrate first."""
 
 
+class CalibrationError(RuntimeError):
+    """A network measurement could not be fitted even after measuring again: the testbed file
+    is not written (the compute profiles already measured are kept)."""
+
+
 def testbed_path(label: str) -> Path:
     return TESTBEDS_DIR / f"{label}.json"
 
@@ -90,9 +95,7 @@ def calibrate(
         say(f"network: loopback only ({tb.can_shape()})")
     for nominal in points:
         say(f"network: {'loopback' if nominal is None else f'{nominal:g} Gbit/s shaped'}")
-        with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
-            rows = probe.probe(workers, nominal, Path(tmp), threads=threads)
-        alpha, bandwidth = probe.fit_alpha_beta(rows, workers)
+        rows, alpha, bandwidth, remeasured = _probe_network(workers, nominal, threads, say)
         slowdown, busy_latency = {}, {}
         for model in models:
             say(f"  overlap: {model} while the network is busy")
@@ -108,6 +111,7 @@ def calibrate(
                 "overlap_slowdown": slowdown,
                 "latency_busy_us": busy_latency,
                 "allreduce": [{"bytes": s, "seconds": round(t, 9)} for s, t in rows],
+                "remeasured": remeasured,
             }
         )
     doc = {
@@ -134,6 +138,31 @@ def calibrate(
     tmp_path.write_text(json.dumps(doc, indent=2) + "\n")
     tmp_path.rename(path)
     return {"testbed": str(path), "profiles": written, "network": network}
+
+
+def _probe_network(
+    workers: int, nominal: float | None, threads: int, say: Callable[[str], None]
+) -> tuple[list[tuple[int, float]], float, float, bool]:
+    """All-reduce times and their alpha-beta fit. Times that do not grow with size are
+    physically impossible, so they mean a disturbed measurement (another process took the
+    cores): measure once more with twice the repeats, and say so (``remeasured``)."""
+    from .real import probe
+
+    for attempt, repeats in enumerate((11, 22)):
+        with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
+            rows = probe.probe(workers, nominal, Path(tmp), repeats=repeats, threads=threads)
+        try:
+            alpha, bandwidth = probe.fit_alpha_beta(rows, workers)
+        except ValueError as exc:
+            if attempt:
+                raise CalibrationError(
+                    f"network {'loopback' if nominal is None else f'{nominal:g} Gbit/s'}: "
+                    f"{exc} in two measurements; run calibrate again on a quieter machine"
+                ) from exc
+            say(f"  {exc}; measuring again with {2 * repeats} repeats")
+            continue
+        return rows, alpha, bandwidth, attempt > 0
+    raise AssertionError("unreachable")
 
 
 def _measure_concurrently(model: str, label: str, workers: int, threads: int, repeats: int) -> Path:

@@ -20,7 +20,7 @@ from typing import Any
 
 from . import testbed as tb
 
-DEFAULT_SIZES = (4096, 16384, 65536, 262144, 1048576, 2097152, 4194304)
+DEFAULT_SIZES = (4096, 16384, 65536, 262144, 1048576, 2097152, 4194304, 8388608)
 
 
 def probe(
@@ -91,18 +91,20 @@ def fit_alpha_beta(rows: list[tuple[int, float]], workers: int) -> tuple[float, 
     measured ``(S bytes, t seconds)``: returns ``(alpha_s, B bytes/s)``.
 
     Two regimes, because the shaper's token bucket (``tc tbf``, burst 256 KiB) lets small
-    messages through at line rate: B is the least-squares slope over the sizes of at least
+    messages through at line rate: B comes from the Theil-Sen slope (median of the pairwise
+    slopes, robust to one disturbed size on a shared machine) over the sizes of at least
     ``LARGE_BYTES`` (the throughput a long transfer sees); alpha is the median, over the
-    smaller sizes, of what their time leaves after ``S / B``, per step (0 if negative)."""
+    smaller sizes, of what their time leaves after ``S / B``, per step (0 if negative).
+    ``ValueError`` when the times do not grow with size (a disturbed measurement)."""
     n = workers
     steps = 2 * (n - 1)
     large = [(float(s), t) for s, t in rows if s >= LARGE_BYTES]
     small = [(float(s), t) for s, t in rows if s < LARGE_BYTES]
     if len({s for s, _ in large}) < 2 or not small:
         raise ValueError(f"need two sizes of at least {LARGE_BYTES} bytes and one smaller to fit")
-    mx = statistics.fmean(s for s, _ in large)
-    my = statistics.fmean(t for _, t in large)
-    slope = sum((s - mx) * (t - my) for s, t in large) / sum((s - mx) ** 2 for s, _ in large)
+    slope = statistics.median(
+        (t2 - t1) / (s2 - s1) for s1, t1 in large for s2, t2 in large if s2 > s1
+    )
     if slope <= 0:
         raise ValueError("measured times do not grow with size: cannot fit a bandwidth")
     bandwidth = (steps / n) / slope

@@ -364,13 +364,13 @@ def test_a_shaped_ps_run_gives_servers_namespaces_and_leaves_none(tmp_path):
 
 
 def test_a_server_straggler_window_reshapes_its_nic_and_slows_those_iterations(tmp_path):
-    """``ps_stragglers`` with a window on the emulated network: server 0's NIC drops to a tenth
+    """``ps_stragglers`` with a window on the emulated network: server 0's NIC drops to 3 %
     in iterations 4-6 and comes back (two re-shapings); those iterations are slower."""
     require_root("the emulated network")
     raw = _spec("byteps", {"partition_bytes": 100_000}, steps=10, bandwidth_gbps=0.5,
                 server_bandwidth_gbps=0.5)  # fmt: skip
     raw["cluster"]["ps_stragglers"] = [
-        {"server": 0, "bandwidth_factor": 0.1, "from_iteration": 4, "until_iteration": 7}
+        {"server": 0, "bandwidth_factor": 0.03, "from_iteration": 4, "until_iteration": 7}
     ]
     raw["real"].update(network="shaped", dataset="synthetic")
     out = tmp_path / "run"
