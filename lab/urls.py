@@ -31,6 +31,7 @@ urlpatterns = [
     path("runs/<int:pk>/log/", runs.run_log, name="run-log"),
     path("runs/<int:pk>/cancel/", runs.run_cancel, name="run-cancel"),
     path("catalogue/", catalogue, name="catalogue"),
+    path("hosts/", include("lab.hosts.urls")),
     path("", include("lab.reports.urls")),
     path("api/experiments/", api.experiments, name="api-experiments"),
     path("api/experiments/<int:pk>/", api.experiment, name="api-experiment"),

@@ -34,6 +34,7 @@ INSTALLED_APPS = [
     "lab.results",
     "lab.reports",
     "lab.api",
+    "lab.hosts",
 ]
 
 MIDDLEWARE = [
