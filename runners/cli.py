@@ -26,6 +26,7 @@ import math
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import workloads
 from workloads import devices
@@ -56,6 +57,17 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run one spec and write its run directory")
     p.add_argument("spec", help="run spec, JSON or YAML")
     p.add_argument("--out", required=True, type=Path, help="run directory to create")
+    p.add_argument(
+        "--executor",
+        choices=("local", "docker"),
+        default="local",
+        help="local: in this process (default); docker: inside the runner image (make images)",
+    )
+    p.add_argument(
+        "--image",
+        default=None,
+        help="runner image for --executor docker (default: $LAB_RUNNER_IMAGE or lab-runner:cpu)",
+    )
     p.set_defaults(func=_run)
     p = sub.add_parser("grid", help="run a sweep of specs in parallel and write one table")
     p.add_argument("grid", help="grid file, JSON or YAML (see runners/grid.py)")
@@ -163,6 +175,10 @@ def _list(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     try:
         spec = validate(load_file(args.spec))
+        if args.executor == "docker":
+            if args.out.exists():
+                raise rundir.OutputExists(f"{args.out} already exists (choose a new directory)")
+            return _run_in_container(spec, args.out, args.image)
         if getattr(spec, "mode", "sim") == "real":
             from .real import launch
 
@@ -186,6 +202,51 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     print(json.dumps(summary, sort_keys=True))
     return 0
+
+
+def _run_in_container(spec: Any, out: Path, image: str | None) -> int:
+    """``run --executor docker``: the same run inside the runner image, its output streamed
+    here; the run directory lands at ``out`` (exit code: the container's)."""
+    import os
+    import shutil
+    import tempfile
+
+    from .executors.base import ExecutorError, Resources
+    from .executors.docker import DEFAULT_IMAGE, DockerExecutor
+
+    executor = DockerExecutor(image or os.environ.get("LAB_RUNNER_IMAGE") or DEFAULT_IMAGE)
+    out = out.resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    home = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    handle = None
+    try:
+        (home / "spec.json").write_text(json.dumps(spec.as_dict(), indent=2, sort_keys=True))
+        real = getattr(spec, "mode", "sim") == "real"
+        handle = executor.launch(home, 0, Resources(shm_gb=2.0 if real else 0.25))
+        print(f"[runners] container {handle[:12]} of {executor.image}", file=sys.stderr)
+        for chunk in executor.client.containers.get(handle).logs(stream=True, follow=True):
+            sys.stderr.write(chunk.decode(errors="replace"))
+        code = executor.wait(handle, timeout_s=24 * 3600)
+        executor.poll(home, handle)  # process.log and exit_code, as the portal keeps them
+        if code == 0 and (home / "run").is_dir():
+            (home / "run").rename(out)
+            executor.remove(handle)
+            print((out / "summary.json").read_text().strip())
+        else:
+            print(f"run failed in its container (exit {code}); log: {home / 'process.log'}",
+                  file=sys.stderr)  # fmt: skip
+        return code
+    except ExecutorError as err:
+        print(f"docker: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        if handle:
+            executor.stop(home, handle, grace_s=10)
+        print("interrupted: the container was stopped", file=sys.stderr)
+        return 130
+    finally:
+        if out.exists() or not any(home.iterdir()):
+            shutil.rmtree(home, ignore_errors=True)
 
 
 def _grid(args: argparse.Namespace) -> int:

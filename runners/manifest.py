@@ -26,7 +26,9 @@ def build(spec: RunSpec, argv: list[str]) -> dict[str, Any]:
         "packages": package_versions(),
         "host": host_info(),
         "gpus": gpu_info(),
-        "container_image": None,
+        "accelerator": accelerator_info(),
+        "container_image": container_image(),
+        "pip_freeze": pip_freeze(),
         "command": argv,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
@@ -45,8 +47,57 @@ def code_version() -> dict[str, Any]:
         commit = git("rev-parse", "HEAD")
         dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
     except (OSError, subprocess.SubprocessError):
-        return {"commit": "unknown", "dirty": None}
+        # Inside the runner image there is no git: the image was built from LAB_COMMIT.
+        return {"commit": os.environ.get("LAB_COMMIT", "unknown"), "dirty": None}
     return {"commit": commit, "dirty": dirty}
+
+
+def container_image() -> dict[str, str] | None:
+    """The image this run's container was started from (set by the docker executor): tag,
+    content id (``sha256:...``, what ``docker run`` of that id re-creates exactly) and the
+    registry digest when the image came from one. None outside a container."""
+    if not os.environ.get("LAB_IMAGE"):
+        return None
+    return {
+        "image": os.environ["LAB_IMAGE"],
+        "id": os.environ.get("LAB_IMAGE_ID", ""),
+        "digest": os.environ.get("LAB_IMAGE_DIGEST", ""),
+        "kind": os.environ.get("LAB_IMAGE_KIND", ""),
+    }
+
+
+def pip_freeze() -> list[str]:
+    """Every installed distribution as ``name==version`` (what ``pip freeze`` prints, read
+    from the package metadata without starting pip), sorted."""
+    seen = {}
+    for dist in metadata.distributions():
+        name = dist.metadata.get("Name")
+        if name:
+            seen.setdefault(name.lower(), f"{name}=={dist.version}")
+    return [seen[key] for key in sorted(seen)]
+
+
+def accelerator_info() -> dict[str, Any] | None:
+    """CUDA, cuDNN and NCCL versions and per-GPU details, when this run imported torch and
+    torch sees a GPU (real runs on a GPU host); None otherwise (no import is forced)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return None
+    info: dict[str, Any] = {"cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()}
+    try:
+        info["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+    except (AttributeError, RuntimeError, TypeError):
+        info["nccl"] = None
+    info["devices"] = [
+        {
+            "index": i,
+            "name": torch.cuda.get_device_name(i),
+            "capability": ".".join(map(str, torch.cuda.get_device_capability(i))),
+            "memory_gb": round(torch.cuda.get_device_properties(i).total_memory / 2**30, 1),
+        }
+        for i in range(torch.cuda.device_count())
+    ]
+    return info
 
 
 def package_versions() -> dict[str, str]:

@@ -279,7 +279,10 @@ def torchrun_argv(
     base = [sys.executable, "-m", "torch.distributed.run", "--max-restarts", "0"]
     target = ["--module", module, str(work)]
     if bed is None or node is None:
-        return [*base, "--standalone", "--nnodes", "1", "--nproc-per-node", str(nodes), *target]
+        # The loopback address, not the host name: a container without a network (the docker
+        # executor's) or a host whose name does not resolve still rendezvouses.
+        return [*base, "--standalone", "--nnodes", "1", "--nproc-per-node", str(nodes),
+                "--local-addr", "127.0.0.1", *target]  # fmt: skip
     return [
         *base,
         "--nnodes", str(nodes),
