@@ -17,12 +17,13 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from lab.experiments.models import Experiment
 from lab.results.ingest import ingest_run
 from lab.runs.models import CONDITION_KEYS, Run
-from runners import registry
+from runners import executors, registry
 from runners import spec as run_spec
 from runners.executors import local
 
@@ -121,6 +122,7 @@ def create_experiment(
     queued when any run would be invalid.
     """
     specs = [run_spec.validate(raw) for raw in config.raw_specs()]
+    check_submission(specs)
     with transaction.atomic():
         experiment = Experiment.objects.create(
             owner=owner, rerun_of=rerun_of, **config.model_fields()
@@ -154,10 +156,73 @@ def rerun_experiment(experiment: Experiment, owner: Any) -> Experiment:
 
 
 def _enqueue_launches(run_ids: list[int]) -> None:
+    """New runs: with registered hosts, every host is asked to take what it can (each host's
+    worker takes runs it has slots and GPUs for); on a single machine, launch here."""
     from lab.runs.tasks import launch_run
 
+    if _hosts():
+        dispatch()
+        return
     for run_id in run_ids:
         launch_run.delay(run_id)
+
+
+def check_submission(specs: list[Any]) -> None:
+    """Refuse at submission what no host can ever run (``SpecError`` naming the field)."""
+    from lab.hosts import ledger
+
+    for spec in specs:
+        real = getattr(spec, "real", None)
+        if real is not None and real.gpus:
+            ledger.check_request(real.gpus, real.gpu_model or None, field="real.gpus")
+
+
+# -- hosts and executors ----------------------------------------------------------------------
+def executor_for(name: str) -> executors.Executor:
+    """The executor ``name`` as this host's settings configure it."""
+    python = settings.RUNNER_PYTHON or sys.executable
+    if name == "local":
+        return executors.get("local", python=python)
+    if name == "docker":
+        return executors.get("docker", image=settings.RUNNER_IMAGE)
+    return executors.get(
+        "slurm",
+        partition=settings.SLURM_PARTITION,
+        python=python,
+        extra_sbatch=settings.SLURM_OPTIONS,
+    )
+
+
+HOST_STALE_S = 120.0  # a host whose worker has not reconciled for this long gets no runs
+
+
+def _hosts() -> list[Any]:
+    """Active hosts whose worker reconciled recently (a stopped worker's host gets nothing)."""
+    from lab.hosts.models import Host
+
+    stale = max(HOST_STALE_S, 20 * settings.RECONCILE_INTERVAL_S)
+    since = timezone.now() - timedelta(seconds=stale)
+    return list(Host.objects.filter(active=True, last_seen__gte=since).order_by("name"))
+
+
+def dispatch() -> dict[str, int]:
+    """Periodic (beat) and on submission: with registered hosts, ask each host's worker (on
+    its own queue ``host.<name>``) to reconcile its runs and take queued ones; without any,
+    reconcile here (the single-machine default)."""
+    from lab.runs.tasks import reconcile_host
+
+    hosts = _hosts()
+    if not hosts:
+        return reconcile()
+    expires = max(2.0, settings.RECONCILE_INTERVAL_S * 2)
+    for host in hosts:
+        reconcile_host.apply_async(args=[host.name], queue=host.queue, expires=expires)
+    return {"hosts": len(hosts)}
+
+
+def _this_host() -> Q:
+    """Runs of this host (runs started before hosts were recorded have none: ours too)."""
+    return Q(host=settings.HOST_NAME) | Q(host="")
 
 
 # -- running ----------------------------------------------------------------------------------
@@ -167,16 +232,21 @@ def _transition(run_id: int, sources: tuple[str, ...], target: str, **fields: An
 
 
 def launch_run(run_id: int) -> bool:
-    """Start a queued run as a detached process if a slot is free. Idempotent."""
-    running = Run.objects.filter(state=Run.RUNNING)
+    """Start a queued run on this host with its executor if a slot (and the GPUs it asks
+    for) are free. Idempotent: only one host and one worker can move it out of queued."""
+    running = Run.objects.filter(_this_host(), state=Run.RUNNING)
     if running.count() >= settings.MAX_PARALLEL_RUNS:
         return False  # the reconciler launches it when a slot frees up
     # A real run trains on this machine's cores and network: it runs alone, so that no other
     # run disturbs the times it measures (and it disturbs no simulation's).
     if running.filter(spec__mode="real").exists():
         return False
-    if running.exists() and Run.objects.filter(pk=run_id, spec__mode="real").exists():
+    run = Run.objects.filter(pk=run_id, state=Run.QUEUED).first()
+    if run is None or (running.exists() and run.spec.get("mode") == "real"):
         return False
+    gpus = _claim_gpus(run)
+    if gpus is None:
+        return False  # not enough free GPUs here now: stays queued
     if not _transition(
         run_id,
         (Run.QUEUED,),
@@ -184,25 +254,57 @@ def launch_run(run_id: int) -> bool:
         started_at=timezone.now(),
         pid=None,
         pid_start_ticks=None,
-        executor="local",
+        handle="",
+        host=settings.HOST_NAME,
+        executor=settings.EXECUTOR,
     ):
+        _release_gpus(run)
         return False
-    run = Run.objects.get(pk=run_id)
+    run.refresh_from_db()
+    executor = executor_for(run.executor)
     try:
         _prepare_home(run)
-        handle = local.launch(run.home, python=settings.RUNNER_PYTHON or sys.executable)
+        handle = executor.launch(run.home, run.pk, _resources(run, gpus))
     except Exception as err:  # could not even start: the run fails with the reason
         log.exception("launch of run %s failed", run_id)
-        _fail(run, f"could not launch: {type(err).__name__}: {err}")
+        _fail(run, f"could not launch ({run.executor} executor): {type(err).__name__}: {err}")
         return False
-    recorded = Run.objects.filter(pk=run_id, state=Run.RUNNING).update(
-        pid=handle.pid, pid_start_ticks=handle.start_ticks
-    )
-    if not recorded:  # cancelled while we were starting it
-        local.stop(handle)
+    fields: dict[str, Any] = {"handle": handle}
+    if run.executor == "local":
+        parsed = local.parse_handle(handle)
+        fields.update(pid=parsed.pid, pid_start_ticks=parsed.start_ticks)
+    if not Run.objects.filter(pk=run_id, state=Run.RUNNING).update(**fields):
+        executor.stop(run.home, handle, settings.STOP_GRACE_S)  # cancelled while starting
         return False
-    log.info("run %s launched as pid %s", run_id, handle.pid)
+    log.info("run %s launched on %s (%s executor): %s", run_id, run.host, run.executor, handle)
     return True
+
+
+def _resources(run: Run, gpus: list[str]) -> executors.Resources:
+    real = run.spec.get("mode") == "real"
+    return executors.Resources(gpus=tuple(gpus), shm_gb=2.0 if real else 0.25)
+
+
+def _claim_gpus(run: Run) -> list[str] | None:
+    """UUIDs of the GPUs the run asks for, claimed on this host; None when not free now."""
+    count = int((run.spec.get("real") or {}).get("gpus", 0))
+    if not count:
+        return []
+    from lab.hosts import ledger
+
+    model = (run.spec.get("real") or {}).get("gpu_model") or None
+    try:
+        return [gpu.uuid for gpu in ledger.claim_gpus(run, count, model, host=settings.HOST_NAME)]
+    except (ledger.NotEnoughGpus, LookupError, ValueError) as err:
+        log.info("run %s waits for GPUs on %s: %s", run.pk, settings.HOST_NAME, err)
+        return None
+
+
+def _release_gpus(run: Run) -> None:
+    if int((run.spec.get("real") or {}).get("gpus", 0)):
+        from lab.hosts import ledger
+
+        ledger.release_gpus(run)
 
 
 def _prepare_home(run: Run) -> None:
@@ -219,33 +321,72 @@ def _stamp() -> str:
 
 
 def reconcile() -> dict[str, int]:
-    """Periodic: bring running runs' states up to date, then start queued runs in free slots."""
+    """Periodic, on each host: bring this host's running runs up to date (from the outside
+    world: process table, Docker engine, Slurm), then start queued runs in free slots."""
     counts = {"finished": 0, "requeued": 0, "launched": 0}
     grace = timedelta(seconds=settings.LAUNCH_GRACE_S)
-    for run in Run.objects.filter(state=Run.RUNNING):
-        if run.pid is None:
-            if run.started_at and timezone.now() - run.started_at > grace:
+    for run in Run.objects.filter(_this_host(), state=Run.RUNNING):
+        executor = executor_for(run.executor)
+        handle = run.handle or (f"{run.pid}:{run.pid_start_ticks or ''}" if run.pid else "")
+        if not handle:
+            # The worker may have died between starting the job and recording it.
+            found = executor.find(run.pk)
+            if found:
+                Run.objects.filter(pk=run.pk, state=Run.RUNNING).update(handle=found)
+                handle = found
+            elif run.started_at and timezone.now() - run.started_at > grace:
                 counts["requeued"] += _requeue_or_fail(run, "launch did not complete")
+                continue
+            else:
+                continue
+        try:
+            status = executor.poll(run.home, handle)
+        except executors.ExecutorError as err:  # engine or controller down: ask again later
+            log.warning("run %s: cannot poll (%s)", run.pk, err)
             continue
-        status = local.poll(run.home, local.Handle(run.pid, run.pid_start_ticks))
         if status.state == "exited":
-            finish_run(run, status.exit_code)
+            finish_run(run, status.exit_code, status.reason)
             counts["finished"] += 1
         elif status.state == "lost":
-            reason = "the run's process vanished without an exit code (restart or kill -9)"
+            reason = status.reason or (
+                "the run's process vanished without an exit code (restart or kill -9)"
+            )
             counts["requeued"] += _requeue_or_fail(run, reason)
-    free = settings.MAX_PARALLEL_RUNS - Run.objects.filter(state=Run.RUNNING).count()
+    _refresh_gpus()
+    _seen()
+    free = settings.MAX_PARALLEL_RUNS - Run.objects.filter(_this_host(), state=Run.RUNNING).count()
     if free > 0:
         queued = Run.objects.filter(state=Run.QUEUED).order_by("created_at", "id")
-        for run_id, mode in queued.values_list("pk", "spec__mode")[:free]:
+        for run_id, mode in queued.values_list("pk", "spec__mode")[: free + 16]:
             launched = launch_run(run_id)
             counts["launched"] += launched
             if not launched and mode == "real":
                 break  # the oldest waiting run needs the machine alone: let it drain
+            if counts["launched"] >= free:
+                break
     return counts
 
 
+def _seen() -> None:
+    from lab.hosts.models import Host
+
+    Host.objects.filter(name=settings.HOST_NAME).update(last_seen=timezone.now())
+
+
+def _refresh_gpus() -> None:
+    """Mark this host's GPUs that someone else's process uses (nvidia-smi), if it has any."""
+    from lab.hosts import ledger
+    from lab.hosts.models import Gpu
+
+    if Gpu.objects.filter(host__name=settings.HOST_NAME).exists():
+        try:
+            ledger.refresh_busy(settings.HOST_NAME)
+        except Exception as err:  # nvidia-smi failing must not stop the reconciler
+            log.warning("could not check GPU use on %s: %s", settings.HOST_NAME, err)
+
+
 def _requeue_or_fail(run: Run, reason: str) -> int:
+    _release_gpus(run)
     if run.attempt < settings.MAX_RUN_ATTEMPTS:
         requeued = _transition(
             run.pk,
@@ -254,6 +395,7 @@ def _requeue_or_fail(run: Run, reason: str) -> int:
             attempt=run.attempt + 1,
             pid=None,
             pid_start_ticks=None,
+            handle="",
             error=f"attempt {run.attempt}: {reason}; re-queued",
         )
         log.warning("run %s: %s; re-queued", run.pk, reason)
@@ -262,8 +404,9 @@ def _requeue_or_fail(run: Run, reason: str) -> int:
     return 0
 
 
-def finish_run(run: Run, exit_code: int | None) -> None:
+def finish_run(run: Run, exit_code: int | None, reason: str = "") -> None:
     """Record the end of a run: ingest its results if it succeeded, else keep the error."""
+    _release_gpus(run)
     if exit_code == 0 and (run.run_dir / "summary.json").exists():
         try:
             with transaction.atomic():
@@ -276,12 +419,25 @@ def finish_run(run: Run, exit_code: int | None) -> None:
         except (OSError, ValueError, KeyError) as err:
             _fail(run, f"results could not be ingested: {err}")
             return
+        _cleanup(run)
         _after_change(run.experiment_id)
         return
-    _fail(run, f"exit code {exit_code}: {_last_error_line(run)}")
+    why = f" ({reason})" if reason else ""
+    _fail(run, f"exit code {exit_code}{why}: {_last_error_line(run)}")
+
+
+def _cleanup(run: Run) -> None:
+    """A succeeded run's container is removed (its log is in process.log); failed ones are
+    kept for ``docker logs`` / ``docker inspect``."""
+    if run.executor == "docker" and run.handle:
+        try:
+            executor_for("docker").remove(run.handle)  # type: ignore[attr-defined]
+        except executors.ExecutorError as err:
+            log.warning("run %s: container not removed: %s", run.pk, err)
 
 
 def _fail(run: Run, error: str) -> None:
+    _release_gpus(run)
     if _transition(run.pk, Run.ACTIVE, Run.FAILED, finished_at=timezone.now(), error=error):
         log.warning("run %s failed: %s", run.pk, error)
         _after_change(run.experiment_id)
@@ -300,12 +456,19 @@ def _last_error_line(run: Run) -> str:
 
 
 def cancel_run(run: Run, by: str = "") -> bool:
-    """Cancel a queued or running run: state first, then stop its process group."""
+    """Cancel a queued or running run: state first, then stop its process or container (with
+    a grace period); its GPUs are released."""
     note = f"cancelled by {by}" if by else "cancelled"
     if not _transition(run.pk, Run.ACTIVE, Run.CANCELLED, finished_at=timezone.now(), error=note):
         return False
-    if run.pid:
-        local.stop(local.Handle(run.pid, run.pid_start_ticks))
+    run.refresh_from_db()
+    handle = run.handle or (f"{run.pid}:{run.pid_start_ticks or ''}" if run.pid else "")
+    if handle:
+        try:
+            executor_for(run.executor).stop(run.home, handle, settings.STOP_GRACE_S)
+        except executors.ExecutorError as err:
+            log.warning("run %s: could not stop its job: %s", run.pk, err)
+    _release_gpus(run)
     _after_change(run.experiment_id)
     return True
 

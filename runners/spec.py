@@ -119,6 +119,9 @@ class RealOptions:
         for every other system); ``lab`` = the lab's engine executing the system's plan (for
         ``ddp`` and ``horovod``: their buckets or fusion), e.g. to measure the engine's own
         overhead against DDP (``python -m runners bench --only real``).
+    gpus: GPUs the run asks of its host (0: CPU only). The portal's GPU ledger hands them out
+        (by UUID, never one GPU to two runs) and routes the run to a host that has them free.
+    gpu_model: only GPUs whose name contains this (e.g. ``A100``); empty: any.
     """
 
     network: str = "auto"
@@ -127,6 +130,8 @@ class RealOptions:
     momentum: float = 0.0
     threads: int = 1
     implementation: str = "default"
+    gpus: int = 0
+    gpu_model: str = ""
 
 
 IMPLEMENTATIONS = ("default", "lab")
@@ -142,6 +147,12 @@ _REAL_RULES: dict[str, tuple[type, Any, str]] = {
         str,
         lambda v: v in IMPLEMENTATIONS,
         f"one of {', '.join(IMPLEMENTATIONS)} (default: the system's own; lab: the lab's engine)",
+    ),
+    "gpus": (int, lambda v: 0 <= v <= 64, "an integer between 0 and 64 (GPUs on one host)"),
+    "gpu_model": (
+        str,
+        lambda v: len(v) <= 64 and all(c.isalnum() or c in " -_." for c in v),
+        "a GPU model name such as A100 (letters, digits, space, '-', '_', '.')",
     ),
 }
 
@@ -188,8 +199,10 @@ class RunSpec:
                 del data[key]
         if data["real"] is None:
             del data["real"]
-        elif data["real"]["implementation"] == RealOptions.implementation:
-            del data["real"]["implementation"]  # added later: old real runs keep their key
+        else:  # added later: old real runs keep their key
+            for key in ("implementation", "gpus", "gpu_model"):
+                if data["real"][key] == getattr(RealOptions, key):
+                    del data["real"][key]
         data["spec_version"] = SPEC_VERSION
         return data
 

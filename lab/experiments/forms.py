@@ -27,7 +27,7 @@ from workloads import devices
 MAX_RUNS = 500
 _DEFAULTS = run_spec.CommCluster()
 _REAL = run_spec.RealOptions()
-REAL_KEYS = ("network", "dataset", "lr", "momentum", "implementation")
+REAL_KEYS = ("network", "dataset", "lr", "momentum", "implementation", "gpus", "gpu_model")
 CLUSTER_KEYS = (
     "workers",
     "bandwidth_gbps",
@@ -274,6 +274,21 @@ class ExperimentForm(_ClusterArenaFields):
         help_text="default: each system's own (PyTorch DDP for ddp, the real Horovod for "
         "horovod, the lab's engine for the rest); lab: the lab's engine for every system",
     )
+    real_gpus = forms.IntegerField(
+        label="GPUs",
+        required=False,
+        initial=_REAL.gpus,
+        min_value=0,
+        max_value=64,
+        help_text="GPUs on one host (0: CPU only); the run waits for a host that has them free",
+    )
+    real_gpu_model = forms.CharField(
+        label="GPU model",
+        required=False,
+        initial=_REAL.gpu_model,
+        max_length=64,
+        help_text="only GPUs whose name contains this, e.g. A100 (empty: any)",
+    )
     params = forms.JSONField(
         required=False,
         initial=dict,
@@ -390,6 +405,7 @@ class ExperimentForm(_ClusterArenaFields):
             config = self._comm_config(data, common)
         if config is None:
             return data
+        specs = []
         for raw in config.raw_specs():
             try:
                 spec = run_spec.validate(raw)
@@ -400,6 +416,14 @@ class ExperimentForm(_ClusterArenaFields):
             except run_spec.SpecError as err:
                 self.add_error(form_field(err.field, arena), f"{err}" + _for(raw, system.name))
                 return data
+            specs.append(spec)
+        try:
+            from lab import actions
+
+            actions.check_submission(specs)  # GPUs that no host has
+        except run_spec.SpecError as err:
+            self.add_error(form_field(err.field, arena), str(err))
+            return data
         self.config = config
         return data
 

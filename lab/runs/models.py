@@ -59,6 +59,10 @@ class Run(models.Model):
     state = models.CharField(max_length=16, choices=STATE_CHOICES, default=QUEUED, db_index=True)
     attempt = models.PositiveIntegerField(default=1)
     executor = models.CharField(max_length=32, default="local")
+    host = models.CharField(max_length=128, blank=True, help_text="worker host that runs it")
+    handle = models.CharField(
+        max_length=128, blank=True, help_text="the executor's id: pid:ticks, container, job id"
+    )
     pid = models.IntegerField(null=True, blank=True)
     pid_start_ticks = models.BigIntegerField(null=True, blank=True)
     error = models.TextField(blank=True)

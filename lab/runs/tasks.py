@@ -1,8 +1,13 @@
 """Celery tasks: short, idempotent, take ids. The work lives in ``lab.actions``."""
 
+import logging
+
 from celery import shared_task
+from django.conf import settings
 
 from lab import actions
+
+log = logging.getLogger(__name__)
 
 
 @shared_task(ignore_result=True)
@@ -12,4 +17,16 @@ def launch_run(run_id: int) -> None:
 
 @shared_task(ignore_result=True)
 def reconcile_runs() -> None:
+    """Beat, every LAB_RECONCILE_INTERVAL_S: fan out to every host's queue (or reconcile here
+    on a single machine)."""
+    actions.dispatch()
+
+
+@shared_task(ignore_result=True)
+def reconcile_host(name: str) -> None:
+    """On host ``name``'s own queue (``host.<name>``): its runs and its free slots."""
+    if name != settings.HOST_NAME:  # a worker consuming another host's queue by mistake
+        log.error("reconcile for host %s reached host %s: check LAB_HOST_NAME", name,
+                  settings.HOST_NAME)  # fmt: skip
+        return
     actions.reconcile()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 
 import dj_database_url
 
@@ -182,6 +183,18 @@ MAX_PARALLEL_RUNS = env.integer("LAB_MAX_PARALLEL_RUNS", os.cpu_count() or 1, mi
 MAX_RUN_ATTEMPTS = env.integer("LAB_MAX_RUN_ATTEMPTS", 3, minimum=1)
 LAUNCH_GRACE_S = env.number("LAB_LAUNCH_GRACE_S", 60.0, minimum=1.0)
 RUNNER_PYTHON = env.text("LAB_RUNNER_PYTHON")  # default: the interpreter running Django
+
+# --- Hosts and executors (see docker/README.md) -------------------------------------------------
+# This worker host's name (its Celery queue is host.<name>) and how it runs runs: local
+# (subprocess), docker (a container of LAB_RUNNER_IMAGE per run) or slurm (sbatch).
+HOST_NAME = env.text("LAB_HOST_NAME") or socket.gethostname()
+EXECUTOR = env.text("LAB_EXECUTOR", "local")
+if EXECUTOR not in ("local", "docker", "slurm"):
+    raise env.ConfigError(f"LAB_EXECUTOR={EXECUTOR!r}: expected local, docker or slurm")
+RUNNER_IMAGE = env.text("LAB_RUNNER_IMAGE", "lab-runner:cpu")
+SLURM_PARTITION = env.text("LAB_SLURM_PARTITION")
+SLURM_OPTIONS = tuple(env.csv("LAB_SLURM_OPTIONS", ""))  # e.g. --account=lab,--qos=normal
+STOP_GRACE_S = env.number("LAB_STOP_GRACE_S", 10.0, minimum=0.0)
 
 LOGGING = {
     "version": 1,

@@ -24,10 +24,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-SPEC = "spec.json"
-LOG = "process.log"
-EXIT_CODE = "exit_code"
-RUN_DIR = "run"
+from .base import EXIT_CODE, LOG, RUN_DIR, SPEC, Resources, Status
+
+__all__ = ["EXIT_CODE", "LOG", "RUN_DIR", "SPEC", "Handle", "LocalExecutor", "Status"]
 
 # $1 = python, $2 = home. The inner shell waits for the runner and records its status.
 _WRAPPER = (
@@ -44,13 +43,12 @@ class Handle:
     start_ticks: int | None  # from /proc/<pid>/stat, to tell a reused pid from ours
 
 
-@dataclass(frozen=True)
-class Status:
-    state: str  # "running" | "exited" | "lost"
-    exit_code: int | None = None
-
-
-def launch(home: Path, python: str = sys.executable, project_root: Path | None = None) -> Handle:
+def launch(
+    home: Path,
+    python: str = sys.executable,
+    project_root: Path | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> Handle:
     """Start the run in ``home`` (which must contain spec.json); return at once."""
     home = Path(home).resolve()
     if not (home / SPEC).is_file():
@@ -58,7 +56,7 @@ def launch(home: Path, python: str = sys.executable, project_root: Path | None =
     for stale in (EXIT_CODE, "exit_code.tmp"):
         (home / stale).unlink(missing_ok=True)
     root = project_root or Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": _pythonpath(root)}
+    env = {**os.environ, **(extra_env or {}), "PYTHONPATH": _pythonpath(root)}
     out = subprocess.run(
         ["sh", "-c", _LAUNCH, _WRAPPER, python, str(home)],
         capture_output=True,
@@ -132,3 +130,47 @@ def _start_ticks(pid: int) -> int | None:
 def _pythonpath(root: Path) -> str:
     existing = os.environ.get("PYTHONPATH")
     return f"{root}{os.pathsep}{existing}" if existing else str(root)
+
+
+class LocalExecutor:
+    """The ``base.Executor`` interface over the functions above; the handle is
+    ``"<pid>:<start ticks>"`` (the start time tells a reused pid from ours). GPUs from the
+    ledger reach the run as ``CUDA_VISIBLE_DEVICES`` (UUIDs)."""
+
+    name = "local"
+
+    def __init__(self, python: str = sys.executable) -> None:
+        self.python = python
+
+    def launch(self, home: Path, run_id: int, resources: Resources) -> str:
+        env = dict(resources.env)
+        if resources.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(resources.gpus)
+        handle = launch(home, python=self.python, extra_env=env)
+        return format_handle(handle)
+
+    def poll(self, home: Path, handle: str) -> Status:
+        return poll(home, parse_handle(handle))
+
+    def stop(self, home: Path, handle: str, grace_s: float = 10.0) -> bool:
+        parsed = parse_handle(handle)
+        if not stop(parsed):
+            return False
+        deadline = time.monotonic() + grace_s
+        while _alive(parsed) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _alive(parsed):
+            stop(parsed, signal.SIGKILL)
+        return True
+
+    def find(self, run_id: int) -> str | None:
+        return None  # a local run's handle is recorded before anything can be lost
+
+
+def format_handle(handle: Handle) -> str:
+    return f"{handle.pid}:{handle.start_ticks if handle.start_ticks is not None else ''}"
+
+
+def parse_handle(text: str) -> Handle:
+    pid, _, ticks = text.partition(":")
+    return Handle(int(pid), int(ticks) if ticks else None)

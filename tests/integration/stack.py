@@ -86,7 +86,9 @@ class Stack:
             raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{out.stderr[-3000:]}")
         return out.stdout
 
-    def start(self, name: str) -> None:
+    def start(self, name: str, env: dict[str, str] | None = None, as_name: str = "") -> None:
+        """Start ``name`` (web, worker, beat); ``env`` adds to the stack's environment and
+        ``as_name`` keeps a second process of the same kind apart (e.g. another host's worker)."""
         if name == "web":
             port = free_port()
             self.url = f"http://127.0.0.1:{port}"
@@ -104,11 +106,12 @@ class Stack:
             ]
         else:
             command = [part.replace("{n}", secrets.token_hex(3)) for part in self.COMMANDS[name]]
-        log = (self.root / "logs" / f"{name}.log").open("a")
-        self.procs[name] = subprocess.Popen(
+        key = as_name or name
+        log = (self.root / "logs" / f"{key}.log").open("a")
+        self.procs[key] = subprocess.Popen(
             command,
             cwd=ROOT,
-            env=self.env,
+            env={**self.env, **(env or {})},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -1,0 +1,145 @@
+"""Runs on several hosts: a run that asks for GPUs starts only on a host that has them free,
+gets them by UUID and gives them back; submission refuses what no host has; dispatch asks every
+live host's queue. Hosts are rows in the database standing for other machines (their GPUs are
+made up: there is no GPU here); the runs are real local processes. The same routing with two
+real Celery workers on two queues: tests/integration/test_hosts_stack.py."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from lab import actions
+from lab.hosts.models import Gpu, GpuClaim, Host
+from lab.runs.models import Run
+from runners.spec import SpecError
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.django_db
+
+
+def host(name: str, gpus: int = 0, seen: bool = True) -> Host:
+    made = Host.objects.create(
+        name=name,
+        queue=f"host.{name}",
+        last_seen=timezone.now() if seen else timezone.now() - timezone.timedelta(hours=1),
+    )
+    for index in range(gpus):
+        Gpu.objects.create(
+            host=made, index=index, uuid=f"GPU-{name}-{index}", model="NVIDIA A100", memory_mb=1
+        )
+    return made
+
+
+def gpu_run(config, gpus: int = 1, **real):
+    return dataclasses.replace(
+        config,
+        system="wfbp",
+        baselines=(),
+        params={},
+        mode="real",
+        workloads=("vgg16-debug",),
+        seeds=(0,),
+        iterations=100_000,
+        cluster={"workers": 2},
+        real={"gpus": gpus, **real},
+    )
+
+
+def environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
+def test_a_gpu_run_starts_only_where_gpus_are_free_and_gives_them_back(user, config, settings):
+    host("cpu-box")
+    host("gpu-box", gpus=2)
+    run = actions.create_experiment(user, gpu_run(config)).runs.get()
+
+    settings.HOST_NAME = "cpu-box"
+    assert not actions.launch_run(run.pk), "no GPU on this host: the run waits"
+    run.refresh_from_db()
+    assert run.state == Run.QUEUED and not GpuClaim.objects.exists()
+
+    settings.HOST_NAME = "gpu-box"
+    assert actions.launch_run(run.pk)
+    run.refresh_from_db()
+    assert (run.state, run.host, run.executor) == (Run.RUNNING, "gpu-box", "local")
+    claim = GpuClaim.objects.get(run=run, released_at=None)
+    assert claim.gpu.host.name == "gpu-box"
+    assert environ(run.pid)["CUDA_VISIBLE_DEVICES"] == claim.gpu.uuid
+
+    assert actions.cancel_run(run)
+    assert not GpuClaim.objects.filter(released_at=None).exists(), "cancel releases the GPU"
+
+
+def test_two_runs_never_share_a_gpu(user, config, settings):
+    settings.HOST_NAME = "gpu-box"
+    settings.MAX_PARALLEL_RUNS = 4
+    host("gpu-box", gpus=1)
+    first = actions.create_experiment(user, gpu_run(config)).runs.get()
+    second = actions.create_experiment(user, gpu_run(config)).runs.get()
+    assert actions.launch_run(first.pk)
+    assert not actions.launch_run(second.pk), "the only GPU is taken (and a real run runs alone)"
+    actions.cancel_run(first)
+    wait_for(lambda: actions.launch_run(second.pk), 20, what="the freed GPU to be handed out")
+    second.refresh_from_db()
+    assert GpuClaim.objects.get(run=second, released_at=None).gpu.uuid == "GPU-gpu-box-0"
+    actions.cancel_run(second)
+
+
+def test_submission_refuses_more_gpus_than_any_host_has(user, config):
+    host("gpu-box", gpus=2)
+    with pytest.raises(SpecError, match=r"real\.gpus: 4 GPUs asked, the largest host has 2"):
+        actions.create_experiment(user, gpu_run(config, gpus=4))
+    with pytest.raises(SpecError, match="real.gpus"):
+        actions.create_experiment(user, gpu_run(config, gpus=1, gpu_model="H100"))
+    assert not Run.objects.exists(), "nothing stored"
+
+
+def test_the_api_answers_400_naming_the_field(client, user, config):
+    from lab.accounts.models import ApiToken
+
+    host("gpu-box", gpus=1)
+    body = {
+        "name": "too many",
+        "system": "wfbp",
+        "mode": "real",
+        "workloads": ["vgg16-debug"],
+        "seeds": [0],
+        "cluster": {"workers": 2},
+        "real": {"gpus": 3},
+    }
+    response = client.post(
+        "/api/experiments/",
+        body,
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Token {ApiToken.issue(user)}",
+    )
+    assert response.status_code == 400, response.content
+    assert "real.gpus" in response.json()["errors"]
+
+
+def test_dispatch_asks_every_live_host_and_skips_stopped_ones(settings, monkeypatch):
+    from lab.runs import tasks
+
+    sent = []
+    monkeypatch.setattr(  # what would go to the broker (the stack test sends it for real)
+        tasks.reconcile_host, "apply_async", lambda args, queue, expires: sent.append(queue)
+    )
+    host("a")
+    host("b", gpus=1)
+    host("gone", seen=False)
+    assert actions.dispatch() == {"hosts": 2}
+    assert sent == ["host.a", "host.b"]
+
+
+def test_without_hosts_dispatch_reconciles_here(user, config):
+    experiment = actions.create_experiment(user, dataclasses.replace(config, seeds=(0,)))
+    counts = actions.dispatch()
+    assert counts["launched"] == 2
+    assert set(experiment.runs.values_list("state", flat=True)) == {Run.RUNNING}
+    actions.cancel_experiment(experiment)
