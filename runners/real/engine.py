@@ -665,10 +665,14 @@ class Engine:
             task = self.tasks[t]
             st = self._iters[it]
             start = max(self._issue_time[i], self._done_time[i - 1] if i else 0.0)
-            st.comm_s += self._done_time[i] - start
+            # Collectives finish in issue order, but their done-callbacks may run (and stamp
+            # the time) out of order: an op cannot end before the one ahead of it did.
+            end = max(self._done_time[i], start)
+            self._done_time[i] = end
+            st.comm_s += end - start
             if self.record is not None:
                 name = self.binding.names[self.groups[task.group].layers[0]]
-                self.record(it, "network", task.op, name, start, self._done_time[i], nbytes)
+                self.record(it, "network", task.op, name, start, end, nbytes)
             if task.op == "reduce_scatter":
                 continue
             st.finals_left[task.group] -= 1

@@ -9,6 +9,7 @@ nothing behind, even when the launcher is killed.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -130,6 +131,8 @@ def test_exact_schedulers_match_single_process_sgd(system, params, tmp_path, mon
     if system not in ("ddp", "horovod"):  # our engine: its plan's collectives are on the timeline
         rows = (tmp_path / "run" / "timeline.csv").read_text().splitlines()
         assert any(",network," in row for row in rows)
+        for row in csv.DictReader(rows):  # the Gantt chart refuses anything else
+            assert float(row["end_s"]) >= float(row["start_s"]), row
         assert metrics["comm_time_s"] > 0
         negotiated = system in ("bytescheduler", "pace", "dear")
         assert (metrics["negotiations_per_iteration"] > 0) == negotiated
