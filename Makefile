@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test install install-dev horovod lint format bench clean help
+.PHONY: run test install install-dev horovod lint format bench clean help images
 
 help:
 	@echo "make run     set up and start the lab (portal + worker + beat) on http://127.0.0.1:8000/"
@@ -12,6 +12,7 @@ help:
 	@echo "make lint    ruff check + format check;  make format  reformat"
 	@echo "make bench   simulator benchmarks (python -m runners bench)"
 	@echo "make horovod build (once, then cached) and install the real Horovod into .venv"
+	@echo "make images  container images: runner (CPU) and portal; LAB_LOCAL_SERVICES=1 adds Redis/PostgreSQL (docker/README.md)"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +50,10 @@ test: install-dev lint horovod
 
 bench: install
 	$(BIN)/python -m runners bench
+
+# Container images (docker/README.md); rebuilds only those whose inputs changed.
+images: install
+	scripts/images.sh
 
 clean:
 	rm -rf var/broker var/static .pytest_cache .ruff_cache

@@ -16,9 +16,7 @@ RUN python3 -m venv /opt/venv \
  && find /opt/venv -name __pycache__ -prune -exec rm -rf {} +
 
 FROM ${BASE_IMAGE}
-ARG LAB_COMMIT=unknown
-LABEL org.opencontainers.image.title="scheduler-lab runner (CPU)" \
-      org.opencontainers.image.revision="${LAB_COMMIT}"
+LABEL org.opencontainers.image.title="scheduler-lab runner (CPU)"
 RUN useradd --create-home --uid 1000 --shell /bin/bash lab \
  && mkdir -p /work && chown lab:lab /work
 COPY --from=deps /opt/venv /opt/venv
@@ -28,8 +26,11 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONPATH=/opt/lab \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    LAB_COMMIT=${LAB_COMMIT} \
     LAB_IMAGE_KIND=cpu
+# Last, so that a new commit does not re-copy the layers above.
+ARG LAB_COMMIT=unknown
+LABEL org.opencontainers.image.revision="${LAB_COMMIT}"
+ENV LAB_COMMIT=${LAB_COMMIT}
 USER lab
 WORKDIR /work
 HEALTHCHECK --interval=30s --timeout=10s --retries=3 \

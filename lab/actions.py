@@ -462,15 +462,31 @@ def cancel_run(run: Run, by: str = "") -> bool:
     if not _transition(run.pk, Run.ACTIVE, Run.CANCELLED, finished_at=timezone.now(), error=note):
         return False
     run.refresh_from_db()
-    handle = run.handle or (f"{run.pid}:{run.pid_start_ticks or ''}" if run.pid else "")
-    if handle:
-        try:
-            executor_for(run.executor).stop(run.home, handle, settings.STOP_GRACE_S)
-        except executors.ExecutorError as err:
-            log.warning("run %s: could not stop its job: %s", run.pk, err)
+    if run.host and run.host != settings.HOST_NAME:
+        # Its process or container lives on another host (or behind a Docker engine this
+        # process cannot reach, like the portal's web container): that host's worker stops it.
+        from lab.runs.tasks import stop_run
+
+        queue = f"host.{run.host}"
+        transaction.on_commit(lambda: stop_run.apply_async(args=[run.pk], queue=queue))
+    else:
+        stop_job(run)
     _release_gpus(run)
     _after_change(run.experiment_id)
     return True
+
+
+def stop_job(run: Run) -> bool:
+    """(On the run's host.) Stop a cancelled run's process, container or Slurm job, with
+    ``LAB_STOP_GRACE_S`` between SIGTERM and a kill; False if there was nothing to stop."""
+    handle = run.handle or (f"{run.pid}:{run.pid_start_ticks or ''}" if run.pid else "")
+    if not handle:
+        return False
+    try:
+        return executor_for(run.executor).stop(run.home, handle, settings.STOP_GRACE_S)
+    except executors.ExecutorError as err:
+        log.warning("run %s: could not stop its job: %s", run.pk, err)
+        return False
 
 
 def cancel_experiment(experiment: Experiment, by: str = "") -> int:

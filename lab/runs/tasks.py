@@ -30,3 +30,13 @@ def reconcile_host(name: str) -> None:
                   settings.HOST_NAME)  # fmt: skip
         return
     actions.reconcile()
+
+
+@shared_task(ignore_result=True)
+def stop_run(run_id: int) -> None:
+    """On the run's host's queue: stop the job of a run that was cancelled elsewhere."""
+    from lab.runs.models import Run
+
+    run = Run.objects.filter(pk=run_id, state=Run.CANCELLED).first()
+    if run is not None:
+        actions.stop_job(run)

@@ -143,3 +143,22 @@ def test_without_hosts_dispatch_reconciles_here(user, config):
     assert counts["launched"] == 2
     assert set(experiment.runs.values_list("state", flat=True)) == {Run.RUNNING}
     actions.cancel_experiment(experiment)
+
+
+def test_cancel_asks_the_runs_own_host_to_stop_it(
+    user, config, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    """The portal's web process cannot reach another host's processes (or, in compose, the
+    Docker engine): the stop goes to that host's queue, where ``stop_run`` stops the job."""
+    from lab.runs import tasks
+
+    sent = []
+    monkeypatch.setattr(
+        tasks.stop_run, "apply_async", lambda args, queue: sent.append((args, queue))
+    )
+    run = actions.create_experiment(user, config).runs.first()
+    Run.objects.filter(pk=run.pk).update(state=Run.RUNNING, host="gpu-box", handle="123:456")
+    run.refresh_from_db()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert actions.cancel_run(run, by="alice")
+    assert sent == [([run.pk], "host.gpu-box")]

@@ -1,0 +1,96 @@
+# The runner image (CUDA): the CUDA build of PyTorch 2.13.0 from PyPI, the lab's runners and
+# workloads; same contract as the CPU image (docker/runner.Dockerfile): runs one run,
+# `python -m runners run spec.json --out run` in /work, as user `lab` (uid 1000), and the docker
+# executor gives it its GPUs by UUID (device requests; needs the NVIDIA Container Toolkit).
+#
+# NOT BUILT OR TESTED ON OUR MACHINES: they have no GPU and cannot pull nvidia/cuda from a
+# registry (and pip inside a build there cannot verify PyPI's certificate). Build it on a GPU host
+# that reaches Docker Hub and PyPI, from the project root:
+#   docker build -f docker/runner-cuda.Dockerfile --build-arg LAB_COMMIT=$(git rev-parse HEAD) \
+#     -t lab-runner:cuda .
+#   docker run --rm --gpus all lab-runner:cuda list            # then, to check the GPU:
+#   docker run --rm --gpus all --entrypoint python lab-runner:cuda -c \
+#     'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.device_count())'
+# and point that host's worker at it: LAB_RUNNER_IMAGE=lab-runner:cuda (docker/README.md).
+#
+# With the real Horovod (NCCL + Gloo, PyTorch): Horovod 0.28.1 has no wheel and must be compiled
+# against CUDA, NCCL and this torch: build with a CUDA *devel* image of the same Ubuntu release
+# as the base (the virtual environment is copied across, so Python must be the same):
+#   docker build -f docker/runner-cuda.Dockerfile --build-arg WITH_HOROVOD=1 \
+#     --build-arg BUILD_IMAGE=nvidia/cuda:12.8.1-cudnn-devel-ubuntu24.04 \
+#     --build-arg LAB_COMMIT=$(git rev-parse HEAD) -t lab-runner:cuda .
+# (the C++17 patch of scripts/horovod-wheel.sh is applied here too; about 10 minutes.)
+#
+# BASE_IMAGE: an image with the CUDA runtime (the torch wheel brings its own CUDA libraries, so
+# any Ubuntu/Debian with apt works too, the driver comes from the NVIDIA Container Toolkit).
+# Ubuntu 24.04 has Python 3.12, which the lab supports (requires-python >= 3.11).
+ARG BASE_IMAGE=nvidia/cuda:12.8.1-runtime-ubuntu24.04
+ARG BUILD_IMAGE=${BASE_IMAGE}
+
+FROM ${BUILD_IMAGE} AS deps
+ARG WITH_HOROVOD=0
+# 1: fail the build unless torch is a CUDA build (0 only to smoke-test this file with a CPU wheel).
+ARG EXPECT_CUDA=1
+# pip reads PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS, PIP_TRUSTED_HOST from build args
+# of those names: a local mirror, or e.g. PIP_INDEX_URL=https://download.pytorch.org/whl/cu128
+# with PIP_EXTRA_INDEX_URL=https://pypi.org/simple for another CUDA build of torch 2.13.0.
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
+ARG PIP_FIND_LINKS
+ARG PIP_TRUSTED_HOST
+ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN apt-get update -qq \
+ && apt-get install -y -qq --no-install-recommends python3 python3-venv ca-certificates >/dev/null \
+ && rm -rf /var/lib/apt/lists/*
+COPY docker/requirements-runner.txt /tmp/requirements-runner.txt
+RUN python3 -m venv /opt/venv \
+ && /opt/venv/bin/pip install --quiet -r /tmp/requirements-runner.txt \
+ && /opt/venv/bin/python -c "import sys, torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda); sys.exit(1 if sys.argv[1] == '1' and not torch.version.cuda else 0)" "$EXPECT_CUDA"
+# Horovod 0.28.1 from its sdist (pinned by hash), CMAKE_CXX_STANDARD 14 -> 17 as in
+# scripts/horovod-wheel.sh, NCCL for GPU collectives and Gloo for the rest, no MPI.
+RUN if [ "$WITH_HOROVOD" = 1 ]; then \
+      set -e; \
+      command -v nvcc >/dev/null || { echo "WITH_HOROVOD=1 needs a CUDA devel BUILD_IMAGE (nvcc, NCCL headers)" >&2; exit 1; }; \
+      apt-get update -qq; \
+      apt-get install -y -qq --no-install-recommends cmake g++ make python3-dev >/dev/null; \
+      rm -rf /var/lib/apt/lists/*; \
+      echo "horovod==0.28.1 --hash=sha256:92a43f5a94c43907a56805bad15f19700c62ffc83b7ca483f9e104e229f67ef0" >/tmp/horovod.txt; \
+      /opt/venv/bin/pip download --quiet --no-deps --no-binary :all: --require-hashes -r /tmp/horovod.txt -d /tmp; \
+      tar -xzf /tmp/horovod-0.28.1.tar.gz -C /tmp; \
+      for f in /tmp/horovod-0.28.1/CMakeLists.txt /tmp/horovod-0.28.1/horovod/torch/CMakeLists.txt; do \
+        grep -q 'set(CMAKE_CXX_STANDARD 14)' "$f"; sed -i 's/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD 17)/' "$f"; done; \
+      HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_NCCL_LINK=SHARED HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 \
+      HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_MPI=1 MAKEFLAGS="-j$(nproc)" \
+        /opt/venv/bin/pip install --quiet --no-build-isolation --no-deps /tmp/horovod-0.28.1; \
+      /opt/venv/bin/horovodrun --check-build; \
+      rm -rf /tmp/horovod*; \
+    fi \
+ && find /opt/venv -name __pycache__ -prune -exec rm -rf {} +
+
+FROM ${BASE_IMAGE}
+ARG LAB_COMMIT=unknown
+LABEL org.opencontainers.image.title="scheduler-lab runner (CUDA)" \
+      org.opencontainers.image.revision="${LAB_COMMIT}"
+# python3 at the same path as in the deps stage (the venv links to it); Ubuntu images ship a
+# user `ubuntu` with uid 1000: the runner's user `lab` takes that uid (the docker executor's).
+RUN apt-get update -qq \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3 tini >/dev/null \
+ && rm -rf /var/lib/apt/lists/* \
+ && if id -u ubuntu >/dev/null 2>&1; then userdel --remove ubuntu; fi \
+ && useradd --create-home --uid 1000 --shell /bin/bash lab \
+ && mkdir -p /work && chown lab:lab /work
+COPY --from=deps /opt/venv /opt/venv
+COPY runners /opt/lab/runners
+COPY workloads /opt/lab/workloads
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONPATH=/opt/lab \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    LAB_COMMIT=${LAB_COMMIT} \
+    LAB_IMAGE_KIND=cuda
+USER lab
+WORKDIR /work
+HEALTHCHECK --interval=30s --timeout=20s --retries=3 \
+  CMD ["python", "-c", "import runners.spec, torch"]
+ENTRYPOINT ["/usr/bin/tini", "--", "python", "-m", "runners"]
+CMD ["list"]

@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# `make images`: build the lab's container images, skipping those already built from the same
+# inputs. Steps: the base image (docker/base.sh, when missing), the wheelhouse
+# (docker/wheelhouse.sh), the CPU runner image, the portal image and, with LAB_LOCAL_SERVICES=1,
+# Redis and PostgreSQL images made from Debian packages (for machines that cannot pull).
+#
+#   scripts/images.sh [runner] [portal] [services]     default: runner portal (+ services)
+#
+#   LAB_BASE_IMAGE      base of every image      default lab-base:bookworm (made locally)
+#   LAB_RUNNER_IMAGE    the CPU runner image     default lab-runner:cpu
+#   LAB_PORTAL_IMAGE    the portal image         default lab-portal
+#   LAB_LOCAL_SERVICES  1: also build the two service images below
+#   LAB_REDIS_IMAGE     local Redis image        default lab-redis:bookworm (with LAB_LOCAL_SERVICES=1)
+#   LAB_POSTGRES_IMAGE  local PostgreSQL image   default lab-postgres:bookworm (idem)
+#   LAB_REBUILD         1: build even when the inputs are unchanged
+#
+# Reuse: each image carries the label `lab.inputs`, a sha256 over everything its build reads
+# (Dockerfile, requirements, wheelhouse, copied source folders, file modes, the base image's id,
+# build arguments except LAB_COMMIT). An image whose tag exists with the same label is kept;
+# a changed file rebuilds it. Build logs: var/images/<image>.log.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BASE=${LAB_BASE_IMAGE:-lab-base:bookworm}
+RUNNER=${LAB_RUNNER_IMAGE:-lab-runner:cpu}
+PORTAL=${LAB_PORTAL_IMAGE:-lab-portal}
+LOCAL_SERVICES=${LAB_LOCAL_SERVICES:-0}
+LOGS=var/images
+
+say() { echo "images: $*"; }
+die() { echo "images: $*" >&2; exit 1; }
+
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+  targets=(runner portal)
+  [ "$LOCAL_SERVICES" = 1 ] && targets+=(services)
+fi
+for target in "${targets[@]}"; do
+  case "$target" in runner | portal | services) ;; *) die "unknown target '$target' (runner, portal, services)" ;; esac
+done
+wants() { local t; for t in "${targets[@]}"; do [ "$t" = "$1" ] && return 0; done; return 1; }
+
+command -v docker >/dev/null || die "the docker command is not installed (apt-get install docker.io)"
+if ! err=$(docker info 2>&1 >/dev/null); then
+  die "the Docker engine is not reachable: ${err##*$'\n'}
+        start it (e.g. \`dockerd &\` or \`systemctl start docker\`) or check DOCKER_HOST and the
+        permissions on /var/run/docker.sock, then run this again"
+fi
+
+# --- inputs ----------------------------------------------------------------------------------
+# sha256 over: the given strings, then each file under the given paths (sorted, with its mode)
+# as the build context sends it (no __pycache__, no *.pyc, as .dockerignore says).
+inputs_hash() {
+  local strings=$1
+  shift
+  {
+    printf '%s\n' "$strings"
+    find "$@" -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 | LC_ALL=C sort -z |
+      xargs -0 -r stat -c '%a %n'
+    find "$@" -type f ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 | LC_ALL=C sort -z |
+      xargs -0 -r sha256sum
+  } | sha256sum | cut -d' ' -f1
+}
+
+label_of() {
+  docker image inspect -f '{{ index .Config.Labels "lab.inputs" }}' "$1" 2>/dev/null || true
+}
+
+# build IMAGE DOCKERFILE CONTEXT HASH [docker build args...]
+build() {
+  local image=$1 file=$2 context=$3 hash=$4
+  shift 4
+  local current old_id log start
+  current=$(label_of "$image")
+  if [ "$current" = "$hash" ] && [ "${LAB_REBUILD:-0}" != 1 ]; then
+    say "$image is up to date (inputs ${hash:0:12}), not rebuilt"
+    return 0
+  fi
+  old_id=$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null || true)
+  mkdir -p "$LOGS"
+  log="$LOGS/$(tr '/:' '__' <<<"$image").log"
+  if [ -z "$old_id" ]; then
+    say "building $image from $file (inputs ${hash:0:12}; log: $log)"
+  elif [ "$current" = "$hash" ]; then
+    say "rebuilding $image from $file (LAB_REBUILD=1; log: $log)"
+  elif [ -z "$current" ]; then
+    say "rebuilding $image from $file (it has no lab.inputs label: built by hand?; log: $log)"
+  else
+    say "rebuilding $image from $file (inputs changed: ${current:0:12} -> ${hash:0:12}; log: $log)"
+  fi
+  start=$SECONDS
+  if ! docker build -f "$file" --label "lab.inputs=$hash" "$@" -t "$image" "$context" >"$log" 2>&1; then
+    tail -n 30 "$log" >&2
+    die "building $image failed (last 30 lines above, all of it in $log)"
+  fi
+  local new_id
+  new_id=$(docker image inspect -f '{{.Id}}' "$image")
+  say "built $image in $((SECONDS - start)) s: ${new_id:7:12}, $(size_of "$image")"
+  # The previous image, now untagged: remove it unless a container (e.g. an ended run kept for
+  # its log) still uses it; then docker keeps it and says nothing here.
+  if [ -n "$old_id" ] && [ "$old_id" != "$new_id" ]; then
+    if docker rmi "$old_id" >/dev/null 2>&1; then say "removed the previous $image (${old_id:7:12})"; fi
+  fi
+}
+
+size_of() {
+  docker image inspect -f '{{.Size}}' "$1" | awk '{printf "%.0f MB", $1 / 1e6}'
+}
+
+# --- base image ------------------------------------------------------------------------------
+if ! docker image inspect "$BASE" >/dev/null 2>&1; then
+  case "$BASE" in
+    lab-base:*)
+      say "base image $BASE missing: making it with docker/base.sh"
+      docker/base.sh "$BASE"
+      ;;
+    *)
+      say "base image $BASE missing: pulling it"
+      docker pull "$BASE" ||
+        die "cannot pull $BASE; unset LAB_BASE_IMAGE to make lab-base:bookworm locally (docker/base.sh)"
+      ;;
+  esac
+else
+  say "base image $BASE exists"
+fi
+base_id=$(docker image inspect -f '{{.Id}}' "$BASE")
+commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+if [ "$commit" != unknown ] && [ -n "$(git status --porcelain -- runners workloads lab requirements.txt docker 2>/dev/null)" ]; then
+  say "note: uncommitted changes in the copied sources; the images' LAB_COMMIT ($commit) does not include them"
+fi
+
+# --- wheelhouse (runner and portal) ----------------------------------------------------------
+if wants runner || wants portal; then
+  [ -x .venv/bin/pip ] || die "no .venv: run \`make install\` first (docker/wheelhouse.sh downloads with its pip)"
+  say "filling the wheelhouse (docker/wheelhouse.sh)"
+  docker/wheelhouse.sh | sed 's/^/images: /'
+  # pip resolves markers for the host's Python (3.11.7 here); Debian bookworm's, in the images,
+  # is 3.11.2, for which redis also needs async-timeout (python_full_version < "3.11.3").
+  .venv/bin/pip download --quiet --only-binary=:all: --dest docker/wheelhouse \
+    'async-timeout==5.0.1' 2>&1 | grep -v '^WARNING: Location' || true
+fi
+
+# --- runner (CPU) ----------------------------------------------------------------------------
+if wants runner; then
+  hash=$(inputs_hash "runner base=$base_id" docker/runner.Dockerfile \
+    docker/requirements-runner.txt docker/wheelhouse runners workloads)
+  build "$RUNNER" docker/runner.Dockerfile . "$hash" \
+    --build-arg BASE_IMAGE="$BASE" --build-arg LAB_COMMIT="$commit"
+fi
+
+# --- portal (web, worker, beat) --------------------------------------------------------------
+if wants portal; then
+  hash=$(inputs_hash "portal base=$base_id" docker/portal.Dockerfile docker/entrypoint.sh \
+    requirements.txt docker/requirements-runner.txt docker/wheelhouse manage.py pyproject.toml \
+    lab runners workloads claims examples)
+  build "$PORTAL" docker/portal.Dockerfile . "$hash" \
+    --build-arg BASE_IMAGE="$BASE" --build-arg LAB_COMMIT="$commit"
+fi
+
+# --- Redis and PostgreSQL from Debian packages (LAB_LOCAL_SERVICES=1) ------------------------
+if wants services; then
+  redis=${LAB_REDIS_IMAGE:-lab-redis:bookworm}
+  postgres=${LAB_POSTGRES_IMAGE:-lab-postgres:bookworm}
+  hash=$(inputs_hash "redis base=$base_id" docker/services/redis.Dockerfile)
+  build "$redis" docker/services/redis.Dockerfile docker/services "$hash" \
+    --build-arg BASE_IMAGE="$BASE"
+  hash=$(inputs_hash "postgres base=$base_id" docker/services/postgres.Dockerfile \
+    docker/services/postgres-entrypoint.sh)
+  build "$postgres" docker/services/postgres.Dockerfile docker/services "$hash" \
+    --build-arg BASE_IMAGE="$BASE"
+  say "for docker/compose.yml, set in its env file: LAB_REDIS_IMAGE=$redis LAB_POSTGRES_IMAGE=$postgres"
+fi
+
+say "done:"
+shown=("$BASE")
+wants runner && shown+=("$RUNNER")
+wants portal && shown+=("$PORTAL")
+wants services && shown+=("${LAB_REDIS_IMAGE:-lab-redis:bookworm}" "${LAB_POSTGRES_IMAGE:-lab-postgres:bookworm}")
+for image in "${shown[@]}"; do
+  printf 'images:   %-28s %s  %s\n' "$image" \
+    "$(docker image inspect -f '{{.Id}}' "$image" | cut -c8-19)" "$(size_of "$image")"
+done

@@ -1,0 +1,233 @@
+"""The docker executor for real: runs in containers of the runner image, on the real Docker
+engine (``.ci/run`` installs Debian's docker.io, starts dockerd and builds the images; on a
+machine without an engine these tests skip, and fail under LAB_REQUIRE_SERVICES=1).
+
+Through the actions layer (what the Celery tasks call) and through the whole stack (API ->
+queue -> worker -> container -> ingest): a simulation run and a 2-process real run end to end
+with the image's id in their manifests, cancel, a killed container, and reconcile after the
+worker lost track of a container it had started."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from lab import actions
+from lab.actions import ExperimentConfig
+from lab.runs.models import Run
+from tests.conftest import require_binary, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGE = os.environ.get("LAB_RUNNER_IMAGE", "lab-runner:cpu")
+
+
+def _skip_or_fail(message: str) -> None:
+    if os.environ.get("LAB_REQUIRE_SERVICES") == "1":
+        pytest.fail(message + "; LAB_REQUIRE_SERVICES=1 forbids skipping")
+    pytest.skip(message)
+
+
+@pytest.fixture
+def user(django_user_model):
+    return django_user_model.objects.create_user("alice", password="a-long-test-password")
+
+
+@pytest.fixture
+def config() -> ExperimentConfig:
+    return ExperimentConfig(
+        name="in containers",
+        system="bytescheduler",
+        baselines=("wfbp",),
+        workloads=("resnet50-debug",),
+        seeds=(0, 1),
+        cluster={"workers": 4, "bandwidth_gbps": 1.0},
+        params={"credit_bytes": 100_000},
+        iterations=5,
+    )
+
+
+@pytest.fixture(autouse=True)
+def results_dir(settings, tmp_path):
+    settings.RESULTS_DIR = tmp_path / "results"
+    return settings.RESULTS_DIR
+
+
+@pytest.fixture(scope="session")
+def runner_image() -> dict[str, str]:
+    """The runner image of the current sources (scripts/images.sh rebuilds it when they
+    changed and reuses it by tag otherwise); its id."""
+    require_binary("docker")
+    import docker
+
+    try:
+        docker.from_env(timeout=10).ping()
+    except Exception as err:
+        _skip_or_fail(f"no Docker engine ({err}): start dockerd, or run .ci/run")
+    out = subprocess.run(
+        ["scripts/images.sh", "runner"], cwd=ROOT, capture_output=True, text=True, timeout=1800
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    image = docker.from_env().images.get(IMAGE)
+    return {"image": IMAGE, "id": image.id}
+
+
+@pytest.fixture
+def in_docker(settings, runner_image) -> dict[str, str]:
+    settings.EXECUTOR = "docker"
+    settings.RUNNER_IMAGE = runner_image["image"]
+    settings.STOP_GRACE_S = 5.0
+    return runner_image
+
+
+def _container(run: Run):
+    import docker
+
+    return docker.from_env().containers.get(run.handle)
+
+
+def _finish(run: Run, timeout_s: float = 120) -> Run:
+    def done() -> bool:
+        actions.reconcile()
+        run.refresh_from_db()
+        return run.state not in Run.ACTIVE
+
+    wait_for(done, timeout_s, 0.5, f"run {run.pk} to end")
+    return run
+
+
+def _slow(config):
+    return dataclasses.replace(
+        config,
+        baselines=(),
+        workloads=("vgg16",),
+        seeds=(0,),
+        iterations=100_000,
+        cluster={"workers": 64},
+    )
+
+
+def test_a_simulation_runs_in_a_container_with_the_image_in_its_manifest(user, config, in_docker):
+    experiment = actions.create_experiment(user, dataclasses.replace(config, seeds=(0,)))
+    run = experiment.runs.get(system=config.system)
+    assert actions.launch_run(run.pk)
+    run.refresh_from_db()
+    assert run.executor == "docker" and run.handle
+    labels = _container(run).labels
+    assert labels["lab.run-id"] == str(run.pk)
+    _finish(run)
+    assert run.state == Run.SUCCEEDED, run.error
+    manifest = json.loads((run.run_dir / "manifest.json").read_text())
+    assert manifest["container_image"]["id"] == in_docker["id"]
+    assert manifest["container_image"]["image"] == in_docker["image"]
+    assert any(line.startswith("torch==") for line in manifest["pip_freeze"])
+    assert "iteration_time_s" in (run.home / "process.log").read_text()
+    import docker
+
+    with pytest.raises(docker.errors.NotFound):  # a succeeded run's container is removed
+        docker.from_env().containers.get(run.handle)
+
+
+def test_a_two_process_real_run_trains_in_a_container(user, config, in_docker):
+    real = dataclasses.replace(
+        config,
+        system="wfbp",
+        baselines=(),
+        mode="real",
+        workloads=("vgg16-debug",),
+        seeds=(0,),
+        iterations=4,
+        cluster={"workers": 2},
+        params={},
+        real={"dataset": "synthetic"},
+    )
+    run = actions.create_experiment(user, real).runs.get()
+    assert actions.launch_run(run.pk)
+    _finish(run, timeout_s=240)
+    assert run.state == Run.SUCCEEDED, run.error + (run.home / "process.log").read_text()[-2000:]
+    summary = json.loads((run.run_dir / "summary.json").read_text())
+    assert summary["metrics"]["iteration_time_s"] > 0
+    assert summary["network"]["kind"] == "loopback"  # a container has no emulated network
+    manifest = json.loads((run.run_dir / "manifest.json").read_text())
+    assert manifest["container_image"]["id"] == in_docker["id"]
+
+
+def test_cancel_stops_the_container(user, config, in_docker):
+    run = actions.create_experiment(user, _slow(config)).runs.get()
+    assert actions.launch_run(run.pk)
+    run.refresh_from_db()
+    wait_for(lambda: _container(run).status == "running", 60, 0.5, "the container to run")
+    assert actions.cancel_run(run, by="alice")
+    run.refresh_from_db()
+    assert run.state == Run.CANCELLED and run.error == "cancelled by alice"
+    assert _container(run).status == "exited"
+
+
+def test_a_killed_container_ends_failed_and_keeps_its_log(user, config, in_docker):
+    run = actions.create_experiment(user, _slow(config)).runs.get()
+    assert actions.launch_run(run.pk)
+    run.refresh_from_db()
+    wait_for(lambda: "[runners]" in _container(run).logs().decode(), 60, 0.5, "the run to log")
+    _container(run).kill()
+    _finish(run)
+    assert run.state == Run.FAILED
+    assert "exit code 137" in run.error and "killed" in run.error
+    assert "[runners]" in (run.home / "process.log").read_text()
+    assert _container(run).status == "exited", "a failed run's container is kept"
+
+
+def test_reconcile_finds_a_container_whose_start_was_never_recorded(user, config, in_docker):
+    """The worker died between starting the container and saving its id: the next reconcile
+    finds it by its run-id label and follows it to the end."""
+    experiment = actions.create_experiment(user, dataclasses.replace(config, seeds=(0,)))
+    run = experiment.runs.get(system=config.system)
+    assert actions.launch_run(run.pk)
+    run.refresh_from_db()
+    started = run.handle
+    Run.objects.filter(pk=run.pk).update(handle="")
+    _finish(run)
+    assert run.state == Run.SUCCEEDED, run.error
+    assert run.handle == started
+
+
+def test_experiments_run_in_containers_through_the_queue(fresh_stack, runner_image):
+    """API -> Celery worker (LAB_EXECUTOR=docker) -> containers -> ingest -> figures: a
+    simulation experiment and a 2-process real one, every manifest naming the image."""
+    stack = fresh_stack(LAB_EXECUTOR="docker", LAB_RUNNER_IMAGE=runner_image["image"])
+    sim = {
+        "name": "sim in containers",
+        "system": "bytescheduler",
+        "baselines": ["wfbp"],
+        "workloads": ["resnet50-debug"],
+        "seeds": [0],
+        "iterations": 5,
+        "cluster": {"workers": 4, "bandwidth_gbps": 1.0},
+    }
+    real = {
+        "name": "real in a container",
+        "system": "wfbp",
+        "mode": "real",
+        "workloads": ["vgg16-debug"],
+        "seeds": [0],
+        "iterations": 4,
+        "cluster": {"workers": 2},
+    }
+    ids = []
+    for body in (sim, real):
+        status, created = stack.api("POST", "/api/experiments/", body)
+        assert status == 201, created
+        ids.append(created["id"])
+    for experiment_id, runs in zip(ids, (2, 1), strict=True):
+        data = stack.wait_finished(experiment_id, timeout_s=300)
+        assert data["status"] == "succeeded", data
+        assert len(data["runs"]) == runs
+        for run in data["runs"]:
+            home = stack.root / "results" / "runs" / str(run["id"])
+            manifest = json.loads((home / "run" / "manifest.json").read_text())
+            assert manifest["container_image"]["id"] == runner_image["id"], manifest
