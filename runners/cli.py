@@ -69,6 +69,13 @@ def _parser() -> argparse.ArgumentParser:
         help="runner image for --executor docker (default: $LAB_RUNNER_IMAGE or lab-runner:cpu)",
     )
     p.set_defaults(func=_run)
+    p = sub.add_parser(
+        "rerun",
+        help="run a run directory's spec again, in the same container image when it had one",
+    )
+    p.add_argument("run_dir", type=Path, help="a run directory (its manifest.json is read)")
+    p.add_argument("--out", required=True, type=Path, help="run directory to create")
+    p.set_defaults(func=_rerun)
     p = sub.add_parser("grid", help="run a sweep of specs in parallel and write one table")
     p.add_argument("grid", help="grid file, JSON or YAML (see runners/grid.py)")
     p.add_argument("--out", required=True, type=Path, help="output directory to create")
@@ -204,6 +211,46 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rerun(args: argparse.Namespace) -> int:
+    """The manifest's resolved spec, in the image it ran in (by content id: exactly that
+    image) when it ran in a container, else here; says when this code is another commit."""
+    try:
+        manifest = json.loads((args.run_dir / "manifest.json").read_text())
+        spec = validate(manifest["spec"])
+        if args.out.exists():
+            raise rundir.OutputExists(f"{args.out} already exists (choose a new directory)")
+    except (OSError, ValueError, KeyError) as err:
+        print(f"run_dir: {args.run_dir} has no readable manifest.json ({err})", file=sys.stderr)
+        return 2
+    except SpecError as err:
+        print(f"invalid spec in {args.run_dir}/manifest.json: {err}", file=sys.stderr)
+        return 2
+    except rundir.OutputExists as err:
+        print(f"--out: {err}", file=sys.stderr)
+        return 2
+    image = (manifest.get("container_image") or {}).get("id")
+    if image:
+        print(f"[runners] re-running in image {image}", file=sys.stderr)
+        return _run_in_container(spec, args.out, image)
+    from . import manifest as manifests
+
+    then, now = manifest.get("code", {}).get("commit"), manifests.code_version()["commit"]
+    if then != now:
+        print(f"[runners] note: the run was made by commit {then}; this is {now}", file=sys.stderr)
+    return cli_run_local(spec, args.out)
+
+
+def cli_run_local(spec: Any, out: Path) -> int:
+    try:
+        summary = run_to_directory(spec, out, sys.argv)
+    except Exception as err:
+        logging.getLogger("runners").exception("run failed")
+        print(f"run failed: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary, sort_keys=True))
+    return 0
+
+
 def _run_in_container(spec: Any, out: Path, image: str | None) -> int:
     """``run --executor docker``: the same run inside the runner image, its output streamed
     here; the run directory lands at ``out`` (exit code: the container's)."""
@@ -231,7 +278,8 @@ def _run_in_container(spec: Any, out: Path, image: str | None) -> int:
         if code == 0 and (home / "run").is_dir():
             (home / "run").rename(out)
             executor.remove(handle)
-            print((out / "summary.json").read_text().strip())
+            summary = json.loads((out / "summary.json").read_text())
+            print(json.dumps(summary, sort_keys=True))  # as a local run prints it
         else:
             print(f"run failed in its container (exit {code}); log: {home / 'process.log'}",
                   file=sys.stderr)  # fmt: skip

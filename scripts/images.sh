@@ -96,11 +96,13 @@ build() {
   local new_id
   new_id=$(docker image inspect -f '{{.Id}}' "$image")
   say "built $image in $((SECONDS - start)) s: ${new_id:7:12}, $(size_of "$image")"
-  # The previous image, now untagged: remove it unless a container (e.g. an ended run kept for
-  # its log) still uses it; then docker keeps it and says nothing here.
-  if [ -n "$old_id" ] && [ "$old_id" != "$new_id" ]; then
-    if docker rmi "$old_id" >/dev/null 2>&1; then say "removed the previous $image (${old_id:7:12})"; fi
-  fi
+  # Every build also keeps a tag of its inputs (<image>-<hash12>): an earlier image stays on
+  # the host, addressable, so `python -m runners rerun RUN_DIR` can run a past run in exactly
+  # the image its manifest names. Remove old ones by hand: docker rmi <image>-<hash12>.
+  local keep="$image"
+  [[ "${image##*/}" == *:* ]] || keep="$image:latest"
+  docker tag "$image" "$keep-${hash:0:12}"
+  say "kept as $keep-${hash:0:12}"
 }
 
 size_of() {

@@ -96,6 +96,12 @@ class DockerExecutor:
         try:
             image = self.client.images.get(self.image)
         except docker.errors.ImageNotFound as err:
+            if self.image.startswith("sha256:"):
+                raise ExecutorError(
+                    f"the image {self.image} (the one the run used) is no longer on this "
+                    "host: rebuild from that commit with `make images`, or run the spec "
+                    "with --executor docker in today's image"
+                ) from err
             raise ExecutorError(
                 f"the runner image {self.image} is not on this host: build it with "
                 "`make images` (or set LAB_RUNNER_IMAGE)"

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -163,6 +164,10 @@ def test_cancel_stops_the_container(user, config, in_docker):
     assert actions.launch_run(run.pk)
     run.refresh_from_db()
     wait_for(lambda: _container(run).status == "running", 60, 0.5, "the container to run")
+    host_config = _container(run).attrs["HostConfig"]  # what a spec can never change
+    assert host_config["Privileged"] is False and host_config["NetworkMode"] == "none"
+    assert host_config["CapDrop"] == ["ALL"] and "no-new-privileges" in host_config["SecurityOpt"]
+    assert host_config["Binds"] == [f"{run.home.resolve()}:/work:rw"]
     assert actions.cancel_run(run, by="alice")
     run.refresh_from_db()
     assert run.state == Run.CANCELLED and run.error == "cancelled by alice"
@@ -231,3 +236,27 @@ def test_experiments_run_in_containers_through_the_queue(fresh_stack, runner_ima
             home = stack.root / "results" / "runs" / str(run["id"])
             manifest = json.loads((home / "run" / "manifest.json").read_text())
             assert manifest["container_image"]["id"] == runner_image["id"], manifest
+
+
+def test_the_command_line_runs_in_a_container_and_reruns_in_the_same_image(tmp_path, runner_image):
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"system": "wfbp", "workload": "resnet50", "iterations": 3}))
+
+    def runners(*args: str) -> subprocess.CompletedProcess:
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "LAB_RUNNER_IMAGE": runner_image["image"]}
+        return subprocess.run(
+            [sys.executable, "-m", "runners", *args],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+
+    first = runners("run", str(spec), "--out", str(tmp_path / "a"), "--executor", "docker")
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "iteration_time_s" in json.loads(first.stdout.strip().splitlines()[-1])["metrics"]
+    again = runners("rerun", str(tmp_path / "a"), "--out", str(tmp_path / "b"))
+    assert again.returncode == 0, again.stderr[-2000:]
+    manifests = [json.loads((tmp_path / d / "manifest.json").read_text()) for d in "ab"]
+    assert manifests[0]["container_image"]["id"] == runner_image["id"]
+    assert manifests[1]["container_image"]["id"] == runner_image["id"]
+    assert manifests[0]["spec"] == manifests[1]["spec"]
+    bad = runners("rerun", str(tmp_path / "nowhere"), "--out", str(tmp_path / "c"))
+    assert bad.returncode == 2 and "manifest.json" in bad.stderr

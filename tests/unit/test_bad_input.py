@@ -107,6 +107,24 @@ CASES = {
         spec_with(cluster={"ps_stragglers": [{"server": 0, "until_iteration": 0}]}),
     ),
     "missing-measured-profile": ("cluster.gpu", spec_with(cluster={"gpu": "measured:nope"})),
+    # A spec reaches a container only through fields the executor defines: nothing else.
+    "container-options": ("docker", spec_with(docker={"privileged": True})),
+    "real-privileged": (
+        "real.privileged",
+        spec_with(mode="real", workload="vgg16-debug", real={"privileged": True}),
+    ),
+    "real-host-mount": (
+        "real.volumes",
+        spec_with(mode="real", workload="vgg16-debug", real={"volumes": ["/:/host"]}),
+    ),
+    "gpu-model-shell": (
+        "real.gpu_model",
+        spec_with(mode="real", workload="vgg16-debug", real={"gpu_model": "A100; rm -rf /"}),
+    ),
+    "negative-gpus": (
+        "real.gpus",
+        spec_with(mode="real", workload="vgg16-debug", real={"gpus": -1}),
+    ),
 }
 # One per kind of check, through a real ``python -m runners`` process.
 SUBPROCESS_CASES = [
