@@ -285,6 +285,8 @@ def _run(r: Run) -> dict[str, Any]:
         "condition": r.condition,
         "status": r.state,
         "attempt": r.attempt,
+        "host": r.host or None,
+        "executor": r.executor,
         "error": r.error,
         "started_at": r.started_at.isoformat() if r.started_at else None,
         "finished_at": r.finished_at.isoformat() if r.finished_at else None,

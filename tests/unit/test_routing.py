@@ -71,6 +71,12 @@ def test_a_gpu_run_starts_only_where_gpus_are_free_and_gives_them_back(user, con
     claim = GpuClaim.objects.get(run=run, released_at=None)
     assert claim.gpu.host.name == "gpu-box"
     assert environ(run.pid)["CUDA_VISIBLE_DEVICES"] == claim.gpu.uuid
+    from django.test import Client
+
+    page = Client()
+    page.force_login(user)
+    html = page.get(f"/experiments/{run.experiment_id}/").content.decode()
+    assert "gpu-box · local" in html, "the runs table says where each run runs"
 
     assert actions.cancel_run(run)
     assert not GpuClaim.objects.filter(released_at=None).exists(), "cancel releases the GPU"
