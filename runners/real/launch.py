@@ -64,6 +64,39 @@ class RealResult:
     ranks: list[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Nodes:
+    """A real run spread over several machines (``LAB_NNODES`` > 1): this runner is node
+    ``rank`` and starts its share of the ranks; every node's ``torchrun`` rendezvouses (c10d)
+    at ``endpoint`` under ``run_id``. Set by the executor that starts one runner per node (the
+    Slurm executor's batch script; by hand: the same spec on each machine with these variables).
+    """
+
+    count: int
+    rank: int
+    endpoint: str
+    run_id: str
+
+    @staticmethod
+    def from_env() -> Nodes | None:
+        """``LAB_NNODES``, ``LAB_NODE_RANK``, ``LAB_RDZV_HOST`` (host or host:port, port
+        29400 by default), ``LAB_RDZV_ID`` (default: ``SLURM_JOB_ID``, else ``lab``)."""
+        count = int(os.environ.get("LAB_NNODES", "1") or 1)
+        if count <= 1:
+            return None
+        rank = int(os.environ.get("LAB_NODE_RANK", "-1"))
+        host = os.environ.get("LAB_RDZV_HOST", "")
+        if not 0 <= rank < count or not host:
+            raise SpecError(
+                "LAB_NODE_RANK",
+                f"a run over LAB_NNODES={count} nodes needs LAB_NODE_RANK in 0..{count - 1} "
+                "and LAB_RDZV_HOST (the first node's address)",
+            )
+        endpoint = host if ":" in host else f"{host}:29400"
+        run_id = os.environ.get("LAB_RDZV_ID") or os.environ.get("SLURM_JOB_ID") or "lab"
+        return Nodes(count, rank, endpoint, run_id)
+
+
 def framework(spec: RunSpec) -> str | None:
     """``ddp`` or ``horovod`` when the run trains with that framework's own implementation,
     ``None`` when the lab's engine executes the system's plan (``real.implementation``)."""
@@ -112,8 +145,26 @@ def preflight(spec: RunSpec) -> Network:
                 "system",
                 "horovod runs the real Horovod, which is not installed here: run `make horovod`",
             )
-    network = network_for(spec)
     c = spec.cluster
+    nodes = Nodes.from_env()
+    if nodes is not None:
+        if spec.arena != "allreduce" or framework(spec) == "horovod":
+            raise SpecError(
+                "system",
+                "a run over several nodes is for the all-reduce arena under torchrun (not the "
+                "PS arena, not the real Horovod)",
+            )
+        if c.workers % nodes.count:
+            raise SpecError(
+                "cluster.workers",
+                f"{c.workers} workers do not split evenly over {nodes.count} nodes",
+            )
+        return Network(
+            kind="nodes",
+            note=f"{nodes.count} nodes over their own network (not shaped: bandwidth and "
+            "latency are the cluster's)",
+        )
+    network = network_for(spec)
     if network.kind == "shaped":
         if not MIN_SHAPED_GBPS <= c.bandwidth_gbps <= MAX_SHAPED_GBPS:
             raise SpecError(
@@ -189,6 +240,7 @@ def run(
 
         return ps.run(spec, work, network, progress)
     options = spec.real or RealOptions()
+    nodes = Nodes.from_env()
     plan = _plan(spec)
     profile = workloads.load_profile(spec.workload)
     end = spec.warmup_iterations + spec.iterations
@@ -212,6 +264,7 @@ def run(
         "timeline": window,
         "timeout_s": COLLECTIVE_TIMEOUT_S,
         "save_params": bool(os.environ.get("LAB_REAL_SAVE_PARAMS")),
+        "nodes": nodes.count if nodes else 1,
     }
     work.mkdir(parents=True, exist_ok=True)
     (work / "job.json").write_text(json.dumps(job))
@@ -227,7 +280,16 @@ def run(
         from . import hvd
 
         extra = hvd.settings_env(spec.params)
-    if network.kind == "shaped":
+    if nodes is not None:
+        per_node = n // nodes.count
+        argv = [sys.executable, "-m", "torch.distributed.run", "--max-restarts", "0",
+                "--nnodes", str(nodes.count), "--node-rank", str(nodes.rank),
+                "--nproc-per-node", str(per_node), "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", nodes.endpoint, "--rdzv-id", nodes.run_id,
+                "--rdzv-conf", f"is_host={'true' if nodes.rank == 0 else 'false'}",
+                "--module", "runners.real.worker", str(work)]  # fmt: skip
+        _supervise([(argv, {})], work, options.threads, end, progress)
+    elif network.kind == "shaped":
         bandwidth = [spec.cluster.bandwidth_gbps] * n
         with tb.testbed(bandwidth, spec.cluster.latency_us) as bed:
             network.latency_emulated = bed.netem

@@ -163,6 +163,18 @@ def _main(job_dir: Path) -> int:
         dist.init_process_group("gloo", timeout=timeout)
         try:
             result = _train(job, spec, train, rank, world, worker)
+            if int(job.get("nodes", 1)) > 1:
+                # Over several nodes each node's launcher reads the records of every rank from
+                # its own folder: the first rank of each node writes them all.
+                state = result.pop("_state", None)
+                records: list[Any] = [None] * world
+                dist.all_gather_object(records, result)
+                if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+                    for other, record in enumerate(records):
+                        if other != rank:
+                            write_record(job_dir, f"rank{other}", other, record)
+                if state is not None:
+                    result["_state"] = state
         finally:
             dist.destroy_process_group()
     write_record(job_dir, f"rank{rank}", rank, result)

@@ -375,3 +375,53 @@ def test_tied_weights_and_branchy_graphs_train(workload, dataset, tmp_path):
     summary = run_to_directory(validate(raw), tmp_path / "run", ["test"])
     assert summary["metrics"]["comm_time_s"] > 0
     assert summary["metrics"]["eval_loss"] > 0
+
+
+def test_a_run_over_two_nodes_rendezvouses_and_trains_exactly(tmp_path):
+    """Two machines emulated by two runner processes (``python -m runners run`` each, as the
+    Slurm executor's batch script starts them), one rank per node, rendezvousing with c10d
+    at the first node: each node writes a whole result, and the weights equal single-process
+    SGD's as on one node."""
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(_spec("wfbp")))
+    port = _free_port()
+    procs = []
+    for node in range(2):
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "LAB_REAL_SAVE_PARAMS": "1",
+            "LAB_NNODES": "2",
+            "LAB_NODE_RANK": str(node),
+            "LAB_RDZV_HOST": f"127.0.0.1:{port}",
+            "LAB_RDZV_ID": f"test-{port}",
+        }
+        argv = [
+            sys.executable,
+            "-m",
+            "runners",
+            "run",
+            str(spec),
+            "--out",
+            str(tmp_path / f"node{node}"),
+        ]
+        procs.append(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))  # fmt: skip
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    summaries = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    assert summaries[0]["network"]["kind"] == "nodes"
+    assert summaries[0]["metrics"]["final_loss"] == summaries[1]["metrics"]["final_loss"]
+    series = [json.loads(line) for line in (tmp_path / "node1" / "metrics.jsonl").open()]
+    assert [s["iteration"] for s in series] == list(range(STEPS))
+    _assert_close(torch.load(tmp_path / "node0" / "params0.pt"), _reference_sgd(3))
+    _assert_close(torch.load(tmp_path / "node1" / "params1.pt"), _reference_sgd(3))
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
