@@ -462,9 +462,10 @@ def cancel_run(run: Run, by: str = "") -> bool:
     if not _transition(run.pk, Run.ACTIVE, Run.CANCELLED, finished_at=timezone.now(), error=note):
         return False
     run.refresh_from_db()
-    if run.host and run.host != settings.HOST_NAME:
-        # Its process or container lives on another host (or behind a Docker engine this
-        # process cannot reach, like the portal's web container): that host's worker stops it.
+    if _stopped_by_its_host(run):
+        # Its process or container lives on another host, or behind a Docker engine or Slurm
+        # controller this process may not reach (the portal's web container has no Docker
+        # socket): that host's worker stops it.
         from lab.runs.tasks import stop_run
 
         queue = f"host.{run.host}"
@@ -474,6 +475,16 @@ def cancel_run(run: Run, by: str = "") -> bool:
     _release_gpus(run)
     _after_change(run.experiment_id)
     return True
+
+
+def _stopped_by_its_host(run: Run) -> bool:
+    """Whether the run's host's worker (queue ``host.<name>``) must stop it: a registered
+    host that is another machine, or whose executor is not a local process."""
+    from lab.hosts.models import Host
+
+    if not run.host or not Host.objects.filter(name=run.host).exists():
+        return False  # no registered host to ask: stop it from here
+    return run.host != settings.HOST_NAME or run.executor != "local"
 
 
 def stop_job(run: Run) -> bool:

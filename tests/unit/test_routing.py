@@ -162,9 +162,32 @@ def test_cancel_asks_the_runs_own_host_to_stop_it(
     monkeypatch.setattr(
         tasks.stop_run, "apply_async", lambda args, queue: sent.append((args, queue))
     )
+    host("gpu-box")
     run = actions.create_experiment(user, config).runs.first()
     Run.objects.filter(pk=run.pk).update(state=Run.RUNNING, host="gpu-box", handle="123:456")
     run.refresh_from_db()
     with django_capture_on_commit_callbacks(execute=True):
         assert actions.cancel_run(run, by="alice")
     assert sent == [([run.pk], "host.gpu-box")]
+
+
+def test_a_docker_run_of_this_host_is_stopped_by_its_worker_too(
+    user, config, settings, monkeypatch, django_capture_on_commit_callbacks
+):
+    """In compose the web container shares the worker's LAB_HOST_NAME but has no Docker
+    socket: a container run is stopped by the worker, through the host's queue."""
+    from lab.runs import tasks
+
+    sent = []
+    monkeypatch.setattr(
+        tasks.stop_run, "apply_async", lambda args, queue: sent.append((args, queue))
+    )
+    settings.HOST_NAME = "main"
+    host("main")
+    run = actions.create_experiment(user, config).runs.first()
+    Run.objects.filter(pk=run.pk).update(
+        state=Run.RUNNING, host="main", executor="docker", handle="f00"
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        assert actions.cancel_run(run)
+    assert sent == [([run.pk], "host.main")]
