@@ -17,23 +17,51 @@ A grid file (YAML or JSON) names lists of values; the grid is their cartesian pr
 is an axis only when given as a list of such lists. ``"all"`` selects every system of the
 single-job arenas (all but the cluster arena). ``name`` and ``description`` are free text.
 
+A grid over the cluster arena (schedulers and placement policies on a trace of many jobs, see
+``runners.cluster.spec``) has a ``trace`` section instead of ``workloads``, and its ``cluster``
+section holds the cluster arena's fields::
+
+    systems: [fifo, srtf, tiresias, oasis, bin-packing]   # or "arena:cluster"
+    seeds: [0, 1]                    # also the seed of a generated trace
+    trace:                           # any trace field: a list = an axis, a scalar = fixed
+      generator: philly
+      jobs: 100
+      jobs_per_hour: [5, 10, 20, 40] # the load sweep
+      duration_scale: 0.1
+    cluster: {servers: [8, 16], gpus_per_server: 8}
+    params: {bin-packing: {scheduler: [fifo, srtf]}}
+    mode: sim                        # optional; ``labels`` may be given too
+
+A generated trace draws its jobs from the run's seed: one seed gives the same jobs (sizes,
+durations) at every ``trace.jobs_per_hour``, only the arrival times scale. A grid's systems are
+all of the cluster arena or all of the communication arenas (``allreduce``, ``ps``): a mix is
+refused (field ``systems``), as are ``trace`` in a communication grid and ``workloads``,
+``iterations``, ... in a cluster grid (the field is named). Besides validating every spec, a
+cluster grid builds each distinct trace once (per seed, trace and cluster) and checks that its
+jobs fit the cluster before anything runs (field ``trace``).
+
 Every expanded spec is validated (``spec.validate``) before anything runs. The runs go to a
 process pool (fork: the specs are already validated and the profiles loaded; ``jobs=1`` runs in
 this process) in small batches. Output directory::
 
     grid.json             the grid as given, the resolved axes, counts, code version
-    specs.jsonl           {"run_key", "index", "arena", "role", "spec"} per run, in run order
+    specs.jsonl           {"run_key", "index", "arena", "role", "workload", "spec"} per run
     results.partial.csv   run_key, ..., status, error, metrics (JSON): appended as runs finish
     results.csv           the tidy table, one row per run in run order (written at the end)
     failures.log          tracebacks of failed runs (only if some failed)
     runs/<run_key>/       full run directories (``keep_runs`` only)
 
 The table's columns: ``run_key, system, arena, role, workload, seed, mode, iterations,
-warmup_iterations, batch_size``, then every field of the resolved cluster (``cluster.workers``,
-``cluster.bandwidth_gbps``, ..., defaults included), the resolved parameters (``params.<name>``,
-empty for systems without it), every metric the simulator reports (``iteration_time_s``,
-``throughput_samples_per_s``, ...), then ``sim_wall_s`` (wall-clock), ``status`` (ok/failed) and
-``error`` (one line). ``read_results`` loads it with proper dtypes.
+warmup_iterations, batch_size`` (the last three for communication runs only), then every field
+of the resolved trace (cluster runs: ``trace.jobs``, ``trace.jobs_per_hour``, ...), of the
+resolved cluster (``cluster.workers``, ``cluster.bandwidth_gbps``, ..., or ``cluster.servers``,
+..., defaults included), the resolved parameters (``params.<name>``, empty for systems without
+it), every metric the simulator reports (``iteration_time_s``, ``throughput_samples_per_s``, ...;
+cluster runs: ``jobs_finished``, ``avg_jct_s``, ``p95_jct_s``, ``makespan_s``,
+``total_utility``, ``avg_queueing_s``, ``gpu_utilization``, ``admitted_fraction``,
+``sim_jobs_per_s``, ...), then ``sim_wall_s`` (wall-clock of the simulation), ``status``
+(ok/failed) and ``error`` (one line). A cluster run's ``workload`` is its trace
+(``philly-100``, or the trace file's name). ``read_results`` loads it with proper dtypes.
 
 ``run_key`` is a short hash of the resolved spec, so the same grid gives the same keys and,
 except for ``sim_wall_s``, the same table; ``resume`` skips run keys already recorded (ok or
@@ -69,6 +97,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from . import execute, manifest, registry, rundir
+from .cluster.spec import ClusterRunSpec
 from .spec import CommCluster, RunSpec, SpecError, load_file, validate
 
 if TYPE_CHECKING:
@@ -89,11 +118,24 @@ SELECTOR_ALL = "all"
 SELECTOR_ARENA = "arena:"
 # The arenas whose systems run as one single-job spec (the cluster arena schedules many jobs).
 SINGLE_JOB_ARENAS = tuple(a for a in registry.ARENAS if a != "cluster")
+CLUSTER_ARENA = "cluster"
+# What a grid sweeps (``Grid.kind``): single-job specs of the communication arenas, or cluster
+# specs (a trace of many jobs). One grid is one or the other.
+COMM_GRID, CLUSTER_GRID = "communication", "cluster"
 
 _AXIS_KEYS = ("systems", "workloads", "seeds")
 _META_KEYS = ("name", "description")
-_OWN_SPEC_KEYS = {"system", "workload", "seed", "cluster", "params"}
+_OWN_SPEC_KEYS = {"system", "workload", "seed", "cluster", "params", "trace"}
 _SINGULAR = {"system": "systems", "workload": "workloads", "seed": "seeds"}
+# Run-spec fields a grid may give (fixed, or a list = an axis), per kind of grid.
+_SPEC_KEYS = {
+    COMM_GRID: tuple(f.name for f in dataclasses.fields(RunSpec) if f.name not in _OWN_SPEC_KEYS),
+    CLUSTER_GRID: tuple(
+        f.name for f in dataclasses.fields(ClusterRunSpec) if f.name not in _OWN_SPEC_KEYS
+    ),
+}
+# Grid fields of one kind only, besides the run-spec fields above.
+_KIND_KEYS = {COMM_GRID: ("workloads",), CLUSTER_GRID: ("trace",)}
 
 IDENTITY_COLUMNS = (
     "run_key",
@@ -107,6 +149,9 @@ IDENTITY_COLUMNS = (
     "warmup_iterations",
     "batch_size",
 )
+# Identity columns only communication runs have: absent from a cluster grid's table.
+_COMM_ONLY_COLUMNS = ("iterations", "warmup_iterations", "batch_size")
+_SPEC_PREFIXES = ("trace.", "cluster.", "params.")  # columns of the resolved spec's sections
 TAIL_COLUMNS = ("sim_wall_s", "status", "error")
 PARTIAL_COLUMNS = ("run_key", "system", "workload", "seed", "sim_wall_s", "status", "error")
 _PARTIAL_METRICS = "metrics"
@@ -117,8 +162,8 @@ _ERROR_CHARS = 500
 
 class GridError(SpecError):
     """An invalid grid. ``field`` is the grid field (``cluster.bandwidth_gbps``, ``systems``,
-    ``params.bytescheduler.credit_bytes``); ``combination`` the expanded run it failed on, if
-    any. ``str(err)`` is one line."""
+    ``params.bytescheduler.credit_bytes``, ``trace.jobs_per_hour``); ``combination`` the
+    expanded run it failed on, if any. ``str(err)`` is one line."""
 
     def __init__(
         self, field_path: str, message: str, combination: Mapping[str, Any] | None = None
@@ -137,7 +182,7 @@ class GridAborted(RuntimeError):
 class GridRun:
     index: int
     run_key: str
-    spec: RunSpec
+    spec: RunSpec | ClusterRunSpec
     combination: dict[str, Any] = dataclasses.field(hash=False)  # axis path -> value
 
     @property
@@ -154,6 +199,7 @@ class Grid:
     axes: dict[str, list[Any]] = dataclasses.field(hash=False)  # resolved, incl. systems
     fixed: dict[str, Any] = dataclasses.field(hash=False)
     runs: tuple[GridRun, ...]
+    kind: str = COMM_GRID  # COMM_GRID or CLUSTER_GRID
 
     @property
     def systems(self) -> list[str]:
@@ -173,6 +219,7 @@ class Grid:
         return {
             "grid": self.raw,
             "source": self.source,
+            "kind": self.kind,
             "axes": self.axes,
             "fixed": self.fixed,
             "counts": self.counts(),
@@ -218,8 +265,10 @@ def load_grid(source: str | Path | Mapping[str, Any]) -> Grid:
 
 
 def _expand(raw: dict[str, Any], source: str | None) -> Grid:
-    spec_keys = [f.name for f in dataclasses.fields(RunSpec) if f.name not in _OWN_SPEC_KEYS]
-    allowed = [*_AXIS_KEYS, "cluster", "params", *spec_keys, *_META_KEYS]
+    every_spec_key = dict.fromkeys(k for keys in _SPEC_KEYS.values() for k in keys)
+    kind_keys = dict.fromkeys(k for keys in _KIND_KEYS.values() for k in keys)
+    allowed = list(dict.fromkeys([*_AXIS_KEYS, *kind_keys, "cluster", "params"]))
+    allowed += [*every_spec_key, *_META_KEYS]
     for key in raw:
         if key not in allowed:
             hint = (
@@ -230,14 +279,32 @@ def _expand(raw: dict[str, Any], source: str | None) -> Grid:
         if key in raw and not isinstance(raw[key], str):
             raise GridError(key, "must be a string")
 
-    systems = _systems(raw)
-    workloads = _axis("workloads", _listed(raw, "workloads", str, "workload names", None))
+    systems, kind = _systems(raw)
+    spec_keys = _SPEC_KEYS[kind]
+    _refuse_other_kind(raw, kind, systems)
+    if kind == CLUSTER_GRID:
+        workloads: list[Any] = [None]  # the trace is the workload
+    else:
+        workloads = _axis("workloads", _listed(raw, "workloads", str, "workload names", None))
     seeds = _axis("seeds", _listed(raw, "seeds", int, "integers", [0]))
+
+    trace_axes: list[tuple[str, list[Any]]] = []
+    trace_fixed: dict[str, Any] = {}
+    if kind == CLUSTER_GRID and "trace" in raw:
+        trace = raw["trace"]
+        if not isinstance(trace, dict):
+            raise GridError("trace", "must be a mapping of trace fields (a list value = an axis)")
+        if "seed" in trace:
+            raise GridError(
+                "trace.seed",
+                "unknown field: a generated trace draws from the run's seed (give 'seeds')",
+            )
+        trace_axes, trace_fixed = _split({f"trace.{k}": v for k, v in trace.items()})
 
     cluster = raw.get("cluster", {})
     if not isinstance(cluster, dict):
         raise GridError("cluster", "must be a mapping of cluster fields (a list value = an axis)")
-    cluster_axes, cluster_fixed = _split({f"cluster.{k}": v for k, v in cluster.items()})
+    cluster_axes, cluster_fixed = _split({f"cluster.{k}": v for k, v in cluster.items()}, kind)
 
     params = raw.get("params", {})
     if not isinstance(params, dict):
@@ -263,15 +330,22 @@ def _expand(raw: dict[str, Any], source: str | None) -> Grid:
     seen: dict[str, GridRun] = {}
     for system in systems:
         own_param_axes = param_axes.get(system, [])
-        axes = [*cluster_axes, *own_param_axes, *other_axes]
+        axes = [*trace_axes, *cluster_axes, *own_param_axes, *other_axes]
         for workload in workloads:
             for values in itertools.product(*(v for _, v in axes), seeds):
-                combination = {"system": system, "workload": workload}
+                combination: dict[str, Any] = {"system": system}
+                if workload is not None:
+                    combination["workload"] = workload
                 combination.update(zip((k for k, _ in axes), values[:-1], strict=True))
                 combination["seed"] = values[-1]
                 spec_raw = _spec_raw(
-                    combination, cluster_fixed, param_fixed.get(system, {}), other_fixed
+                    combination,
+                    {**trace_fixed, **cluster_fixed},
+                    param_fixed.get(system, {}),
+                    other_fixed,
                 )
+                if kind == CLUSTER_GRID and "trace" in raw:
+                    spec_raw.setdefault("trace", {})  # all defaults, as in a run spec
                 try:
                     spec = validate(spec_raw)
                 except SpecError as err:
@@ -287,26 +361,85 @@ def _expand(raw: dict[str, Any], source: str | None) -> Grid:
                     )
                 seen[run.run_key] = run
                 runs.append(run)
+    if kind == CLUSTER_GRID:
+        _check_traces(runs)
 
-    resolved_axes: dict[str, list[Any]] = {"systems": systems, "workloads": workloads}
+    resolved_axes: dict[str, list[Any]] = {"systems": systems}
+    if kind == COMM_GRID:
+        resolved_axes["workloads"] = workloads
+    resolved_axes.update(trace_axes)
     resolved_axes.update(cluster_axes)
     for system in systems:
         resolved_axes.update(param_axes.get(system, []))
     resolved_axes.update(other_axes)
     resolved_axes["seeds"] = seeds
-    fixed = {**cluster_fixed, **{k: v for f in param_fixed.values() for k, v in f.items()}}
+    fixed = {**trace_fixed, **cluster_fixed}
+    fixed.update({k: v for f in param_fixed.values() for k, v in f.items()})
     fixed.update(other_fixed)
-    return Grid(raw, source, resolved_axes, fixed, tuple(runs))
+    return Grid(raw, source, resolved_axes, fixed, tuple(runs), kind)
 
 
-def run_key(spec: RunSpec) -> str:
+def _refuse_other_kind(raw: dict[str, Any], kind: str, systems: list[str]) -> None:
+    """A field of the other kind of grid (``trace`` in a communication grid, ``workloads`` or
+    ``iterations`` in a cluster grid): refused, naming it."""
+    mine = {*_AXIS_KEYS, *_KIND_KEYS[kind], "cluster", "params", *_SPEC_KEYS[kind], *_META_KEYS}
+    if kind == CLUSTER_GRID:
+        mine.discard("workloads")
+    for key in raw:
+        if key in mine:
+            continue
+        if kind == CLUSTER_GRID:
+            what = (
+                "a cluster run's jobs come from 'trace'"
+                if key == "workloads"
+                else "it is a field of the communication arenas"
+            )
+            raise GridError(
+                key,
+                f"not a field of a cluster-arena grid ({what}; the grid's systems "
+                f"{', '.join(systems)} are in the cluster arena)",
+            )
+        raise GridError(
+            key,
+            "belongs to the cluster arena, but the grid's systems "
+            f"{', '.join(systems)} are in the communication arenas",
+        )
+
+
+def _check_traces(runs: Sequence[GridRun]) -> None:
+    """Build each distinct trace of a cluster grid once and check that its jobs fit its cluster
+    (what ``python -m runners run`` refuses as bad input once the trace is read)."""
+    from .cluster import run as cluster_run
+    from .cluster.sim import ClusterSim
+
+    checked: set[tuple[Any, ...]] = set()
+    for run in runs:
+        spec = run.spec
+        assert isinstance(spec, ClusterRunSpec)
+        key = (spec.trace, spec.cluster, spec.seed)
+        if key in checked:
+            continue
+        checked.add(key)
+        try:
+            jobs, _ = cluster_run.build_jobs(spec)
+            ClusterSim(jobs, cluster_run.build_config(spec), None, _no_placement)
+        except (ValueError, OSError) as err:
+            raise GridError("trace", _one_line(str(err)), run.combination) from None
+
+
+def _no_placement(sim: Any, job: Any) -> None:
+    return None
+
+
+def run_key(spec: RunSpec | ClusterRunSpec) -> str:
     """Short stable hash of the resolved spec."""
     text = json.dumps(spec.as_dict(), sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:RUN_KEY_CHARS]
 
 
-def _systems(raw: dict[str, Any]) -> list[str]:
-    """Registry names and selectors ("all", "arena:<arena>") -> names, first mention first."""
+def _systems(raw: dict[str, Any]) -> tuple[list[str], str]:
+    """Registry names and selectors ("all", "arena:<arena>") -> names, first mention first, and
+    the kind of grid they make (all of the cluster arena, or none of it)."""
     items = _axis("systems", _listed(raw, "systems", str, "system names or selectors", None))
     out: list[str] = []
     for item in items:
@@ -326,17 +459,19 @@ def _systems(raw: dict[str, Any]) -> list[str]:
                 chosen = [registry.get(item).name]
             except registry.UnknownEntry as err:
                 raise GridError("systems", err.args[0]) from None
-        cluster = [n for n in chosen if registry.get(n).arena not in SINGLE_JOB_ARENAS]
-        if cluster:
-            raise GridError(
-                "systems",
-                f"'{cluster[0]}' is in the cluster arena: grids sweep the communication arenas; "
-                "run cluster specs one by one with `python -m runners run`",
-            )
         out.extend(name for name in chosen if name not in out)
     if not out:
         raise GridError("systems", f"{items!r} selects no systems (see `python -m runners list`)")
-    return out
+    cluster = [n for n in out if registry.get(n).arena == CLUSTER_ARENA]
+    if cluster and len(cluster) < len(out):
+        other = next(n for n in out if registry.get(n).arena != CLUSTER_ARENA)
+        raise GridError(
+            "systems",
+            f"mixes arenas: '{cluster[0]}' is in the cluster arena, '{other}' in the "
+            f"'{registry.get(other).arena}' arena; a grid sweeps either the cluster arena "
+            f"(a trace) or the communication arenas ({', '.join(SINGLE_JOB_ARENAS)}: workloads)",
+        )
+    return out, (CLUSTER_GRID if cluster else COMM_GRID)
 
 
 def _listed(raw: dict[str, Any], key: str, kind: type, what: str, default: Any) -> list[Any]:
@@ -369,21 +504,23 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def _split(entries: dict[str, Any]) -> tuple[list[tuple[str, list[Any]]], dict[str, Any]]:
+def _split(
+    entries: dict[str, Any], kind: str = COMM_GRID
+) -> tuple[list[tuple[str, list[Any]]], dict[str, Any]]:
     """(axes, fixed) of dotted-path -> value entries: a list is an axis, anything else fixed."""
     axes, fixed = [], {}
     for path, value in entries.items():
-        if _is_axis(path, value):
+        if _is_axis(path, value, kind):
             axes.append((path, _axis(path, value)))
         else:
             fixed[path] = value
     return axes, fixed
 
 
-def _is_axis(path: str, value: Any) -> bool:
+def _is_axis(path: str, value: Any, kind: str = COMM_GRID) -> bool:
     if not isinstance(value, list):
         return False
-    if path in _list_valued():  # a list itself: an axis only as a list of lists
+    if kind == COMM_GRID and path in _list_valued():  # a list itself: axis only as a list of lists
         return bool(value) and all(isinstance(v, list) for v in value)
     return True
 
@@ -407,8 +544,9 @@ def _spec_raw(
     for path, value in itertools.chain(
         cluster_fixed.items(), params_fixed.items(), other_fixed.items(), combination.items()
     ):
-        if path.startswith("cluster."):
-            spec["cluster"][path.split(".", 1)[1]] = value
+        if path.startswith(("cluster.", "trace.")):
+            section, name = path.split(".", 1)
+            spec.setdefault(section, {})[name] = value
         elif path.startswith("params."):
             spec["params"][path.split(".", 2)[2]] = value
         else:
@@ -554,14 +692,16 @@ def _mp_context() -> multiprocessing.context.BaseContext:
 
 
 def _run_batch(
-    batch: Sequence[tuple[str, RunSpec]], runs_dir: str | None, argv: list[str]
+    batch: Sequence[tuple[str, RunSpec | ClusterRunSpec]], runs_dir: str | None, argv: list[str]
 ) -> list[dict[str, Any]]:
     """Worker: run each spec; never raises for a failing run."""
     with _quiet_runner_log():
         return [_run_one(key, spec, runs_dir, argv) for key, spec in batch]
 
 
-def _run_one(key: str, spec: RunSpec, runs_dir: str | None, argv: list[str]) -> dict[str, Any]:
+def _run_one(
+    key: str, spec: RunSpec | ClusterRunSpec, runs_dir: str | None, argv: list[str]
+) -> dict[str, Any]:
     outcome: dict[str, Any] = {
         "run_key": key,
         "system": spec.system,
@@ -571,8 +711,8 @@ def _run_one(key: str, spec: RunSpec, runs_dir: str | None, argv: list[str]) -> 
     started = time.perf_counter()
     try:
         if runs_dir is None:
-            metrics = dict(execute.simulate(spec).metrics)
-            wall_s = time.perf_counter() - started
+            metrics = _simulate(spec)
+            wall_s = metrics.pop("sim_wall_s", time.perf_counter() - started)
         else:
             target = Path(runs_dir) / key
             if target.exists():  # complete (rundir.staging) but not recorded: run it again
@@ -592,6 +732,16 @@ def _run_one(key: str, spec: RunSpec, runs_dir: str | None, argv: list[str]) -> 
     return outcome
 
 
+def _simulate(spec: RunSpec | ClusterRunSpec) -> dict[str, Any]:
+    """The metrics of one run, no directory (a cluster run's include its ``sim_wall_s``)."""
+    if isinstance(spec, ClusterRunSpec):
+        from .cluster import run as cluster_run
+
+        result, _ = cluster_run.run(spec)
+        return dict(result.metrics)
+    return dict(execute.simulate(spec).metrics)
+
+
 @contextmanager
 def _quiet_runner_log() -> Iterator[None]:
     """run_to_directory logs each run to its log.txt; keep that off the grid's stderr."""
@@ -607,6 +757,9 @@ def _quiet_runner_log() -> Iterator[None]:
 def _plain(metrics: dict[str, Any]) -> dict[str, Any]:
     out = {}
     for name, value in metrics.items():
+        if value is None:  # a summary's NaN (no job finished)
+            out[str(name)] = math.nan
+            continue
         try:
             out[str(name)] = float(value)
         except (TypeError, ValueError):
@@ -729,6 +882,7 @@ def _entries(grid: Grid) -> list[dict[str, Any]]:
                 "index": run.index,
                 "arena": entry.arena,
                 "role": entry.role,
+                "workload": run.spec.workload,
                 "spec": run.spec.as_dict(),
             }
         )
@@ -750,18 +904,19 @@ def _table(
             "system": spec["system"],
             "arena": e["arena"],
             "role": e["role"],
-            "workload": spec["workload"],
+            "workload": e.get("workload", spec.get("workload")),
             "seed": spec["seed"],
             "mode": spec["mode"],
-            "iterations": spec["iterations"],
-            "warmup_iterations": spec["warmup_iterations"],
-            "batch_size": spec["batch_size"],
         }
-        row.update({f"cluster.{k}": v for k, v in spec["cluster"].items()})
-        row.update({f"params.{k}": v for k, v in spec["params"].items()})
+        row.update((c, spec[c]) for c in _COMM_ONLY_COLUMNS if c in spec)
+        for prefix in _SPEC_PREFIXES:
+            row.update((f"{prefix}{k}", v) for k, v in spec.get(prefix[:-1], {}).items())
         rows.append((row, outcome))
-    identity: dict[str, None] = dict.fromkeys(IDENTITY_COLUMNS)
-    for prefix in ("cluster.", "params."):
+    in_specs = {c for e in entries for c in _COMM_ONLY_COLUMNS if c in e["spec"]}
+    identity: dict[str, None] = dict.fromkeys(
+        c for c in IDENTITY_COLUMNS if c not in _COMM_ONLY_COLUMNS or c in in_specs or not entries
+    )
+    for prefix in _SPEC_PREFIXES:
         for row, _ in rows:
             identity.update((k, None) for k in row if k.startswith(prefix))
     metrics: dict[str, None] = {}
@@ -778,13 +933,12 @@ def _table(
 
 
 def _metric_columns(columns: list[str]) -> list[str]:
-    """The metric columns of a finished table: after identity/cluster/params, before the tail."""
+    """The metric columns of a finished table: after identity/trace/cluster/params, before the
+    tail."""
     return [
         c
         for c in columns
-        if c not in IDENTITY_COLUMNS
-        and c not in TAIL_COLUMNS
-        and not c.startswith(("cluster.", "params."))
+        if c not in IDENTITY_COLUMNS and c not in TAIL_COLUMNS and not c.startswith(_SPEC_PREFIXES)
     ]
 
 
@@ -842,7 +996,7 @@ def _typed(frame: pd.DataFrame) -> pd.DataFrame:
         empty = text == ""
         if column in _TEXT_COLUMNS:
             out[column] = text.where(~empty, np.nan).astype("str")
-        elif column in _INT_COLUMNS or column.startswith(("cluster.", "params.")):
+        elif column in _INT_COLUMNS or column.startswith(_SPEC_PREFIXES):
             out[column] = _inferred(text, empty)
         else:  # metrics and sim_wall_s
             out[column] = pd.to_numeric(text.where(~empty, np.nan), errors="coerce").astype(

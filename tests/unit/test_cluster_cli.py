@@ -162,11 +162,13 @@ def test_a_job_larger_than_any_server_exits_2(tmp_path, capsys):
     assert "exceed the whole cluster" in err
 
 
-def test_cluster_systems_are_refused_in_grids(tmp_path, capsys):
+def test_a_cluster_grid_with_workloads_is_refused_naming_the_field(tmp_path, capsys):
+    """Cluster-arena grids sweep a trace (tests/unit/test_cluster_grid.py), not workloads."""
     grid = tmp_path / "g.yaml"
     grid.write_text(yaml.safe_dump({"systems": ["fifo"], "workloads": ["resnet50"]}))
     assert main(["grid", str(grid), "--out", str(tmp_path / "g")]) == 2
-    assert "cluster arena" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("invalid grid: workloads:") and "cluster arena" in err
 
 
 def test_harmony_trains_from_the_command_line_and_the_checkpoint_runs(tmp_path, capsys):
