@@ -182,14 +182,6 @@ def _list(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     try:
         spec = validate(load_file(args.spec))
-        if args.executor == "docker":
-            if args.out.exists():
-                raise rundir.OutputExists(f"{args.out} already exists (choose a new directory)")
-            return _run_in_container(spec, args.out, args.image)
-        if getattr(spec, "mode", "sim") == "real":
-            from .real import launch
-
-            launch.preflight(spec)  # this machine: root, ranks, memory (before anything starts)
         if args.out.exists():
             raise rundir.OutputExists(f"{args.out} already exists (choose a new directory)")
     except SpecError as err:
@@ -198,8 +190,23 @@ def _run(args: argparse.Namespace) -> int:
     except rundir.OutputExists as err:
         print(f"--out: {err}", file=sys.stderr)
         return 2
+    if args.executor == "docker":
+        return _run_in_container(spec, args.out, args.image)
+    return _run_here(spec, args.out)
+
+
+def _run_here(spec: Any, out: Path) -> int:
+    """Run ``spec`` in this process into ``out``; print its summary as one JSON line."""
     try:
-        summary = run_to_directory(spec, args.out, sys.argv)
+        if getattr(spec, "mode", "sim") == "real":
+            from .real import launch
+
+            launch.preflight(spec)  # this machine: root, ranks, memory (before anything starts)
+    except SpecError as err:
+        print(f"invalid spec: {err}", file=sys.stderr)
+        return 2
+    try:
+        summary = run_to_directory(spec, out, sys.argv)
     except TraceInputError as err:  # found once the trace is read: still bad input
         print(f"invalid {err.what}: {err}", file=sys.stderr)
         return 2
@@ -219,14 +226,14 @@ def _rerun(args: argparse.Namespace) -> int:
         spec = validate(manifest["spec"])
         if args.out.exists():
             raise rundir.OutputExists(f"{args.out} already exists (choose a new directory)")
-    except (OSError, ValueError, KeyError) as err:
-        print(f"run_dir: {args.run_dir} has no readable manifest.json ({err})", file=sys.stderr)
-        return 2
-    except SpecError as err:
+    except SpecError as err:  # before ValueError: it is one
         print(f"invalid spec in {args.run_dir}/manifest.json: {err}", file=sys.stderr)
         return 2
     except rundir.OutputExists as err:
         print(f"--out: {err}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError, KeyError) as err:
+        print(f"run_dir: {args.run_dir} has no readable manifest.json ({err})", file=sys.stderr)
         return 2
     image = (manifest.get("container_image") or {}).get("id")
     if image:
@@ -237,18 +244,7 @@ def _rerun(args: argparse.Namespace) -> int:
     then, now = manifest.get("code", {}).get("commit"), manifests.code_version()["commit"]
     if then != now:
         print(f"[runners] note: the run was made by commit {then}; this is {now}", file=sys.stderr)
-    return cli_run_local(spec, args.out)
-
-
-def cli_run_local(spec: Any, out: Path) -> int:
-    try:
-        summary = run_to_directory(spec, out, sys.argv)
-    except Exception as err:
-        logging.getLogger("runners").exception("run failed")
-        print(f"run failed: {type(err).__name__}: {err}", file=sys.stderr)
-        return 1
-    print(json.dumps(summary, sort_keys=True))
-    return 0
+    return _run_here(spec, args.out)
 
 
 def _run_in_container(spec: Any, out: Path, image: str | None) -> int:

@@ -166,6 +166,30 @@ def test_run_writes_a_timeline_csv_with_its_header(finished_run):
     assert {row[1] for row in table[1:]} == {"compute", "network"}
 
 
+def test_rerun_runs_the_manifests_spec_again(finished_run, tmp_path):
+    """A run made here (no container) is re-run here from its manifest: same spec, and the
+    same metrics (the simulator is deterministic for a seed)."""
+    _, first = finished_run
+    again = tmp_path / "again"
+    proc = runners("rerun", first, "--out", again)
+    assert proc.returncode == 0, proc.stderr
+    old, new = (json.loads((d / "manifest.json").read_text()) for d in (first, again))
+    assert old["spec"] == new["spec"] and new["container_image"] is None
+    metrics = [json.loads((d / "summary.json").read_text())["metrics"] for d in (first, again)]
+    assert metrics[0]["iteration_time_s"] == metrics[1]["iteration_time_s"]
+
+
+def test_rerun_refuses_a_broken_manifest_naming_what_is_wrong(tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    write_json(broken / "manifest.json", {"spec": {**SPEC, "system": "nope"}})
+    proc = runners("rerun", broken, "--out", tmp_path / "x")
+    assert proc.returncode == 2 and proc.stderr.startswith("invalid spec in"), proc.stderr
+    proc = runners("rerun", tmp_path / "missing", "--out", tmp_path / "x")
+    assert proc.returncode == 2 and "no readable manifest.json" in proc.stderr
+    assert not (tmp_path / "x").exists()
+
+
 def test_run_accepts_a_yaml_spec(tmp_path):
     spec_path = tmp_path / "spec.yaml"
     spec_path.write_text(
