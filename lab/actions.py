@@ -48,17 +48,26 @@ class ExperimentConfig:
     real: dict[str, Any] = field(default_factory=dict, hash=False)  # mode real: RealOptions
 
     def conditions(self) -> list[dict[str, Any]]:
-        """The cluster of every point of the sweep (just ``cluster`` without one)."""
+        """The cluster of every point of the sweep (just ``cluster`` without one). The cluster
+        arena's load, ``jobs_per_hour``, is a field of its trace: ``cluster["trace"]``."""
         points = [dict(self.cluster)]
         for key in CONDITION_KEYS:  # the fields an experiment may sweep
             for_key = self.sweep.get(key)
             if for_key:
-                points = [{**p, key: value} for p in points for value in for_key]
+                points = [self._at(p, key, value) for p in points for value in for_key]
         return points
+
+    @staticmethod
+    def _at(point: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+        """``point`` with the swept condition ``key`` set to ``value``."""
+        if key == "jobs_per_hour":
+            return {**point, "trace": {**point.get("trace", {}), key: value}}
+        return {**point, key: value}
 
     def raw_specs(self) -> list[dict[str, Any]]:
         """One run spec per entry x workload x sweep point x seed; params apply to the system
-        only. A cluster-arena system has no workloads: its trace is ``cluster["trace"]``."""
+        only. A cluster-arena system has no workloads: its trace is ``cluster["trace"]``, and
+        its sweep points are loads (entry x load x seed)."""
         cluster_arena = arena_of(self.system) == "cluster"
         workloads = self.workloads or (("",) if cluster_arena else ())
         return [

@@ -16,6 +16,7 @@ from lab.experiments.forms import (
     ARENA_CLUSTER_FIELDS,
     ARENA_PREFIX,
     CLUSTER_KEYS,
+    CLUSTER_SWEEP_KEYS,
     REAL_KEYS,
     STRAGGLER_NAMES,
     TRACE_FILE_KEYS,
@@ -157,6 +158,13 @@ def _cluster_arena_data(
         if key in trace:
             errors[f"trace.{key}"] = [TRACE_FILE_REFUSED]
     generated = {k: v for k, v in trace.items() if k not in TRACE_FILE_KEYS}
+    for key in CLUSTER_SWEEP_KEYS:  # the load: one number, or a list of numbers (a sweep)
+        if isinstance(generated.get(key), list):
+            values = generated.pop(key)
+            if not values or not all(_is_number(v) for v in values):
+                errors[f"trace.{key}"] = ["must be a number or a list of numbers (a sweep)"]
+            else:
+                data[f"trace_{key}"] = ", ".join(map(str, values))
     _scalars("trace", generated, TRACE_KEYS, "trace_", data, errors)
     _scalars("cluster", cluster, tuple(ARENA_CLUSTER_FIELDS), ARENA_PREFIX, data, errors)
 
@@ -169,14 +177,15 @@ def _scalars(
     data: dict[str, Any],
     errors: dict[str, list[str]],
 ) -> None:
-    """``given[key]`` onto the form field ``prefix + key``; one value each (no sweeps)."""
+    """``given[key]`` onto the form field ``prefix + key``; one value each (the load's sweep
+    is taken before, by ``_cluster_arena_data``)."""
     for key, value in given.items():
         if key not in keys:
             errors[f"{section}.{key}"] = [
                 f"unknown field for the cluster arena (allowed: {', '.join(keys)})"
             ]
         elif isinstance(value, (list, dict)):
-            errors[f"{section}.{key}"] = ["must be one value (the cluster arena has no sweeps)"]
+            errors[f"{section}.{key}"] = ["must be one value (only trace.jobs_per_hour sweeps)"]
         elif value is not None:
             data[prefix + key] = value
 

@@ -18,13 +18,17 @@ from django.forms.forms import DeclarativeFieldsMetaclass
 
 from lab.actions import ExperimentConfig, arena_of
 from lab.catalogue.models import CatalogueEntry, Workload
-from lab.runs.models import CONDITION_KEYS
 from runners import registry
 from runners import spec as run_spec
 from runners.cluster import spec as cluster_spec
 from workloads import devices
 
 MAX_RUNS = 500
+# The conditions a sweep may take several values of, per side: the communication arenas'
+# ``cluster_*`` fields and the cluster arena's load (``trace_jobs_per_hour``); see
+# ``lab.runs.models.CONDITION_KEYS``.
+COMM_SWEEP_KEYS = ("workers", "bandwidth_gbps")
+CLUSTER_SWEEP_KEYS = ("jobs_per_hour",)
 _DEFAULTS = run_spec.CommCluster()
 _REAL = run_spec.RealOptions()
 REAL_KEYS = ("network", "dataset", "lr", "momentum", "implementation", "gpus", "gpu_model")
@@ -223,11 +227,11 @@ class ExperimentForm(_ClusterArenaFields):
         "line (python -m runners run)",
     )
     trace_jobs = forms.IntegerField(label="jobs", initial=_TRACE.jobs)
-    trace_jobs_per_hour = forms.FloatField(
+    trace_jobs_per_hour = forms.CharField(
         label="jobs per hour",
         initial=_TRACE.jobs_per_hour,
-        help_text="mean arrival rate, i.e. the load; one value (for several loads, copy the "
-        "experiment once per load)",
+        help_text="mean arrival rate, i.e. the offered load; one value, or several separated by "
+        "commas to sweep the load (e.g. 5, 10, 20): every system runs at every load",
     )
     trace_ps_fraction = forms.FloatField(
         label="PS fraction",
@@ -345,6 +349,9 @@ class ExperimentForm(_ClusterArenaFields):
     def clean_cluster_bandwidth_gbps(self) -> list[float]:
         return _numbers(self.cleaned_data.get("cluster_bandwidth_gbps", ""), float)
 
+    def clean_trace_jobs_per_hour(self) -> list[float]:
+        return _numbers(self.cleaned_data.get("trace_jobs_per_hour", ""), float)
+
     def clean_cluster_stragglers(self) -> list[dict[str, Any]]:
         return _stragglers(
             self.cleaned_data.get("cluster_stragglers", ""),
@@ -429,7 +436,7 @@ class ExperimentForm(_ClusterArenaFields):
 
     def _comm_config(self, data: dict[str, Any], common: dict[str, Any]) -> ExperimentConfig | None:
         """The communication arenas: entries x workloads x sweep points x seeds."""
-        sweep = {k: data[f"cluster_{k}"] for k in CONDITION_KEYS if len(data[f"cluster_{k}"]) > 1}
+        sweep = {k: data[f"cluster_{k}"] for k in COMM_SWEEP_KEYS if len(data[f"cluster_{k}"]) > 1}
         points = 1
         for values in sweep.values():
             points *= len(values)
@@ -440,7 +447,7 @@ class ExperimentForm(_ClusterArenaFields):
         cluster = {}
         for key in CLUSTER_KEYS:
             value = data.get(f"cluster_{key}")
-            if key in CONDITION_KEYS:
+            if key in COMM_SWEEP_KEYS:
                 value = value[0]
             if value is None:
                 continue  # left empty: the spec's default
@@ -456,14 +463,23 @@ class ExperimentForm(_ClusterArenaFields):
     def _cluster_arena_config(
         self, data: dict[str, Any], common: dict[str, Any]
     ) -> ExperimentConfig | None:
-        """The cluster arena: entries x seeds on one generated trace. No workloads (the trace is
-        the workload) and no iterations (jobs run to completion)."""
-        n_runs = (1 + len(common["baselines"])) * len(common["seeds"])
-        if not self._within_limit(n_runs, "seeds or baselines"):
+        """The cluster arena: entries x loads x seeds on a generated trace. No workloads (the
+        trace is the workload) and no iterations (jobs run to completion). Several values of
+        jobs per hour sweep the load: ``trace`` holds the first, ``sweep`` all of them."""
+        sweep = {k: data[f"trace_{k}"] for k in CLUSTER_SWEEP_KEYS if len(data[f"trace_{k}"]) > 1}
+        points = 1
+        for values in sweep.values():
+            points *= len(values)
+        n_runs = (1 + len(common["baselines"])) * points * len(common["seeds"])
+        if not self._within_limit(n_runs, "seeds, baselines or loads"):
             return None
         trace = {key: data[f"trace_{key}"] for key in TRACE_KEYS}
+        for key in CLUSTER_SWEEP_KEYS:
+            trace[key] = trace[key][0]
         cluster = {key: data[ARENA_PREFIX + key] for key in ARENA_CLUSTER_FIELDS}
-        return ExperimentConfig(**common, workloads=(), cluster={"trace": trace, **cluster})
+        return ExperimentConfig(
+            **common, workloads=(), cluster={"trace": trace, **cluster}, sweep=sweep
+        )
 
     def _within_limit(self, n_runs: int, fewer: str) -> bool:
         if n_runs <= MAX_RUNS:

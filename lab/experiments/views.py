@@ -94,7 +94,7 @@ def _blank_initial() -> dict[str, object]:
 
 def _cluster_arena_initial(request: HttpRequest, source: Experiment) -> dict[str, object]:
     """The trace and cluster fields of a cluster-arena experiment (its ``cluster`` holds the
-    cluster spec and, under ``trace``, the trace)."""
+    cluster spec and, under ``trace``, the trace; its ``sweep`` the loads of a load sweep)."""
     trace = source.cluster.get("trace") or {}
     if "file" in trace:
         messages.warning(
@@ -103,6 +103,9 @@ def _cluster_arena_initial(request: HttpRequest, source: Experiment) -> dict[str
             "has a generated trace (trace files run from the command line).",
         )
     initial = {f"trace_{k}": v for k, v in trace.items() if k in TRACE_KEYS}
+    for key, values in source.sweep.items():  # a load sweep: every load, as the form takes it
+        if key in TRACE_KEYS:
+            initial[f"trace_{key}"] = ", ".join(f"{v:g}" for v in values)
     cluster = {k: v for k, v in source.cluster.items() if k in ARENA_CLUSTER_FIELDS}
     return {**initial, **{ARENA_PREFIX + k: v for k, v in cluster.items()}}
 

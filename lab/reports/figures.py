@@ -38,17 +38,28 @@ from lab.runs.models import CONDITION_KEYS, Run, condition_of, condition_text
 
 # The headline metrics compared per experiment: the communication arenas' two, then the
 # cluster arena's (an experiment has the ones of its arena; the others find no data).
-METRICS = ("iteration_time_s", "throughput_samples_per_s", "avg_jct_s", "total_utility")
+METRICS = (
+    "iteration_time_s",
+    "throughput_samples_per_s",
+    "avg_jct_s",
+    "p95_jct_s",
+    "makespan_s",
+    "total_utility",
+)
 LOWER_IS_BETTER = {
     "iteration_time_s": True,
     "throughput_samples_per_s": False,
     "avg_jct_s": True,
+    "p95_jct_s": True,
+    "makespan_s": True,
     "total_utility": False,
 }
 LABELS = {
     "iteration_time_s": "iteration time (s), lower is better",
     "throughput_samples_per_s": "throughput (samples/s), higher is better",
     "avg_jct_s": "average job completion time (s), lower is better",
+    "p95_jct_s": "95th percentile job completion time (s), lower is better",
+    "makespan_s": "makespan (s), lower is better",
     "total_utility": "total utility, higher is better",
 }
 # A cluster-arena run has no workload; its figures name the trace instead.
@@ -56,8 +67,22 @@ TRACE = "trace"
 FORMATS = ("png", "pdf", "svg")
 HATCHES = ("", "//", "\\\\", "xx", "..", "++", "--", "oo")
 CI_SEED = 0
-COLUMNS = ["run", "system", "role", "workload", *CONDITION_KEYS, "seed", "metric", "value", "unit"]
-AXIS_LABELS = {"workers": "workers", "bandwidth_gbps": "bandwidth (Gbit/s per worker)"}
+# The cluster arena's condition: its offered load (the generated trace's arrival rate).
+LOAD = "jobs_per_hour"
+# The tidy frame's columns (`tidy_frame`): TIDY_COLUMNS when its runs have a load (cluster-arena
+# runs on a generated trace), else COLUMNS (no load column). Whatever groups by condition fills
+# in a condition column a frame lacks (`with_conditions`).
+TIDY_COLUMNS = [
+    *("run", "system", "role", "workload"),
+    *CONDITION_KEYS,
+    *("seed", "metric", "value", "unit"),
+]
+COLUMNS = [c for c in TIDY_COLUMNS if c != LOAD]
+AXIS_LABELS = {
+    "workers": "workers",
+    "bandwidth_gbps": "bandwidth (Gbit/s per worker)",
+    LOAD: "offered load (jobs per hour)",
+}
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
@@ -100,7 +125,8 @@ def available(experiment: Experiment, stem=figure_stem) -> dict[str, Path]:
 
 def tidy_frame(experiment: Experiment) -> pd.DataFrame:
     """Long-form table of every measurement of the experiment's succeeded runs, with the
-    cluster condition (workers, bandwidth) each run had."""
+    condition each run had: the cluster (workers, bandwidth) and, for runs with one, the load
+    (jobs per hour). A frame without any load has just COLUMNS (no empty load column)."""
     runs = Run.objects.filter(experiment=experiment, state=Run.SUCCEEDED)
     conditions = {pk: condition_of(spec) for pk, spec in runs.values_list("id", "spec")}
     rows = Measurement.objects.filter(run__experiment=experiment, run__state=Run.SUCCEEDED)
@@ -108,12 +134,25 @@ def tidy_frame(experiment: Experiment) -> pd.DataFrame:
         "run_id", "run__system", "run__workload", "run__seed", "metric", "value", "unit"
     )
     records = [
-        (run, system, role, workload or TRACE, *(conditions[run][c] for c in CONDITION_KEYS))
+        (run, system, role, workload or TRACE, *(conditions[run].get(c) for c in CONDITION_KEYS))
         + (seed, *rest)
         for run, system, workload, seed, *rest in values
         for role in ["system" if system == experiment.system else "baseline"]
     ]
-    return pd.DataFrame(records, columns=COLUMNS)
+    return _without_empty_load(pd.DataFrame(records, columns=TIDY_COLUMNS))
+
+
+def with_conditions(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with a column for every condition (CONDITION_KEYS), None where it had none."""
+    missing = [k for k in CONDITION_KEYS if k not in frame.columns]
+    return frame.assign(**dict.fromkeys(missing)) if missing else frame
+
+
+def _without_empty_load(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` without its load column when no row has a load (the communication arenas)."""
+    if LOAD in frame.columns and frame[LOAD].isna().all():
+        return frame.drop(columns=LOAD)
+    return frame
 
 
 def metric_frame(frame: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -181,7 +220,8 @@ def plot_sweep(data: pd.DataFrame, metric: str, order: list[str], axes: list[str
     x = axes[0]
     rows = sorted(data[axes[1]].unique()) if len(axes) > 1 else [None]
     workloads = list(dict.fromkeys(data["workload"]))
-    fig = Figure(figsize=(3.2 * len(workloads) + 0.8, 2.8 * len(rows) + 0.6), layout="constrained")
+    width = max(6.4, 3.2 * len(workloads) + 0.8)  # one panel: as wide as the bar charts
+    fig = Figure(figsize=(width, 2.8 * len(rows) + 0.6), layout="constrained")
     grid = fig.subplots(len(rows), len(workloads), squeeze=False)
     palette = dict(zip(order, sns.color_palette("colorblind", len(order)), strict=True))
     markers = dict(zip(order, MARKERS * (len(order) // len(MARKERS) + 1), strict=False))
@@ -237,7 +277,9 @@ SPEEDUP_COLUMNS = [
 
 
 def by_cell(frame: pd.DataFrame) -> pd.DataFrame:
-    """Rows in the order of their workload's first appearance, then by swept condition."""
+    """Rows in the order of their workload's first appearance, then by swept condition (every
+    condition column is there, see `with_conditions`)."""
+    frame = with_conditions(frame)
     first = {w: i for i, w in enumerate(dict.fromkeys(frame["workload"]))}
     keys = ["_order", *CONDITION_KEYS]
     ordered = frame.assign(_order=frame["workload"].map(first)).sort_values(keys, kind="stable")
@@ -267,7 +309,7 @@ def speedup_frame(frame: pd.DataFrame, system: str, baselines: list[str]) -> pd.
                     (system, baseline, *cell, metric, c.ratio, c.ratio_ci_low, c.ratio_ci_high)
                     + (n, mine.size, theirs.size)
                 )
-    speedups = pd.DataFrame(rows, columns=SPEEDUP_COLUMNS)
+    speedups = _without_empty_load(pd.DataFrame(rows, columns=SPEEDUP_COLUMNS))
     finite = speedups["speedup"].abs() < float("inf")  # a zero time has no speedup
     return speedups[finite].reset_index(drop=True)
 
@@ -281,7 +323,7 @@ def speedup_plot_data(speedups: pd.DataFrame, metric: str) -> tuple[pd.DataFrame
     if rows.empty:
         return rows, {}
     system = rows["system"].iloc[0]
-    varying = [k for k in CELL_KEYS if rows[k].nunique(dropna=False) > 1]
+    varying = [k for k in CELL_KEYS if k in rows and rows[k].nunique(dropna=False) > 1]
     spread = f"{stats.DEFAULT_RESAMPLES:,} resamples of each side's seeds, seed 0"
     low, high = int(rows["n"].min()), int(rows["n"].max())
     n = f"n={low}" if low == high else f"n={low}-{high}"
@@ -313,8 +355,10 @@ def plot_speedup(speedups: pd.DataFrame, metric: str) -> Figure | None:
 
 
 def swept(experiment: Experiment) -> list[str]:
-    """The conditions the experiment sweeps, bandwidth first (the usual x axis)."""
-    return [c for c in ("bandwidth_gbps", "workers") if len(experiment.sweep.get(c, [])) > 1]
+    """The conditions the experiment sweeps, bandwidth first (the usual x axis); a
+    cluster-arena experiment sweeps its load (jobs per hour)."""
+    order = ("bandwidth_gbps", "workers", LOAD)
+    return [c for c in order if len(experiment.sweep.get(c, [])) > 1]
 
 
 def save(fig: Figure, directory: Path, stem: str) -> list[Path]:
@@ -433,7 +477,7 @@ def first_cell_runs(experiment: Experiment) -> list[Run]:
     def cell(run: Run) -> tuple:
         condition = condition_of(run.spec)
         return (workloads.get(run.workload, len(workloads)), run.workload) + tuple(
-            (condition[k] is None, condition[k] or 0) for k in CONDITION_KEYS
+            (condition.get(k) is None, condition.get(k) or 0) for k in CONDITION_KEYS
         )
 
     mine = sorted(cell(r) for r in runs if r.system == experiment.system)

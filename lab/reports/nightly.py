@@ -411,18 +411,24 @@ def _experiment_points(night: NightlyRun, experiment: Experiment) -> list[Histor
     ).values_list("run__system", "run__workload", "run__spec", "metric", "value", "unit")
     for system, workload, spec, metric, value, unit in rows:
         condition = condition_of(spec)
-        key = (system, workload, condition["workers"], condition["bandwidth_gbps"], metric)
+        load = condition.get("jobs_per_hour")  # a cluster experiment's load sweep
+        key = (system, workload, condition["workers"], condition["bandwidth_gbps"], load, metric)
         groups[key].append(value)
         units[metric] = unit
     out = []
-    for (system, workload, workers, bandwidth, metric), values in sorted(groups.items(), key=str):
+    for (system, workload, workers, bandwidth, load, metric), values in sorted(
+        groups.items(), key=str
+    ):
         where = condition_text(
-            {"workload": workload, "workers": workers, "bandwidth_gbps": bandwidth}
-        )
+            {"workload": workload, "workers": workers, "bandwidth_gbps": bandwidth,
+             "jobs_per_hour": load}
+        )  # fmt: skip
+        # Series names of experiments without a load are as they always were (history).
+        at = f"{workers}:{bandwidth}" + (f":{load:g}jph" if load is not None else "")
         out.append(
             HistoryPoint(
                 nightly=night,
-                series=f"exp:{source.pk}:{system}:{workload}:{workers}:{bandwidth}:{metric}",
+                series=f"exp:{source.pk}:{system}:{workload}:{at}:{metric}",
                 label=f"#{source.pk} {source.name}: {system}, {where}, {metric}"[:300],
                 metric=metric,
                 value=fmean(values),

@@ -8,20 +8,35 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
-# Cluster fields an experiment may sweep; they tell apart the runs of one experiment.
-CONDITION_KEYS = ("workers", "bandwidth_gbps")
+# The conditions an experiment may sweep; they tell apart the runs of one experiment: the
+# communication arenas' cluster fields (``cluster.workers``, ``cluster.bandwidth_gbps``) and the
+# cluster arena's offered load, the arrival rate of its generated trace (``trace.jobs_per_hour``).
+CONDITION_KEYS = ("workers", "bandwidth_gbps", "jobs_per_hour")
 
 
 def condition_of(spec: dict[str, Any] | None) -> dict[str, Any]:
-    """The ``CONDITION_KEYS`` of a resolved run spec."""
-    cluster = (spec or {}).get("cluster", {})
-    return {key: cluster.get(key) for key in CONDITION_KEYS}
+    """The ``CONDITION_KEYS`` of a resolved run spec: ``workers`` and ``bandwidth_gbps`` from its
+    cluster (None where it has none), and for a cluster-arena spec (one with a trace) also
+    ``jobs_per_hour`` from the trace (None for a trace file). A communication-arena spec has no
+    ``jobs_per_hour`` key at all, so its condition is what it always was."""
+    spec = spec or {}
+    cluster = spec.get("cluster") or {}
+    condition = {key: cluster.get(key) for key in ("workers", "bandwidth_gbps")}
+    if "trace" in spec:
+        condition["jobs_per_hour"] = (spec["trace"] or {}).get("jobs_per_hour")
+    return condition
 
 
 def condition_text(values: Mapping[str, Any], bandwidth_unit: str = "Gbit/s") -> str:
-    """'resnet50, 8 workers, 10 Gbit/s' from whichever of workload, workers and bandwidth_gbps
-    ``values`` holds (missing, empty or NaN ones are left out)."""
-    formats = (("workload", "{}"), ("workers", "{:g} workers"), ("bandwidth_gbps", "{:g} "))
+    """'resnet50, 8 workers, 10 Gbit/s' or 'philly-200, 20 jobs/h' from whichever of workload,
+    workers, bandwidth_gbps and jobs_per_hour ``values`` holds (missing, empty or NaN ones are
+    left out)."""
+    formats = (
+        ("workload", "{}"),
+        ("workers", "{:g} workers"),
+        ("bandwidth_gbps", "{:g} "),
+        ("jobs_per_hour", "{:g} jobs/h"),
+    )
     parts = []
     for key, fmt in formats:
         value = values.get(key)

@@ -187,7 +187,10 @@ def test_a_cluster_arena_experiment_runs_its_entries_on_the_given_trace(client, 
         ({"trace": {"file": "/etc/passwd", "format": "philly"}}, "trace.file"),
         ({"trace": {"generator": "philly", "throughputs": "/etc/hosts"}}, "trace.throughputs"),
         ({"trace": {"jobs": 0}}, "trace.jobs"),
-        ({"trace": {"jobs_per_hour": [10, 20]}}, "trace.jobs_per_hour"),
+        ({"trace": {"jobs_per_hour": [10, "fast"]}}, "trace.jobs_per_hour"),
+        ({"trace": {"jobs_per_hour": []}}, "trace.jobs_per_hour"),
+        ({"trace": {"jobs_per_hour": [10, 0]}}, "trace.jobs_per_hour"),
+        ({"trace": {"jobs": [10, 20]}}, "trace.jobs"),
         ({"trace": {"generator": "gavel"}}, "trace.generator"),
         ({"trace": {"arrivals": "bursty"}}, "trace.arrivals"),
         ({"trace": {"colour": 1}}, "trace.colour"),
@@ -251,3 +254,17 @@ def test_the_apitoken_command_creates_the_user_and_prints_a_working_token(client
     token = capsys.readouterr().out.strip()
     response = client.get("/api/experiments/", HTTP_AUTHORIZATION=f"Token {token}")
     assert response.status_code == 200 and response.json() == {"experiments": []}
+
+
+def test_a_list_of_loads_sweeps_the_cluster_arena_like_a_list_of_workers(client, token):
+    body = {
+        **CLUSTER_BODY,
+        "seeds": [0],
+        "trace": {**CLUSTER_BODY["trace"], "jobs_per_hour": [5, 10, 20]},
+    }
+    response = post(client, "/api/experiments/", body, token)
+    assert response.status_code == 201, response.json()
+    data = response.json()
+    assert data["sweep"] == {"jobs_per_hour": [5.0, 10.0, 20.0]}
+    loads = sorted((r["system"], r["condition"]["jobs_per_hour"]) for r in data["runs"])
+    assert loads == sorted((s, x) for s in ("oasis", "fifo") for x in (5.0, 10.0, 20.0))
