@@ -28,9 +28,9 @@ its first forward op after the warm-up iterations.
 
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import dataclass, field
+from heapq import heapify, heappop, heappush
 from typing import Any
 
 import numpy as np
@@ -132,7 +132,9 @@ class ComputeJob:
     Subclass hooks: ``params_ready(g, it, layer)`` (may the forward of ``layer`` in iteration
     ``it`` run on group ``g``? Once true it must stay true), ``gradient_ready(g, it, layer)``,
     ``network_busy(g)`` and ``comm_time(it)``; call ``wake(g)`` / ``wake_all()`` when a
-    synchronisation completes.
+    synchronisation completes. The compute handlers bind the hooks when they are built
+    (``_bind_compute``, from ``__init__``): a subclass that sets a hook on the instance
+    afterwards calls ``_bind_compute()`` again.
     """
 
     # Run forward ops whose turn is certain back to back in one event (``_run_forward``): the
@@ -144,8 +146,6 @@ class ComputeJob:
     def __init__(self, setup: ComputeSetup) -> None:
         self.setup = setup
         self.loop = EventLoop()
-        self._push = self.loop.pusher()
-        self._compute_done_cb = self._compute_done
         self.n_layers = n = len(setup.layers)
         self.n_iter = setup.n_iter
         self.n_groups = len(setup.groups)
@@ -176,7 +176,7 @@ class ComputeJob:
         self.compute_resource = [
             "compute" if g == 1 else f"compute[{grp.label}]" for grp in setup.groups
         ]
-        self._forward_done_cb = self._forward_done
+        self._bind_compute()
 
     # -- hooks ----------------------------------------------------------------------------
     def params_ready(self, g: int, it: int, layer: int) -> bool:
@@ -225,121 +225,149 @@ class ComputeJob:
             if not self.busy[g]:
                 self.try_compute(g)
 
-    def try_compute(self, g: int) -> None:
-        if self.busy[g]:
-            return
-        it = self.iteration[g]
-        if it >= self.n_iter:
-            return
+    def _bind_compute(self) -> None:
+        """Bind the compute streams' event handlers (``try_compute``, ``_compute_done``,
+        ``_run_forward``, ``_forward_done``) as closures over this job's state and hooks:
+        several run per op, so what is constant for the run is a local here rather than an
+        attribute looked up per op, and events go straight onto the loop's heap. The hooks
+        are bound too: a subclass that replaces one on the instance after ``__init__`` calls
+        this again."""
+        loop = self.loop
+        evq, evseq = loop.raw()
         n = self.n_layers
-        layer = self.bwd_next[g]
-        if layer >= 0:
-            op = 2 * n - 1 - layer
-        else:
-            avail = self.avail[g]
-            if not avail:
+        n_iter = self.n_iter
+        busy, iteration = self.busy, self.iteration
+        fwd_done, bwd_next = self.fwd_done, self.bwd_next
+        avail, deps_left = self.avail, self.deps_left  # per group; rows replaced per iteration
+        iter_start, compute_s = self.iter_start, self.compute_s
+        durations, children = self.durations, self.children
+        n_deps, roots = self.n_deps, self.roots
+        timeline, names, compute_resource = self.timeline, self.names, self.compute_resource
+        tl_from, tl_to = self.tl_from, self.tl_to
+        gamma = self.gamma
+        batch = self.batch_forward and not gamma
+        params_ready, gradient_ready = self.params_ready, self.gradient_ready
+        network_busy = self.network_busy
+
+        def try_compute(g: int) -> None:
+            if busy[g]:
                 return
-            layer = avail[0]
-            ready = self.params_ready(g, it, layer)
-            if ready and self.batch_forward and not self.gamma:
-                self._run_forward(g, it)
+            it = iteration[g]
+            if it >= n_iter:
                 return
-            if not ready:
-                layer = -1
-                for cand in sorted(avail)[1:]:
-                    if self.params_ready(g, it, cand):
-                        layer = cand
-                        break
-                if layer < 0:
-                    return  # re-tried when a synchronisation completes
-                avail.remove(layer)
-                heapq.heapify(avail)
+            layer = bwd_next[g]
+            if layer >= 0:
+                op = 2 * n - 1 - layer
             else:
-                heapq.heappop(avail)
-            if self.fwd_done[g] == 0 and len(self.iter_start[g]) == it:
-                self.iter_start[g].append(self.loop.now)
-            op = layer
-        duration = self.durations[g][it][op]
-        if self.gamma and self.network_busy(g):
-            duration *= 1.0 + self.gamma
-        self.busy[g] = True
-        now = self.loop.now
-        self._push(now + duration, self._compute_done_cb, (g, it, op, layer, now))
+                av = avail[g]
+                if not av:
+                    return
+                layer = av[0]
+                ready = params_ready(g, it, layer)
+                if ready and batch:
+                    run_forward(g, it)
+                    return
+                if not ready:
+                    layer = -1
+                    for cand in sorted(av)[1:]:
+                        if params_ready(g, it, cand):
+                            layer = cand
+                            break
+                    if layer < 0:
+                        return  # re-tried when a synchronisation completes
+                    av.remove(layer)
+                    heapify(av)
+                else:
+                    heappop(av)
+                if fwd_done[g] == 0 and len(iter_start[g]) == it:
+                    iter_start[g].append(loop.now)
+                op = layer
+            duration = durations[g][it][op]
+            if gamma and network_busy(g):
+                duration *= 1.0 + gamma
+            busy[g] = True
+            now = loop.now
+            heappush(evq, (now + duration, next(evseq), compute_done, (g, it, op, layer, now)))
 
-    def _run_forward(self, g: int, it: int) -> None:
-        """Forward ops of ``it`` on group ``g`` back to back, in one event, while the next op
-        is certain: the lowest-index available layer, whose parameters are already in (they
-        stay in, and no other layer is preferred to it, so op by op would pick it too, at the
-        same time). Needs ``overlap_slowdown`` 0 (else an op's time depends on the network
-        when it starts). Same op order, times (``t + d`` in sequence) and sums as op by op."""
-        now = self.loop.now
-        if self.fwd_done[g] == 0 and len(self.iter_start[g]) == it:
-            self.iter_start[g].append(now)
-        durations = self.durations[g][it]
-        compute_s = self.compute_s[g]
-        recorded = self.tl_from <= it < self.tl_to
-        resource, names, timeline = self.compute_resource[g], self.names, self.timeline
-        avail, left, children = self.avail[g], self.deps_left[g], self.children
-        n = self.n_layers
-        done = self.fwd_done[g]
-        while True:
-            layer = heapq.heappop(avail)
-            end = now + durations[layer]
-            compute_s[it] += end - now
-            if recorded:
-                timeline.append((it, resource, "forward", names[layer], now, end, 0))
-            now = end
-            for c in children[layer]:
-                left[c] -= 1
-                if left[c] == 0:
-                    heapq.heappush(avail, c)
-            done += 1
-            if done == n or not avail or not self.params_ready(g, it, avail[0]):
-                break
-        self.fwd_done[g] = done
-        self.busy[g] = True
-        self._push(now, self._forward_done_cb, (g,))
+        def run_forward(g: int, it: int) -> None:
+            """Forward ops of ``it`` on group ``g`` back to back, in one event, while the next
+            op is certain: the lowest-index available layer, whose parameters are already in
+            (they stay in, and no other layer is preferred to it, so op by op would pick it
+            too, at the same time). Needs ``overlap_slowdown`` 0 (else an op's time depends on
+            the network when it starts). Same op order, times (``t + d`` in sequence) and
+            sums as op by op."""
+            now = loop.now
+            if fwd_done[g] == 0 and len(iter_start[g]) == it:
+                iter_start[g].append(now)
+            dur = durations[g][it]
+            comp = compute_s[g]
+            recorded = tl_from <= it < tl_to
+            resource = compute_resource[g]
+            av, left = avail[g], deps_left[g]
+            done = fwd_done[g]
+            while True:
+                layer = heappop(av)
+                end = now + dur[layer]
+                comp[it] += end - now
+                if recorded:
+                    timeline.append((it, resource, "forward", names[layer], now, end, 0))
+                now = end
+                for c in children[layer]:
+                    left[c] -= 1
+                    if left[c] == 0:
+                        heappush(av, c)
+                done += 1
+                if done == n or not av or not params_ready(g, it, av[0]):
+                    break
+            fwd_done[g] = done
+            busy[g] = True
+            heappush(evq, (now, next(evseq), forward_done, (g,)))
 
-    def _forward_done(self, g: int) -> None:
-        self.busy[g] = False
-        if self.fwd_done[g] == self.n_layers:
-            self.bwd_next[g] = self.n_layers - 1
-        self.try_compute(g)
+        def forward_done(g: int) -> None:
+            busy[g] = False
+            if fwd_done[g] == n:
+                bwd_next[g] = n - 1
+            try_compute(g)
 
-    def _compute_done(self, g: int, it: int, op: int, layer: int, start: float) -> None:
-        now = self.loop.now
-        self.busy[g] = False
-        self.compute_s[g][it] += now - start
-        n = self.n_layers
-        recorded = self.tl_from <= it < self.tl_to
-        if op < n:
-            if recorded:
-                self.timeline.append(
-                    (it, self.compute_resource[g], "forward", self.names[layer], start, now, 0)
-                )
-            left = self.deps_left[g]
-            avail = self.avail[g]
-            for c in self.children[layer]:
-                left[c] -= 1
-                if left[c] == 0:
-                    heapq.heappush(avail, c)
-            self.fwd_done[g] += 1
-            if self.fwd_done[g] == n:
-                self.bwd_next[g] = n - 1
-        else:
-            if recorded:
-                self.timeline.append(
-                    (it, self.compute_resource[g], "backward", self.names[layer], start, now, 0)
-                )
-            self.bwd_next[g] = layer - 1
-            if layer == 0:  # iteration done on this group
-                self.iteration[g] = it + 1
-                self.fwd_done[g] = 0
-                self.bwd_next[g] = -1
-                self.deps_left[g] = list(self.n_deps)
-                self.avail[g] = list(self.roots)
-            self.gradient_ready(g, it, layer)
-        self.try_compute(g)
+        def compute_done(g: int, it: int, op: int, layer: int, start: float) -> None:
+            now = loop.now
+            busy[g] = False
+            compute_s[g][it] += now - start
+            recorded = tl_from <= it < tl_to
+            if op < n:
+                if recorded:
+                    timeline.append(
+                        (it, compute_resource[g], "forward", names[layer], start, now, 0)
+                    )
+                left = deps_left[g]
+                av = avail[g]
+                for c in children[layer]:
+                    left[c] -= 1
+                    if left[c] == 0:
+                        heappush(av, c)
+                fwd_done[g] += 1
+                if fwd_done[g] == n:
+                    bwd_next[g] = n - 1
+            else:
+                if recorded:
+                    timeline.append(
+                        (it, compute_resource[g], "backward", names[layer], start, now, 0)
+                    )
+                bwd_next[g] = layer - 1
+                if layer == 0:  # iteration done on this group
+                    iteration[g] = it + 1
+                    fwd_done[g] = 0
+                    bwd_next[g] = -1
+                    deps_left[g] = list(n_deps)
+                    avail[g] = list(roots)
+                gradient_ready(g, it, layer)
+            try_compute(g)
+
+        # Instance attributes (they shadow nothing: the class has no such methods).
+        self.try_compute = try_compute
+        self._run_forward = run_forward
+        self._forward_done = forward_done
+        self._compute_done = compute_done
 
     # -- results --------------------------------------------------------------------------
     def check_finished(self) -> None:

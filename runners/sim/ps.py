@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections import deque
 from collections.abc import Callable
 from heapq import heappop, heappush
 
@@ -44,28 +45,38 @@ from ..spec import RunSpec
 from .allreduce import compute_setup
 from .engine import ComputeJob, ComputeSetup, LayerTimes, SimResult, WorkerGroup
 
-# Station item kinds.
-_UP, _IN, _AGG, _OUT, _DOWN, _MIGRATE_OUT, _MIGRATE_IN = range(7)
-
 
 class _Station:
     """One resource serving one item at a time. ``free_at`` is when the item in service ends;
     ``pending`` says an event is scheduled at ``free_at`` that will serve the queue (a queued
     item always has one). Items whose end has no consequence but freeing the resource (a push
     leaving the uplink, a pull leaving the server, a migration) schedule no event of their own
-    when nothing waits behind them: about a third fewer events, same schedule."""
+    when nothing waits behind them: about a third fewer events, same schedule.
 
-    __slots__ = ("begin", "free_at", "name", "pending", "queue", "server")
+    The queue is ordered by (k1, k2, arrival sequence). It is a heap of ``(k1, k2, seq, *item)``
+    (``item``: ``begin``'s arguments after the station); on a ``fifo`` station (every key
+    (0, 0), so arrival order, and no migration to jump ahead) a deque of items: the same order
+    for less work. An uplink in key order queues a *run* (the tasks of one layer that share a
+    key, which arrive together) as one heap entry ``[k1, k2, seq, it, g, tasks, next, assign]``
+    and serves its tasks in turn from the top of the heap: the same order as one entry per
+    task, since with consecutive sequence numbers nothing can sort between them."""
 
-    def __init__(
-        self, name: str, begin: Callable[[_Station, tuple], None], server: int = -1
-    ) -> None:
+    __slots__ = ("begin", "fifo", "free_at", "name", "pending", "queue", "server")
+
+    def __init__(self, name: str, fifo: bool, server: int = -1) -> None:
         self.name = name
-        self.begin = begin  # starts an item on this station (``_PSJob._begin_*``)
-        self.queue: list[tuple] = []
+        self.fifo = fifo
+        self.queue: list[tuple] | deque[tuple] = deque() if fifo else []
         self.free_at = 0.0
         self.pending = False
         self.server = server
+        # Set by ``_PSJob._bind``: ``begin(st, item)`` starts ``item`` on this idle station;
+        # ``begin(st)``, the event at ``free_at``, serves the queue.
+        self.begin: Callable[..., None] = _unbound
+
+
+def _unbound(*_args: object) -> None:
+    raise RuntimeError("station used before _PSJob._bind")
 
 
 def build_problem(spec: RunSpec, setup: ComputeSetup) -> PSProblem:
@@ -179,7 +190,6 @@ class _PSJob(ComputeJob):
         self.server_priority = plan.server_order == "priority"
         self.async_mode = plan.server_mode == "async"
         self.sync_mode = plan.server_mode == "sync"
-        self.pull_priority = plan.pull_order == "priority"
         self.cross_barrier = plan.cross_barrier
         self.tasks_of_layer: list[list[int]] = [[] for _ in range(self.n_layers)]
         for i, t in enumerate(plan.tasks):
@@ -190,32 +200,40 @@ class _PSJob(ComputeJob):
         self.keyless = [i for i, n in enumerate(self.n_parts) if n == 0]
         self.group_size = [g.count for g in setup.groups]
         self.workers = setup.workers
-        self.uplink = [_Station(f"uplink[{g.label}]", self._begin_up) for g in setup.groups]
-        self.downlink = [_Station(f"downlink[{g.label}]", self._begin_down) for g in setup.groups]
+        # Queues in arrival order are deques (see ``_Station``); a server's NIC queues also
+        # take migrations, which go first, so they are heaps whenever keys may move.
+        up_fifo = plan.push_order not in ("priority", "random")
+        down_fifo = plan.pull_order not in ("priority", "random")
+        cpu_fifo = not self.server_priority
+        nic_fifo = cpu_fifo and plan.controller is None
+        self.fifo = (up_fifo, down_fifo, cpu_fifo, nic_fifo)
+        self.uplink = [_Station(f"uplink[{g.label}]", up_fifo) for g in setup.groups]
+        self.downlink = [_Station(f"downlink[{g.label}]", down_fifo) for g in setup.groups]
         if self.n_groups == 1:
             self.uplink[0].name, self.downlink[0].name = "uplink", "downlink"
-        self.s_in = [_Station(f"ps{j}.in", self._begin_in, j) for j in range(n_servers)]
-        self.s_cpu = [_Station(f"ps{j}.cpu", self._begin_agg, j) for j in range(n_servers)]
-        self.s_out = [_Station(f"ps{j}.out", self._begin_out, j) for j in range(n_servers)]
-        self.seq = 0
-        self._evq, self._evseq = self.loop.raw()
-        self.serve_next_cb = self._serve_next
-        self.pulled_cb = self._pulled_end
-        self.arrived_cb = self._arrived_end
-        self.aggregated_cb = self._aggregated_end
+        self.s_in = [_Station(f"ps{j}.in", nic_fifo, j) for j in range(n_servers)]
+        self.s_cpu = [_Station(f"ps{j}.cpu", cpu_fifo, j) for j in range(n_servers)]
+        self.s_out = [_Station(f"ps{j}.out", nic_fifo, j) for j in range(n_servers)]
         # Orders: per (order draw, iteration) priority of each task on the worker queues.
         self.order_draw = list(range(self.n_groups)) if order_draw is None else list(order_draw)
         if len(self.order_draw) != self.n_groups:
             raise ValueError(f"order_draw has {len(self.order_draw)} entries, not one per group")
         self.rng = random.Random(spec.seed * 7919 + 17)
-        self.random_prio: dict[tuple[int, int], list[int]] = {}
-        # Per-iteration state.
+        # ``random_prio[draw][it]``: the draw's layer places in iteration ``it`` (None: not
+        # drawn yet; drawn on first use, so the draws come in event order).
+        n_draws = max(self.order_draw, default=-1) + 1
+        self.random_prio: list[list[list[int] | None]] = [
+            [None] * self.n_iter for _ in range(n_draws)
+        ]
+        # Per-iteration state, per group (``[g][it]``) or per iteration (``[it]``); None until
+        # the iteration's first gradient on the group (``_group_state``) or anywhere
+        # (``_assignment``).
         self.assign = [t.server for t in plan.tasks]
-        self.assign_of: dict[int, list[int]] = {}
-        self.parts_left: dict[tuple[int, int], list[int]] = {}
-        self.layers_left: dict[tuple[int, int], int] = {}
-        self.arrived: dict[tuple[int, int], int] = {}
-        self.round_left: dict[int, int] = {}
+        self.assign_of: list[list[int] | None] = [None] * self.n_iter
+        self.parts_left: list[list[list[int] | None]] = [[None] * self.n_iter for _ in setup.groups]
+        self.layers_left = [[0] * self.n_iter for _ in setup.groups]
+        self.arrived: list[list[int] | None] = [None] * self.n_iter  # pushes in, per task
+        self.round_left = [0] * self.n_iter
         self.completed_round = [-1] * len(plan.tasks)
         self.version = [0] * len(plan.tasks)
         self.read_version: dict[tuple[int, int], int] = {}
@@ -229,6 +247,8 @@ class _PSJob(ComputeJob):
         # Per group and iteration: when the group's last push left its uplink (see
         # ``straggler_times``); written once per group and iteration, off the per-event path.
         self.push_done = [[0.0] * self.n_iter for _ in setup.groups]
+        self._evq, self._evseq = self.loop.raw()
+        self._bind()
 
     # -- per-iteration state ----------------------------------------------------------------
     def _group_state(self, g: int, it: int) -> None:
@@ -236,47 +256,31 @@ class _PSJob(ComputeJob):
             # The first gradient of ``it``: every push of ``it - 1`` has left the uplink (the
             # forward of ``it`` needed their pulls), and nothing else has used it since.
             self.push_done[g][it - 1] = self.uplink[g].free_at
-        self.parts_left[g, it] = list(self.n_parts)
-        self.layers_left[g, it] = self.n_layers - len(self.keyless)
+        self.parts_left[g][it] = list(self.n_parts)
+        self.layers_left[g][it] = self.n_layers - len(self.keyless)
         for layer in self.keyless:
             self.synced.append((g, it, layer, self.loop.now))
 
     def _assignment(self, it: int) -> list[int]:
-        a = self.assign_of.get(it)
+        a = self.assign_of[it]
         if a is None:
             a = self.assign_of[it] = list(self.assign)
             self.round_left[it] = len(self.tasks) * self.n_groups
+            self.arrived[it] = [0] * len(self.tasks)
         return a
-
-    def _worker_key(self, order: str, g: int, it: int, task: int) -> tuple[int, int]:
-        if order == "priority":
-            return (it, self.priority[task])
-        if order == "random":
-            return (it, self._random_order(g, it)[self.task_layer[task]])
-        return (0, 0)  # arrival order
 
     def _random_order(self, g: int, it: int) -> list[int]:
         """Group ``g``'s random transfer order in iteration ``it``: each layer's place."""
-        draw = self.order_draw[g]
-        perm = self.random_prio.get((draw, it))
+        row = self.random_prio[self.order_draw[g]]
+        perm = row[it]
         if perm is None:
             perm = list(range(self.n_layers))
             self.rng.shuffle(perm)
-            self.random_prio[draw, it] = perm
+            row[it] = perm
         return perm
 
     # -- hooks ----------------------------------------------------------------------------
-    def params_ready(self, g: int, it: int, layer: int) -> bool:
-        src = it - 1
-        if src < 0:
-            return True
-        key = (g, src)
-        if key not in self.parts_left:
-            return False
-        if self.plan.cross_barrier:
-            return self.parts_left[key][layer] == 0
-        return self.layers_left[key] == 0
-
+    # ``params_ready`` and ``gradient_ready`` are bound per job (``_bind``).
     def network_busy(self, g: int) -> bool:
         now = self.loop.now
         return self.uplink[g].free_at > now or self.downlink[g].free_at > now
@@ -285,149 +289,475 @@ class _PSJob(ComputeJob):
         """Busy time of the first group's busier NIC direction (push or pull)."""
         return float(max(self.comm_up[it], self.comm_down[it]))
 
-    def gradient_ready(self, g: int, it: int, layer: int) -> None:
-        if (g, it) not in self.parts_left:
-            self._group_state(g, it)
-        assign = self._assignment(it)
-        order = self.plan.push_order
-        uplink = self.uplink[g]
-        tasks = self.tasks_of_layer[layer]
-        if order == "priority":
-            for task in tasks:
-                item = (_UP, it, task, g, assign[task], 0.0)
-                self._enqueue(uplink, it, self.priority[task], item)
-        elif order == "random":  # every part of a layer has the layer's place in the draw
-            k2 = self._random_order(g, it)[layer]
-            for task in tasks:
-                self._enqueue(uplink, it, k2, (_UP, it, task, g, assign[task], 0.0))
-        else:
-            for task in tasks:
-                self._enqueue(uplink, 0, 0, (_UP, it, task, g, assign[task], 0.0))
-
     # -- stations -------------------------------------------------------------------------
-    # The hot path of the PS arena (several events per key, per group and per iteration): kept
-    # flat on purpose. Events go straight onto the loop's heap (``EventLoop.raw``), every kind
-    # of end has its own pre-bound callback (no dispatch), and the sort keys are computed
-    # inline. A station's queue is ordered by (k1, k2, arrival sequence).
-    def _enqueue(self, st: _Station, k1: int, k2: int, item: tuple) -> None:
-        if st.pending or st.free_at > self.loop.now:
-            heappush(st.queue, (k1, k2, self.seq, item))
-            self.seq += 1
-            if not st.pending:
-                st.pending = True
-                heappush(self._evq, (st.free_at, next(self._evseq), self.serve_next_cb, (st,)))
-        else:
-            st.begin(st, item)
+    def _bind(self) -> None:
+        """Build the hot path of the PS arena (several events per key, per group and per
+        iteration) as closures over this job's state, kept flat on purpose: what is constant
+        for the run is a local of this function (no attribute look-ups per event), events go
+        straight onto the loop's heap (``EventLoop.raw``), every kind of end has its own
+        callback (no dispatch), enqueueing is inlined with the sort keys computed in place,
+        and transfer times that do not change from one iteration to the next are computed
+        once (the same operations in the same order: the same floats).
 
-    def _serve_next(self, st: _Station) -> None:
-        st.pending = False
-        if st.queue:
-            st.begin(st, heappop(st.queue)[3])
+        ``begin_*(st, it, task, g, ...)``: start an item (iteration, task, group, and the
+        server and the earliest end where the station needs them) on the idle station ``st``
+        now, record it, schedule what its end triggers; ``begin_*(st)``, the event at
+        ``st.free_at`` when something waits: serve the queue (see ``_Station``). Group -1 is
+        every group (a synchronous round); task -1 is a migration (PSLD), its bytes in the
+        group's place. ``*_end``: the events at the end of a transfer or an aggregation."""
+        loop = self.loop
+        evq, evseq = self._evq, self._evseq
+        sizes = self.sizes
+        prio = self.priority
+        task_layer = self.task_layer
+        labels = self.labels
+        tasks_of_layer = self.tasks_of_layer
+        group_size = self.group_size
+        workers = self.workers
+        n_groups = self.n_groups
+        uplink, downlink = self.uplink, self.downlink
+        s_in, s_cpu, s_out = self.s_in, self.s_cpu, self.s_out
+        timeline = self.timeline
+        recorded = [self.tl_from <= it < self.tl_to for it in range(self.n_iter)]
+        comm_up, comm_down = self.comm_up, self.comm_down
+        busy_s = self.busy_s
+        cpu_factor = self.cpu_factor_l
+        parts_left, layers_left = self.parts_left, self.layers_left
+        assign_of, round_left, arrived = self.assign_of, self.round_left, self.arrived
+        completed_round = self.completed_round
+        staleness = self.staleness
+        synced = self.synced
+        random_prio, order_draw = self.random_prio, self.order_draw
+        avail, busy = self.avail, self.busy  # the compute side's (lists of the groups')
+        group_state, assignment, random_order = (
+            self._group_state,
+            self._assignment,
+            self._random_order,
+        )
+        server_priority = self.server_priority
+        async_mode, sync_mode = self.async_mode, self.sync_mode
+        cross_barrier = self.cross_barrier
+        push_order, pull_order = self.plan.push_order, self.plan.pull_order
+        up_fifo, down_fifo, cpu_fifo, nic_fifo = self.fifo
+        pull_random = pull_order == "random"
+        # Steady-state constants: a push or pull on a worker NIC of each task (alpha + S/B_w),
+        # a round's aggregation before the CPU slow-down (n*S / agg_rate), the server NIC's
+        # bandwidth per server and iteration (B_s times the straggler factor).
+        alpha, bw_worker, bw_server = self.alpha, self.bw_worker, self.bw_server
+        agg_rate = self.agg_rate
+        link_s = [alpha + size / bw_worker for size in sizes]
+        agg_s = [workers * size / agg_rate for size in sizes]
+        # Bytes a server moves for a group's transfer of each task, ``[-1]``: every worker's
+        # (one row per distinct group size).
+        rows: dict[int, list[int]] = {}
+        for m in (*group_size, workers):
+            if m not in rows:
+                rows[m] = [m * size for size in sizes]
+        group_bytes = [rows[m] for m in (*group_size, workers)]
+        server_bw = [[bw_server * f for f in row] for row in self.bw_factor_l]
+        seq = 0  # arrival sequence of the heap queues
+        # Per layer, its tasks cut into runs of equal priority (in order), for the uplink.
+        prio_runs: list[list[tuple[int, list[int]]]] = []
+        for tasks in tasks_of_layer:
+            runs: list[tuple[int, list[int]]] = []
+            for task in tasks:
+                if runs and runs[-1][0] == prio[task]:
+                    runs[-1][1].append(task)
+                else:
+                    runs.append((prio[task], [task]))
+            prio_runs.append(runs)
+        n_parts = self.n_parts
+        # The downlinks a pull goes to: ``targets[g]`` for group ``g``, ``targets[-1]`` all.
+        targets = [(g,) for g in range(n_groups)] + [range(n_groups)]
 
-    # ``_begin_*``: start ``item`` on the idle station ``st`` now, record it, schedule what its
-    # end triggers. Each station has the one for its kind of resource (``_Station.begin``).
-    def _begin_up(self, st: _Station, item: tuple) -> None:
-        _, it, task, g, server, _ = item
-        now = self.loop.now
-        size = self.sizes[task]
-        end = now + (self.alpha + size / self.bw_worker)
-        # Cut-through: the server's NIC may start receiving now (``_enqueue``, inlined).
-        s_in = self.s_in[server]
-        if s_in.pending or s_in.free_at > now:
-            if self.server_priority:
-                heappush(
-                    s_in.queue, (it, self.priority[task], self.seq, (_IN, it, task, g, server, end))
-                )
+        def enqueue(st: _Station, k1: int, k2: int, item: tuple) -> None:
+            """The general enqueue of ``item`` (``st.begin``'s arguments after the station);
+            the hot paths inline it."""
+            nonlocal seq
+            if st.pending or st.free_at > loop.now:
+                if st.fifo:
+                    st.queue.append(item)
+                else:
+                    heappush(st.queue, (k1, k2, seq, *item))
+                    seq += 1
+                if not st.pending:
+                    st.pending = True
+                    heappush(evq, (st.free_at, next(evseq), st.begin, (st,)))
             else:
-                heappush(s_in.queue, (0, 0, self.seq, (_IN, it, task, g, server, end)))
-            self.seq += 1
-            if not s_in.pending:
-                s_in.pending = True
-                heappush(self._evq, (s_in.free_at, next(self._evseq), self.serve_next_cb, (s_in,)))
-        else:
-            self._begin_in(s_in, (_IN, it, task, g, server, end))
-        if g == 0:
-            self.comm_up[it] += end - now
-        if self.tl_from <= it < self.tl_to:
-            self.timeline.append((it, st.name, "push", self.labels[task], now, end, size))
-        st.free_at = end
-        if st.queue:
+                st.begin(st, *item)
+
+        def params_ready(g: int, it: int, layer: int) -> bool:
+            if it < 1:
+                return True
+            parts = parts_left[g][it - 1]
+            if parts is None:
+                return False
+            if cross_barrier:
+                return parts[layer] == 0
+            return layers_left[g][it - 1] == 0
+
+        def gradient_ready(g: int, it: int, layer: int) -> None:
+            nonlocal seq
+            if parts_left[g][it] is None:
+                group_state(g, it)
+            assign = assign_of[it]
+            if assign is None:
+                assign = assignment(it)
+            st = uplink[g]
+            q = st.queue
+            now = loop.now
+            if not up_fifo:
+                # Keys in priority order: a run of the layer's tasks with one key is queued as
+                # one entry (see ``_Station``); they start directly while the uplink is idle.
+                if push_order == "priority":
+                    runs = prio_runs[layer]
+                else:  # random: every part of a layer has the layer's place in the draw
+                    perm = random_prio[order_draw[g]][it]
+                    if perm is None:
+                        perm = random_order(g, it)
+                    runs = ((perm[layer], tasks_of_layer[layer]),) if n_parts[layer] else ()
+                for k2, run in runs:
+                    i = 0
+                    while not (st.pending or st.free_at > now):
+                        task = run[i]
+                        begin_up(st, it, task, g, assign[task])
+                        i += 1
+                        if i == len(run):
+                            break
+                    else:
+                        heappush(q, [it, k2, seq, it, g, run, i, assign])
+                        seq += 1
+                        if not st.pending:
+                            st.pending = True
+                            heappush(evq, (st.free_at, next(evseq), begin_up, (st,)))
+            else:  # arrival order
+                for task in tasks_of_layer[layer]:
+                    if st.pending or st.free_at > now:
+                        q.append((it, task, g, assign[task]))
+                        if not st.pending:
+                            st.pending = True
+                            heappush(evq, (st.free_at, next(evseq), begin_up, (st,)))
+                    else:
+                        begin_up(st, it, task, g, assign[task])
+
+        def begin_up(
+            st: _Station, it: int = -1, task: int = 0, g: int = 0, server: int = 0
+        ) -> None:
+            nonlocal seq
+            if it < 0:  # the item in service ended: serve the queue
+                st.pending = False
+                q = st.queue
+                if not q:
+                    return
+                if up_fifo:
+                    it, task, g, server = q.popleft()
+                else:  # the next task of the first run
+                    entry = q[0]
+                    _, _, _, it, g, run, i, assign = entry
+                    task = run[i]
+                    server = assign[task]
+                    if i + 1 == len(run):
+                        heappop(q)
+                    else:
+                        entry[6] = i + 1
+            now = loop.now
+            end = now + link_s[task]
+            # Cut-through: the server's NIC may start receiving now (enqueue, inlined).
+            si = s_in[server]
+            if si.pending or si.free_at > now:
+                if nic_fifo:
+                    si.queue.append((it, task, g, server, end))
+                elif server_priority:
+                    heappush(si.queue, (it, prio[task], seq, it, task, g, server, end))
+                    seq += 1
+                else:
+                    heappush(si.queue, (0, 0, seq, it, task, g, server, end))
+                    seq += 1
+                if not si.pending:
+                    si.pending = True
+                    heappush(evq, (si.free_at, next(evseq), begin_in, (si,)))
+            else:
+                begin_in(si, it, task, g, server, end)
+            if g == 0:
+                comm_up[it] += end - now
+            if recorded[it]:
+                timeline.append((it, st.name, "push", labels[task], now, end, sizes[task]))
+            st.free_at = end
+            if st.queue:
+                st.pending = True
+                heappush(evq, (end, next(evseq), begin_up, (st,)))
+
+        def begin_down(
+            st: _Station, it: int = -1, task: int = 0, g: int = 0, min_end: float = 0.0
+        ) -> None:
+            if it < 0:
+                st.pending = False
+                q = st.queue
+                if not q:
+                    return
+                if down_fifo:
+                    it, task, g, min_end = q.popleft()
+                else:
+                    _, _, _, it, task, g, min_end = heappop(q)
+            now = loop.now
+            end = now + link_s[task]
+            if end < min_end:
+                end = min_end
+            if g == 0:
+                comm_down[it] += end - now
+            if recorded[it]:
+                timeline.append((it, st.name, "pull", labels[task], now, end, sizes[task]))
+            st.free_at = end
             st.pending = True
-            heappush(self._evq, (end, next(self._evseq), self.serve_next_cb, (st,)))
+            heappush(evq, (end, next(evseq), pulled_end, (st, it, task, g)))
 
-    def _begin_down(self, st: _Station, item: tuple) -> None:
-        _, it, task, g, _, min_end = item
-        now = self.loop.now
-        size = self.sizes[task]
-        end = now + (self.alpha + size / self.bw_worker)
-        if end < min_end:
-            end = min_end
-        if g == 0:
-            self.comm_down[it] += end - now
-        if self.tl_from <= it < self.tl_to:
-            self.timeline.append((it, st.name, "pull", self.labels[task], now, end, size))
-        st.free_at = end
-        st.pending = True
-        heappush(self._evq, (end, next(self._evseq), self.pulled_cb, (st, it, task, g)))
-
-    def _begin_in(self, st: _Station, item: tuple) -> None:
-        kind, it, task, g, server, min_end = item
-        if kind != _IN:
-            self._begin_migration(st, item)
-            return
-        now = self.loop.now
-        size = self.sizes[task]
-        end = now + self.group_size[g] * size / (self.bw_server * self.bw_factor_l[server][it])
-        if end < min_end:
-            end = min_end
-        st.free_at = end
-        self.busy_s[server][it] += end - now
-        if self.tl_from <= it < self.tl_to:
-            self.timeline.append((it, st.name, "push", self.labels[task], now, end, size))
-        st.pending = True
-        heappush(self._evq, (end, next(self._evseq), self.arrived_cb, (st, it, task, g, server)))
-
-    def _begin_agg(self, st: _Station, item: tuple) -> None:
-        _, it, task, g, server, _ = item
-        now = self.loop.now
-        size = self.sizes[task]
-        m = self.group_size[g] if self.async_mode else self.workers
-        end = now + m * size / self.agg_rate * self.cpu_factor_l[server][it]
-        st.free_at = end
-        self.busy_s[server][it] += end - now
-        if self.tl_from <= it < self.tl_to:
-            self.timeline.append((it, st.name, "aggregate", self.labels[task], now, end, size))
-        st.pending = True
-        heappush(self._evq, (end, next(self._evseq), self.aggregated_cb, (st, it, task, g, server)))
-
-    def _begin_out(self, st: _Station, item: tuple) -> None:
-        kind, it, task, g, server, _ = item
-        if kind != _OUT:
-            self._begin_migration(st, item)
-            return
-        now = self.loop.now
-        size = self.sizes[task]
-        m = self.workers if g < 0 else self.group_size[g]
-        end = now + m * size / (self.bw_server * self.bw_factor_l[server][it])
-        if self.pull_priority:
-            k2 = self.priority[task]
-            for tg in range(self.n_groups) if g < 0 else (g,):
-                self._enqueue(self.downlink[tg], it, k2, (_DOWN, it, task, tg, server, end))
-        else:
-            for tg in range(self.n_groups) if g < 0 else (g,):
-                k1, k2 = self._worker_key(self.plan.pull_order, tg, it, task)
-                self._enqueue(self.downlink[tg], k1, k2, (_DOWN, it, task, tg, server, end))
-        st.free_at = end
-        self.busy_s[server][it] += end - now
-        if self.tl_from <= it < self.tl_to:
-            self.timeline.append((it, st.name, "pull", self.labels[task], now, end, size))
-        if st.queue:
+        def begin_in(
+            st: _Station,
+            it: int = -1,
+            task: int = 0,
+            g: int = 0,
+            server: int = 0,
+            min_end: float = 0.0,
+        ) -> None:
+            if it < 0:
+                st.pending = False
+                q = st.queue
+                if not q:
+                    return
+                if nic_fifo:
+                    it, task, g, server, min_end = q.popleft()
+                else:
+                    _, _, _, it, task, g, server, min_end = heappop(q)
+            if task < 0:
+                self._begin_migration(st, it, g, server)
+                return
+            now = loop.now
+            end = now + group_bytes[g][task] / server_bw[server][it]
+            if end < min_end:
+                end = min_end
+            st.free_at = end
+            busy_s[server][it] += end - now
+            if recorded[it]:
+                timeline.append((it, st.name, "push", labels[task], now, end, sizes[task]))
             st.pending = True
-            heappush(self._evq, (end, next(self._evseq), self.serve_next_cb, (st,)))
+            heappush(evq, (end, next(evseq), arrived_end, (st, it, task, g, server)))
 
-    def _begin_migration(self, st: _Station, item: tuple) -> None:
-        """Moving keys between servers (PSLD): the bytes are carried in the item's group."""
-        _, it, _, size, server, _ = item
+        def begin_agg(
+            st: _Station, it: int = -1, task: int = 0, g: int = 0, server: int = 0
+        ) -> None:
+            if it < 0:
+                st.pending = False
+                q = st.queue
+                if not q:
+                    return
+                if cpu_fifo:
+                    it, task, g, server = q.popleft()
+                else:
+                    _, _, _, it, task, g, server = heappop(q)
+            now = loop.now
+            if async_mode:
+                end = now + group_bytes[g][task] / agg_rate * cpu_factor[server][it]
+            else:
+                end = now + agg_s[task] * cpu_factor[server][it]
+            st.free_at = end
+            busy_s[server][it] += end - now
+            if recorded[it]:
+                timeline.append((it, st.name, "aggregate", labels[task], now, end, sizes[task]))
+            st.pending = True
+            heappush(evq, (end, next(evseq), aggregated_end, (st, it, task, g, server)))
+
+        def begin_out(
+            st: _Station, it: int = -1, task: int = 0, g: int = 0, server: int = 0
+        ) -> None:
+            nonlocal seq
+            if it < 0:
+                st.pending = False
+                q = st.queue
+                if not q:
+                    return
+                if nic_fifo:
+                    it, task, g, server = q.popleft()
+                else:
+                    _, _, _, it, task, g, server = heappop(q)
+            if task < 0:
+                self._begin_migration(st, it, g, server)
+                return
+            now = loop.now
+            end = now + group_bytes[g][task] / server_bw[server][it]
+            k2 = prio[task]  # the priority order's
+            for tg in targets[g]:
+                dl = downlink[tg]
+                if dl.pending or dl.free_at > now:
+                    if down_fifo:
+                        dl.queue.append((it, task, tg, end))
+                    else:
+                        if pull_random:
+                            perm = random_prio[order_draw[tg]][it]
+                            if perm is None:
+                                perm = random_order(tg, it)
+                            k2 = perm[task_layer[task]]
+                        heappush(dl.queue, (it, k2, seq, it, task, tg, end))
+                        seq += 1
+                    if not dl.pending:
+                        dl.pending = True
+                        heappush(evq, (dl.free_at, next(evseq), begin_down, (dl,)))
+                else:
+                    if pull_random and random_prio[order_draw[tg]][it] is None:
+                        random_order(tg, it)  # drawn now, as when the key is computed
+                    begin_down(dl, it, task, tg, end)
+            st.free_at = end
+            busy_s[server][it] += end - now
+            if recorded[it]:
+                timeline.append((it, st.name, "pull", labels[task], now, end, sizes[task]))
+            if st.queue:
+                st.pending = True
+                heappush(evq, (end, next(evseq), begin_out, (st,)))
+
+        def pulled_end(st: _Station, it: int, task: int, g: int) -> None:
+            """``task`` of iteration ``it`` is up to date on group ``g``."""
+            st.pending = False
+            parts = parts_left[g][it]
+            layer = task_layer[task]
+            left = parts[layer] - 1
+            parts[layer] = left
+            if left == 0:
+                left = layers_left[g][it] - 1
+                layers_left[g][it] = left
+                synced.append((g, it, layer, loop.now))
+                # Behind a global barrier a forward can start only once every layer is in;
+                # across it, only a forward of this layer can (one the group is waiting to run).
+                if (left == 0 or (cross_barrier and layer in avail[g])) and not busy[g]:
+                    try_compute(g)  # ``wake(g)``
+            left = round_left[it] - 1
+            round_left[it] = left
+            if left == 0:
+                self._round_done(it)
+            q = st.queue
+            if q and not st.pending:
+                if down_fifo:
+                    it, task, g, min_end = q.popleft()
+                else:
+                    _, _, _, it, task, g, min_end = heappop(q)
+                begin_down(st, it, task, g, min_end)
+
+        def arrived_end(st: _Station, it: int, task: int, g: int, server: int) -> None:
+            """A push of ``task`` from group ``g`` is in at ``server``."""
+            nonlocal seq
+            st.pending = False
+            if sync_mode:  # aggregate once every group's push is in (enqueue, inlined)
+                if n_groups == 1:
+                    complete = True
+                else:
+                    counts = arrived[it]
+                    count = counts[task] + 1
+                    counts[task] = count
+                    complete = count == n_groups
+                if complete:
+                    sc = s_cpu[server]
+                    if sc.pending or sc.free_at > loop.now:
+                        if cpu_fifo:
+                            sc.queue.append((it, task, -1, server))
+                        else:  # in server priority order
+                            heappush(sc.queue, (it, prio[task], seq, it, task, -1, server))
+                            seq += 1
+                        if not sc.pending:
+                            sc.pending = True
+                            heappush(evq, (sc.free_at, next(evseq), begin_agg, (sc,)))
+                    else:
+                        begin_agg(sc, it, task, -1, server)
+            else:
+                if server_priority:
+                    k1, k2 = it, prio[task]
+                else:
+                    k1 = k2 = 0
+                if async_mode:
+                    enqueue(s_cpu[server], k1, k2, (it, task, g, server))
+                else:  # eager: serve the pull now with the newest complete round
+                    staleness.append(float(it - completed_round[task] - 1))
+                    enqueue(s_out[server], k1, k2, (it, task, g, server))
+                    if n_groups == 1:
+                        enqueue(s_cpu[server], k1, k2, (it, task, -1, server))
+                    else:  # wait for every group's push
+                        counts = arrived[it]
+                        count = counts[task] + 1
+                        counts[task] = count
+                        if count == n_groups:
+                            enqueue(s_cpu[server], k1, k2, (it, task, -1, server))
+            q = st.queue
+            if q and not st.pending:
+                if nic_fifo:
+                    it, task, g, server, min_end = q.popleft()
+                else:
+                    _, _, _, it, task, g, server, min_end = heappop(q)
+                begin_in(st, it, task, g, server, min_end)
+
+        def aggregated_end(st: _Station, it: int, task: int, g: int, server: int) -> None:
+            """The server summed ``task``'s pushes (of one group in async mode, else all)."""
+            nonlocal seq
+            st.pending = False
+            if async_mode:
+                self._applied(g, task)
+                k1, k2 = (it, prio[task]) if server_priority else (0, 0)
+                enqueue(s_out[server], k1, k2, (it, task, g, server))
+            else:
+                if it > completed_round[task]:
+                    completed_round[task] = it
+                if sync_mode:  # the round's pull (enqueue, inlined)
+                    so = s_out[server]
+                    if so.pending or so.free_at > loop.now:
+                        if nic_fifo:
+                            so.queue.append((it, task, -1, server))
+                        elif server_priority:
+                            heappush(so.queue, (it, prio[task], seq, it, task, -1, server))
+                            seq += 1
+                        else:
+                            heappush(so.queue, (0, 0, seq, it, task, -1, server))
+                            seq += 1
+                        if not so.pending:
+                            so.pending = True
+                            heappush(evq, (so.free_at, next(evseq), begin_out, (so,)))
+                    else:
+                        begin_out(so, it, task, -1, server)
+            q = st.queue
+            if q and not st.pending:
+                if cpu_fifo:
+                    it, task, g, server = q.popleft()
+                else:
+                    _, _, _, it, task, g, server = heappop(q)
+                begin_agg(st, it, task, g, server)
+
+        for stations, begin in (
+            (uplink, begin_up),
+            (downlink, begin_down),
+            (s_in, begin_in),
+            (s_cpu, begin_agg),
+            (s_out, begin_out),
+        ):
+            for st in stations:
+                st.begin = begin
+        self._enqueue = enqueue
+        # The compute side's hooks (instance attributes shadow the class's methods), bound
+        # into its handlers; ``pulled_end`` wakes a group with the handler bound with them.
+        self.params_ready = params_ready  # type: ignore[method-assign]
+        self.gradient_ready = gradient_ready  # type: ignore[method-assign]
+        self._bind_compute()
+        try_compute = self.try_compute
+
+    def _applied(self, g: int, task: int) -> None:
+        """Async mode: group ``g``'s pushes of ``task`` are applied.
+
+        ASGD staleness of each of the group's m pushes: they are applied one after another
+        and each worker pulls right after its own, so every one of them has missed its m-1
+        siblings' updates plus what other groups applied since (the same number however
+        identical workers are grouped for simulation; n-1 for n in lockstep)."""
+        m = self.group_size[g]
+        others = max(0, self.version[task] - self.read_version.get((g, task), 0))
+        self.staleness.extend([float(others + m - 1)] * m)
+        self.version[task] += m
+        self.read_version[g, task] = self.version[task]
+
+    def _begin_migration(self, st: _Station, it: int, size: int, server: int) -> None:
+        """Moving keys between servers (PSLD): ``size`` bytes for iteration ``it``."""
         now = self.loop.now
         end = now + size / (self.bw_server * self.bw_factor_l[server][min(it, self.n_iter - 1)])
         st.free_at = end
@@ -436,78 +766,7 @@ class _PSJob(ComputeJob):
             self.timeline.append((it, st.name, "migrate", "keys", now, end, size))
         if st.queue:
             st.pending = True
-            heappush(self._evq, (end, next(self._evseq), self.serve_next_cb, (st,)))
-
-    def _pulled_end(self, st: _Station, it: int, task: int, g: int) -> None:
-        """``task`` of iteration ``it`` is up to date on group ``g``."""
-        st.pending = False
-        parts = self.parts_left[g, it]
-        layer = self.task_layer[task]
-        parts[layer] -= 1
-        if parts[layer] == 0:
-            left = self.layers_left[g, it] = self.layers_left[g, it] - 1
-            self.synced.append((g, it, layer, self.loop.now))
-            # Behind a global barrier a forward can start only once every layer is in; across
-            # it, only a forward of this layer can (one the group is waiting to run).
-            if left == 0 or (self.cross_barrier and layer in self.avail[g]):
-                self.wake(g)
-        left = self.round_left[it] = self.round_left[it] - 1
-        if left == 0:
-            self._round_done(it)
-        if st.queue and not st.pending:
-            st.begin(st, heappop(st.queue)[3])
-
-    def _arrived_end(self, st: _Station, it: int, task: int, g: int, server: int) -> None:
-        """A push of ``task`` from group ``g`` is in at ``server``."""
-        st.pending = False
-        if self.server_priority:
-            k1, k2 = it, self.priority[task]
-        else:
-            k1 = k2 = 0
-        if self.async_mode:
-            self._enqueue(self.s_cpu[server], k1, k2, (_AGG, it, task, g, server, 0.0))
-        else:
-            if not self.sync_mode:  # eager: serve the pull now with the newest complete round
-                self.staleness.append(float(it - self.completed_round[task] - 1))
-                self._enqueue(self.s_out[server], k1, k2, (_OUT, it, task, g, server, 0.0))
-            if self.n_groups == 1:
-                self._enqueue(self.s_cpu[server], k1, k2, (_AGG, it, task, -1, server, 0.0))
-            else:  # wait for every group's push
-                key = (it, task)
-                count = self.arrived.get(key, 0) + 1
-                if count < self.n_groups:
-                    self.arrived[key] = count
-                else:
-                    del self.arrived[key]
-                    self._enqueue(self.s_cpu[server], k1, k2, (_AGG, it, task, -1, server, 0.0))
-        if st.queue and not st.pending:
-            st.begin(st, heappop(st.queue)[3])
-
-    def _aggregated_end(self, st: _Station, it: int, task: int, g: int, server: int) -> None:
-        """The server summed ``task``'s pushes (of one group in async mode, else all)."""
-        st.pending = False
-        if self.server_priority:
-            k1, k2 = it, self.priority[task]
-        else:
-            k1 = k2 = 0
-        if self.async_mode:
-            # ASGD staleness of each of the group's m pushes: they are applied one after
-            # another and each worker pulls right after its own, so every one of them has missed
-            # its m-1 siblings' updates plus what other groups applied since (the same number
-            # however identical workers are grouped for simulation; n-1 for n in lockstep).
-            m = self.group_size[g]
-            others = max(0, self.version[task] - self.read_version.get((g, task), 0))
-            self.staleness.extend([float(others + m - 1)] * m)
-            self.version[task] += m
-            self.read_version[g, task] = self.version[task]
-            self._enqueue(self.s_out[server], k1, k2, (_OUT, it, task, g, server, 0.0))
-        else:
-            if it > self.completed_round[task]:
-                self.completed_round[task] = it
-            if self.sync_mode:
-                self._enqueue(self.s_out[server], k1, k2, (_OUT, it, task, -1, server, 0.0))
-        if st.queue and not st.pending:
-            st.begin(st, heappop(st.queue)[3])
+            heappush(self._evq, (end, next(self._evseq), st.begin, (st,)))
 
     def _round_done(self, it: int) -> None:
         self.round_end[it] = self.loop.now
@@ -532,8 +791,10 @@ class _PSJob(ComputeJob):
         self.assign = list(new)
         for (src, dst), size in sorted(moved.items()):
             self.migrated_bytes += size
-            self._enqueue(self.s_out[src], -1, -1, (_MIGRATE_OUT, it + 1, -1, size, src, 0.0))
-            self._enqueue(self.s_in[dst], -1, -1, (_MIGRATE_IN, it + 1, -1, size, dst, 0.0))
+            # A migration is an item of task -1 carrying its bytes as its group; it goes
+            # before every transfer waiting at the server.
+            self._enqueue(self.s_out[src], -1, -1, (it + 1, -1, size, src))
+            self._enqueue(self.s_in[dst], -1, -1, (it + 1, -1, size, dst, 0.0))
 
     # -- results --------------------------------------------------------------------------
     def straggler_times(self) -> list[float]:
