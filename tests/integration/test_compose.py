@@ -1,0 +1,147 @@
+"""`docker compose -f docker/compose.yml up` brings up the whole lab: PostgreSQL, Redis, the
+portal, a Celery worker with the docker executor and beat, all in containers of the project's
+images (made locally: `LAB_LOCAL_SERVICES=1 scripts/images.sh`, since nothing can be pulled
+here); an experiment posted to its API runs in runner containers and succeeds. Debian's
+docker-compose 1.29 (`.ci/run` installs it); skipped without an engine (failed under
+LAB_REQUIRE_SERVICES=1)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require_binary, wait_for
+from tests.integration.stack import free_port
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _skip_or_fail(message: str) -> None:
+    if os.environ.get("LAB_REQUIRE_SERVICES") == "1":
+        pytest.fail(message + "; LAB_REQUIRE_SERVICES=1 forbids skipping")
+    pytest.skip(message)
+
+
+@pytest.fixture
+def lab(tmp_path):
+    compose = require_binary("docker-compose")
+    if subprocess.run(["docker", "info"], capture_output=True).returncode:
+        _skip_or_fail("no Docker engine: start dockerd, or run .ci/run")
+    built = subprocess.run(
+        ["scripts/images.sh", "runner", "portal", "services"],
+        cwd=ROOT, env={**os.environ, "LAB_LOCAL_SERVICES": "1"},
+        capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+    results = Path(f"/tmp/lab-compose-{secrets.token_hex(4)}")  # same path in and out
+    results.mkdir(mode=0o755)
+    os.chown(results, 1000, 1000)  # the images' user
+    port = free_port()
+    password = secrets.token_urlsafe(12)
+    env_file = tmp_path / "lab.env"
+    env_file.write_text(
+        "\n".join(
+            [
+                f"DJANGO_SECRET_KEY={secrets.token_urlsafe(40)}",
+                f"POSTGRES_PASSWORD={secrets.token_urlsafe(16)}",
+                f"LAB_DOCKER_GID={os.stat('/var/run/docker.sock').st_gid}",
+                f"LAB_RESULTS_DIR={results}",
+                f"LAB_WEB_PORT={port}",
+                f"LAB_REDIS_PUBLISH_PORT={free_port()}",
+                f"LAB_POSTGRES_PUBLISH_PORT={free_port()}",
+                "LAB_REDIS_IMAGE=lab-redis:bookworm",
+                "LAB_POSTGRES_IMAGE=lab-postgres:bookworm",
+                f"LAB_ENV_FILE={env_file}",
+                "LAB_ADMIN_USER=admin",
+                f"LAB_ADMIN_PASSWORD={password}",
+                "LAB_RECONCILE_INTERVAL_S=1",
+                "",
+            ]
+        )
+    )
+    # compose prefers the shell's variables to the env file's: none of the test process's.
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("LAB_", "DJANGO_", "DATABASE_URL", "REDIS_URL"))}  # fmt: skip
+    project = f"labtest{secrets.token_hex(3)}"
+    base = [compose, "-p", project, "--env-file", str(env_file), "-f", "docker/compose.yml"]
+
+    def run(*args: str, timeout: float = 600) -> str:
+        out = subprocess.run(
+            [*base, *args], cwd=ROOT, env=clean, capture_output=True, text=True, timeout=timeout
+        )
+        assert out.returncode == 0, f"{' '.join(args)}:\n{out.stdout[-2000:]}{out.stderr[-3000:]}"
+        return out.stdout
+
+    try:
+        run("up", "-d")
+        yield {"url": f"http://127.0.0.1:{port}", "run": run, "results": results}
+    finally:
+        logs = subprocess.run([*base, "logs", "--tail", "40"], cwd=ROOT, env=clean,
+                              capture_output=True, text=True)  # fmt: skip
+        print(logs.stdout[-6000:])
+        subprocess.run([*base, "down", "-v", "--timeout", "20"], cwd=ROOT, env=clean,
+                       capture_output=True)  # fmt: skip
+        subprocess.run(["docker", "container", "prune", "-f", "--filter", "label=lab.run-id"],
+                       capture_output=True)  # fmt: skip
+        shutil.rmtree(results, ignore_errors=True)
+
+
+def _get(url: str, token: str | None = None) -> tuple[int, bytes]:
+    headers = {"Authorization": f"Token {token}"} if token else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+    except OSError:
+        return 0, b""
+
+
+def test_compose_brings_up_the_lab_and_runs_an_experiment_in_containers(lab):
+    url = lab["url"]
+    wait_for(lambda: _get(url + "/healthz")[0] == 200, 300, 1.0, "the web container")
+    status, page = _get(url + "/accounts/login/")
+    assert status == 200 and b"csrfmiddlewaretoken" in page
+    token = lab["run"]("exec", "-T", "web", "/opt/lab/docker/entrypoint.sh", "manage",
+                       "apitoken", "admin").strip().splitlines()[-1]  # fmt: skip
+    body = json.dumps(
+        {
+            "name": "compose",
+            "system": "bytescheduler",
+            "baselines": ["wfbp"],
+            "workloads": ["resnet50-debug"],
+            "seeds": [0],
+            "iterations": 5,
+            "cluster": {"workers": 4, "bandwidth_gbps": 1.0},
+        }
+    ).encode()
+    request = urllib.request.Request(
+        url + "/api/experiments/", data=body, method="POST",
+        headers={"Authorization": f"Token {token}", "Content-Type": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(request, timeout=30) as r:
+        created = json.loads(r.read())
+
+    def finished() -> dict | None:
+        _, raw = _get(f"{url}/api/experiments/{created['id']}/", token)
+        data = json.loads(raw or b"{}")
+        return data if data.get("status") not in (None, "queued", "running") else None
+
+    data = wait_for(finished, 300, 1.0, "the experiment to finish")
+    assert data["status"] == "succeeded", data
+    for run in data["runs"]:
+        assert (run["host"], run["executor"]) == ("main", "docker")
+        manifest = json.loads(
+            (lab["results"] / "runs" / str(run["id"]) / "run" / "manifest.json").read_text()
+        )
+        assert manifest["container_image"]["image"] == "lab-runner:cpu"
