@@ -91,8 +91,13 @@ def lab(tmp_path):
         print(logs.stdout[-6000:])
         subprocess.run([*base, "down", "-v", "--timeout", "20"], cwd=ROOT, env=clean,
                        capture_output=True)  # fmt: skip
-        subprocess.run(["docker", "container", "prune", "-f", "--filter", "label=lab.run-id"],
-                       capture_output=True)  # fmt: skip
+        import docker  # this lab's run containers only (failed ones are kept by design)
+
+        for container in docker.from_env().containers.list(
+            all=True, filters={"label": "lab.run-id"}
+        ):
+            if container.labels.get("lab.home", "").startswith(str(results)):
+                container.remove(force=True)
         shutil.rmtree(results, ignore_errors=True)
 
 
