@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -80,11 +81,16 @@ def runner_image() -> dict[str, str]:
 
 
 @pytest.fixture
-def in_docker(settings, runner_image) -> dict[str, str]:
+def in_docker(settings, runner_image) -> Iterator[dict[str, str]]:
     settings.EXECUTOR = "docker"
     settings.RUNNER_IMAGE = runner_image["image"]
     settings.STOP_GRACE_S = 5.0
-    return runner_image
+    yield runner_image
+    import docker  # the containers this test kept (failed, cancelled): only its own
+
+    for container in docker.from_env().containers.list(all=True, filters={"label": "lab.run-id"}):
+        if container.labels.get("lab.home", "").startswith(str(settings.RESULTS_DIR)):
+            container.remove(force=True)
 
 
 def _container(run: Run):
