@@ -253,9 +253,6 @@ def launch_run(run_id: int) -> bool:
     run = Run.objects.filter(pk=run_id, state=Run.QUEUED).first()
     if run is None or (running.exists() and run.spec.get("mode") == "real"):
         return False
-    gpus = _claim_gpus(run)
-    if gpus is None:
-        return False  # not enough free GPUs here now: stays queued
     if not _transition(
         run_id,
         (Run.QUEUED,),
@@ -267,7 +264,12 @@ def launch_run(run_id: int) -> bool:
         host=settings.HOST_NAME,
         executor=settings.EXECUTOR,
     ):
-        _release_gpus(run)
+        return False
+    # Only the one actor that moved the run claims its GPUs (claims belong to the run, so a
+    # loser releasing "its" claims would release the winner's).
+    gpus = _claim_gpus(run)
+    if gpus is None:  # not enough free GPUs here now: back to waiting
+        _transition(run_id, (Run.RUNNING,), Run.QUEUED, started_at=None, host="")
         return False
     run.refresh_from_db()
     executor = executor_for(run.executor)
