@@ -191,3 +191,17 @@ def test_a_docker_run_of_this_host_is_stopped_by_its_worker_too(
     with django_capture_on_commit_callbacks(execute=True):
         assert actions.cancel_run(run)
     assert sent == [([run.pk], "host.main")]
+
+
+def test_a_second_host_launching_the_same_run_leaves_the_winners_gpus_alone(user, config, settings):
+    host("gpu-a", gpus=1)
+    host("gpu-b", gpus=1)
+    run = actions.create_experiment(user, gpu_run(config)).runs.get()
+    settings.HOST_NAME = "gpu-a"
+    assert actions.launch_run(run.pk)
+    settings.HOST_NAME = "gpu-b"
+    assert not actions.launch_run(run.pk), "already running on gpu-a"
+    claim = GpuClaim.objects.get(run=run, released_at=None)
+    assert claim.gpu.uuid == "GPU-gpu-a-0", "the winner keeps its GPU"
+    settings.HOST_NAME = "gpu-a"
+    actions.cancel_run(run)
