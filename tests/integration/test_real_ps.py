@@ -164,7 +164,7 @@ assert got == {p: n_messages - 1 for p in channel.peers}, got
 dist.barrier()
 dist.destroy_process_group()
 import os
-os.write(1, f"ok {me}\n".encode())  # one write: lines of the three ranks never interleave
+os.write(1, f"ok {me}\\n".encode())  # one write: lines of the three ranks never interleave
 """
 
 
