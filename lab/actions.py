@@ -169,7 +169,7 @@ def _enqueue_launches(run_ids: list[int]) -> None:
     worker takes runs it has slots and GPUs for); on a single machine, launch here."""
     from lab.runs.tasks import launch_run
 
-    if _hosts():
+    if _many_hosts_possible() and _hosts():
         dispatch()
         return
     for run_id in run_ids:
@@ -202,6 +202,14 @@ def executor_for(name: str) -> executors.Executor:
     )
 
 
+def _many_hosts_possible() -> bool:
+    """Hosts need a broker they share (Redis). The embedded filesystem broker serves one
+    machine, and its transport can hand a worker a message file before its writer has filled
+    it (kombu; seen in CI as a worker dying on JSONDecodeError) -- so it gets no fan-out
+    traffic: its worker reconciles its own host directly, as before hosts existed."""
+    return bool(settings.REDIS_URL)
+
+
 HOST_STALE_S = 120.0  # a host whose worker has not reconciled for this long gets no runs
 
 
@@ -220,7 +228,7 @@ def dispatch() -> dict[str, int]:
     reconcile here (the single-machine default)."""
     from lab.runs.tasks import reconcile_host
 
-    hosts = _hosts()
+    hosts = _hosts() if _many_hosts_possible() else []
     if not hosts:
         return reconcile()
     expires = max(2.0, settings.RECONCILE_INTERVAL_S * 2)

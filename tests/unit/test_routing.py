@@ -136,11 +136,22 @@ def test_dispatch_asks_every_live_host_and_skips_stopped_ones(settings, monkeypa
     monkeypatch.setattr(  # what would go to the broker (the stack test sends it for real)
         tasks.reconcile_host, "apply_async", lambda args, queue, expires: sent.append(queue)
     )
+    settings.REDIS_URL = "redis://hosts-share-this:6379/0"  # hosts need a shared broker
     host("a")
     host("b", gpus=1)
     host("gone", seen=False)
     assert actions.dispatch() == {"hosts": 2}
     assert sent == ["host.a", "host.b"]
+
+
+def test_the_embedded_broker_gets_no_fan_out(settings, monkeypatch):
+    """One machine, kombu's filesystem transport: the worker reconciles directly."""
+    from lab.runs import tasks
+
+    monkeypatch.setattr(tasks.reconcile_host, "apply_async", lambda **kw: pytest.fail("sent"))
+    settings.REDIS_URL = None
+    host("main")
+    assert actions.dispatch() == {"finished": 0, "requeued": 0, "launched": 0}
 
 
 def test_without_hosts_dispatch_reconciles_here(user, config):
