@@ -121,7 +121,9 @@ if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": 3600}
 else:
-    CELERY_BROKER_URL = "filesystem://"
+    import lab.broker  # noqa: F401 - registers labfs://, kombu's filesystem transport made atomic
+
+    CELERY_BROKER_URL = "labfs://"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),

@@ -1,0 +1,20 @@
+"""The embedded broker (``lab.broker``): a message being written is never handed out."""
+
+from __future__ import annotations
+
+from kombu import Connection
+
+
+def test_messages_appear_whole_and_partial_files_are_ignored(tmp_path):
+    folder = tmp_path / "queue"
+    folder.mkdir()
+    options = {"data_folder_in": str(folder), "data_folder_out": str(folder),
+               "store_processed": False}  # fmt: skip
+    with Connection("labfs://", transport_options=options) as conn:
+        queue = conn.SimpleQueue("host.a")
+        (folder / "1_x.host.a.msg.part").write_text("")  # a writer that has not finished
+        queue.put({"n": 1})
+        assert [p.name for p in folder.iterdir() if not p.name.endswith(".part")] != []
+        assert queue.get(timeout=2).payload == {"n": 1}
+        assert [p.name for p in folder.iterdir()] == ["1_x.host.a.msg.part"]
+        queue.close()
