@@ -9,6 +9,8 @@ def test_messages_appear_whole_and_partial_files_are_ignored(tmp_path):
     folder = tmp_path / "queue"
     folder.mkdir()
     options = {"data_folder_in": str(folder), "data_folder_out": str(folder),
+               "control_folder": str(tmp_path / "control"),
+               "processed_folder": str(tmp_path / "processed"),
                "store_processed": False}  # fmt: skip
     with Connection("labfs://", transport_options=options) as conn:
         queue = conn.SimpleQueue("host.a")
