@@ -339,6 +339,11 @@ def _stamp() -> str:
     return timezone.now().strftime("%Y%m%dT%H%M%S%f")
 
 
+def _handle_of(run: Run) -> str:
+    """The executor's handle; runs launched before handles were recorded have only a pid."""
+    return run.handle or (f"{run.pid}:{run.pid_start_ticks or ''}" if run.pid else "")
+
+
 def reconcile() -> dict[str, int]:
     """Periodic, on each host: bring this host's running runs up to date (from the outside
     world: process table, Docker engine, Slurm), then start queued runs in free slots."""
@@ -346,7 +351,7 @@ def reconcile() -> dict[str, int]:
     grace = timedelta(seconds=settings.LAUNCH_GRACE_S)
     for run in Run.objects.filter(_this_host(), state=Run.RUNNING):
         executor = executor_for(run.executor)
-        handle = run.handle or (f"{run.pid}:{run.pid_start_ticks or ''}" if run.pid else "")
+        handle = _handle_of(run)
         if not handle:
             # The worker may have died between starting the job and recording it.
             found = executor.find(run.pk)
@@ -509,7 +514,7 @@ def _stopped_by_its_host(run: Run) -> bool:
 def stop_job(run: Run) -> bool:
     """(On the run's host.) Stop a cancelled run's process, container or Slurm job, with
     ``LAB_STOP_GRACE_S`` between SIGTERM and a kill; False if there was nothing to stop."""
-    handle = run.handle or (f"{run.pid}:{run.pid_start_ticks or ''}" if run.pid else "")
+    handle = _handle_of(run)
     if not handle:
         return False
     try:

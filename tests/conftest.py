@@ -69,3 +69,32 @@ def require_horovod() -> None:
     if os.environ.get("LAB_REQUIRE_SERVICES") == "1":
         pytest.fail(message + "; LAB_REQUIRE_SERVICES=1 forbids skipping")
     pytest.skip(message)
+
+
+# --- Django fixtures shared by unit and integration tests ---------------------------------
+@pytest.fixture
+def user(django_user_model):
+    return django_user_model.objects.create_user("alice", password="a-long-test-password")
+
+
+@pytest.fixture
+def staff(django_user_model):
+    return django_user_model.objects.create_user("root", password="x" * 12, is_staff=True)
+
+
+@pytest.fixture
+def config() -> Any:
+    """Small and fast: 2 entries x 1 workload x 2 seeds on the debug model (unit and
+    integration tests that call ``lab.actions`` directly)."""
+    from lab.actions import ExperimentConfig
+
+    return ExperimentConfig(
+        name="bs vs wfbp",
+        system="bytescheduler",
+        baselines=("wfbp",),
+        workloads=("resnet50-debug",),
+        seeds=(0, 1),
+        cluster={"workers": 4, "bandwidth_gbps": 1.0},
+        params={"credit_bytes": 100_000},
+        iterations=5,
+    )

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from lab import actions
-from lab.actions import ExperimentConfig
 from lab.runs.models import Run
 from tests.conftest import require_binary, wait_for
 
@@ -34,25 +33,6 @@ def _skip_or_fail(message: str) -> None:
     if os.environ.get("LAB_REQUIRE_SERVICES") == "1":
         pytest.fail(message + "; LAB_REQUIRE_SERVICES=1 forbids skipping")
     pytest.skip(message)
-
-
-@pytest.fixture
-def user(django_user_model):
-    return django_user_model.objects.create_user("alice", password="a-long-test-password")
-
-
-@pytest.fixture
-def config() -> ExperimentConfig:
-    return ExperimentConfig(
-        name="in containers",
-        system="bytescheduler",
-        baselines=("wfbp",),
-        workloads=("resnet50-debug",),
-        seeds=(0, 1),
-        cluster={"workers": 4, "bandwidth_gbps": 1.0},
-        params={"credit_bytes": 100_000},
-        iterations=5,
-    )
 
 
 @pytest.fixture(autouse=True)
