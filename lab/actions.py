@@ -228,13 +228,42 @@ def dispatch() -> dict[str, int]:
     reconcile here (the single-machine default)."""
     from lab.runs.tasks import reconcile_host
 
-    hosts = _hosts() if _many_hosts_possible() else []
+    many = _many_hosts_possible()
+    lost = fail_runs_of_lost_hosts() if many else 0
+    hosts = _hosts() if many else []
     if not hosts:
-        return reconcile()
+        counts = reconcile()
+        return {**counts, "lost": lost} if lost else counts
     expires = max(2.0, settings.RECONCILE_INTERVAL_S * 2)
     for host in hosts:
         reconcile_host.apply_async(args=[host.name], queue=host.queue, expires=expires)
-    return {"hosts": len(hosts)}
+    return {"hosts": len(hosts), **({"lost": lost} if lost else {})}
+
+
+def fail_runs_of_lost_hosts() -> int:
+    """Runs still marked running on another host whose worker has not reconciled for
+    ``settings.HOST_LOST_S``: nobody is watching them, so they fail with a reason that says
+    what to do (their GPU claims go back). They are not re-queued: the job may still be
+    running there, and a second copy elsewhere would race it. This host's own runs are left
+    to its reconcile, which finds them again after any restart."""
+    from lab.hosts.models import Host
+
+    since = timezone.now() - timedelta(seconds=settings.HOST_LOST_S)
+    lost = {
+        h.name: h.last_seen
+        for h in Host.objects.filter(last_seen__lt=since).exclude(name=settings.HOST_NAME)
+    }
+    failed = 0
+    for run in Run.objects.filter(state=Run.RUNNING, host__in=list(lost)):
+        seen = lost[run.host]
+        failed += _fail(
+            run,
+            f"host {run.host} lost: its worker has not reconciled since "
+            f"{seen:%Y-%m-%d %H:%M:%S} UTC (over {settings.HOST_LOST_S:.0f} s); restart the "
+            f"worker there and re-run the experiment (a job left running there is not "
+            f"stopped)",
+        )
+    return failed
 
 
 def _this_host() -> Q:
@@ -460,11 +489,13 @@ def _cleanup(run: Run) -> None:
             log.warning("run %s: container not removed: %s", run.pk, err)
 
 
-def _fail(run: Run, error: str) -> None:
+def _fail(run: Run, error: str) -> bool:
     _release_gpus(run)
     if _transition(run.pk, Run.ACTIVE, Run.FAILED, finished_at=timezone.now(), error=error):
         log.warning("run %s failed: %s", run.pk, error)
         _after_change(run.experiment_id)
+        return True
+    return False
 
 
 def _last_error_line(run: Run) -> str:

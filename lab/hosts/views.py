@@ -2,11 +2,32 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 
 from lab.hosts import ledger
 from lab.hosts.models import Gpu, Host
+from lab.runs.models import Run
+
+
+def host_state(last_seen: datetime | None, now: datetime | None = None) -> str:
+    """live | stale (gets no new runs) | lost (its running runs fail) | never: from when its
+    worker last reconciled, with the dispatcher's and the lost-host sweep's thresholds."""
+    from lab import actions
+
+    if last_seen is None:
+        return "never"
+    age = (now or timezone.now()) - last_seen
+    if age > timedelta(seconds=settings.HOST_LOST_S):
+        return "lost"
+    if age > timedelta(seconds=max(actions.HOST_STALE_S, 20 * settings.RECONCILE_INTERVAL_S)):
+        return "stale"
+    return "live"
 
 
 def gpu_state(gpu: Gpu, claim_run_id: int | None) -> str:
@@ -25,6 +46,13 @@ def host_list(request: HttpRequest) -> HttpResponse:
     hosts = list(Host.objects.prefetch_related("gpus"))
     gpus = [gpu for host in hosts for gpu in host.gpus.all()]
     claims = ledger.claims_by_gpu(g.pk for g in gpus)
+    running = dict(
+        Run.objects.filter(state=Run.RUNNING)
+        .values_list("host")
+        .annotate(n=Count("id"))
+        .values_list("host", "n")
+    )
+    now = timezone.now()
     rows = []
     for host in hosts:
         host_gpus = []
@@ -38,5 +66,13 @@ def host_list(request: HttpRequest) -> HttpResponse:
                 }
             )
         free = sum(1 for g in host_gpus if g["state"] == "free")
-        rows.append({"host": host, "gpus": host_gpus, "free": free})
+        rows.append(
+            {
+                "host": host,
+                "gpus": host_gpus,
+                "free": free,
+                "state": host_state(host.last_seen, now),
+                "running": running.get(host.name, 0),
+            }
+        )
     return render(request, "hosts/hosts.html", {"rows": rows})

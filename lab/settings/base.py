@@ -197,6 +197,8 @@ RUNNER_IMAGE = env.text("LAB_RUNNER_IMAGE", "lab-runner:cpu")
 SLURM_PARTITION = env.text("LAB_SLURM_PARTITION")
 SLURM_OPTIONS = tuple(env.csv("LAB_SLURM_OPTIONS", ""))  # e.g. --account=lab,--qos=normal
 STOP_GRACE_S = env.number("LAB_STOP_GRACE_S", 10.0, minimum=0.0)
+# A host whose worker has not reconciled for this long is lost: its running runs fail.
+HOST_LOST_S = env.number("LAB_HOST_LOST_S", 600.0, minimum=60.0)
 
 LOGGING = {
     "version": 1,

@@ -365,3 +365,25 @@ def test_the_admin_lists_hosts_gpus_and_claims(client, staff, runs):
         response = client.get(reverse(f"admin:hosts_{name}_changelist"))
         assert response.status_code == 200 and "host-a" in response.content.decode()
     assert client.get(reverse("admin:hosts_host_change", args=[host.pk])).status_code == 200
+
+
+def test_the_hosts_page_says_which_hosts_are_live_stale_or_lost(client, user, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from lab.hosts.views import host_state
+
+    settings.HOST_LOST_S = 600.0
+    now = timezone.now()
+    assert host_state(None, now) == "never"
+    assert host_state(now - timedelta(seconds=5), now) == "live"
+    assert host_state(now - timedelta(seconds=300), now) == "stale"
+    assert host_state(now - timedelta(seconds=601), now) == "lost"
+    Host.objects.create(name="fresh", queue="host.fresh", last_seen=now)
+    Host.objects.create(name="gone", queue="host.gone", last_seen=now - timedelta(hours=2))
+    client.force_login(user)
+    html = client.get(reverse("hosts")).content.decode()
+    fresh = html[html.index('id="host-fresh"') :][:900]
+    gone = html[html.index('id="host-gone"') :][:900]
+    assert ">live<" in fresh and ">lost<" in gone and "restart its worker" in gone

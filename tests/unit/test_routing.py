@@ -216,3 +216,41 @@ def test_a_second_host_launching_the_same_run_leaves_the_winners_gpus_alone(user
     assert claim.gpu.uuid == "GPU-gpu-a-0", "the winner keeps its GPU"
     settings.HOST_NAME = "gpu-a"
     actions.cancel_run(run)
+
+
+def test_runs_of_a_lost_host_fail_with_a_reason_and_give_their_gpus_back(
+    user, config, settings, monkeypatch
+):
+    """A host whose worker stopped reconciling long ago: its running runs fail (not re-queued:
+    the job may still run there); a host seen recently and this host's own runs are left alone."""
+    from lab.hosts import ledger
+    from lab.runs import tasks
+
+    monkeypatch.setattr(tasks.reconcile_host, "apply_async", lambda **kw: None)
+    settings.REDIS_URL = "redis://hosts-share-this:6379/0"
+    settings.HOST_LOST_S = 600.0
+    gone = host("gone", gpus=1, seen=False)  # last seen an hour ago
+    host("alive", gpus=1)
+    experiment = actions.create_experiment(user, dataclasses.replace(gpu_run(config), seeds=(0, 1)))
+    on_gone, on_alive = experiment.runs.order_by("pk")
+    Run.objects.filter(pk=on_gone.pk).update(state=Run.RUNNING, host="gone", handle="1:1")
+    Run.objects.filter(pk=on_alive.pk).update(state=Run.RUNNING, host="alive", handle="2:2")
+    ledger.claim_gpus(on_gone, 1, host="gone")
+    ledger.claim_gpus(on_alive, 1, host="alive")
+    host("portal", seen=False)  # this host, stale too: its own runs are its reconcile's
+    mine = actions.create_experiment(user, dataclasses.replace(config, seeds=(0,))).runs.first()
+    Run.objects.filter(pk=mine.pk).update(state=Run.RUNNING, host="portal", handle="3:3")
+    settings.HOST_NAME = "portal"
+
+    counts = actions.dispatch()
+
+    assert counts["lost"] == 1
+    on_gone.refresh_from_db()
+    on_alive.refresh_from_db()
+    assert on_gone.state == Run.FAILED and on_alive.state == Run.RUNNING
+    assert "host gone lost" in on_gone.error and "restart the worker" in on_gone.error
+    assert not ledger.held_gpus(on_gone) and ledger.held_gpus(on_alive)
+    assert gone.gpus.get().claims.filter(released_at=None).count() == 0
+    mine.refresh_from_db()
+    assert mine.state == Run.RUNNING
+    assert actions.fail_runs_of_lost_hosts() == 0  # once
