@@ -3,7 +3,7 @@
     python -m runners list [--json] [--arena ARENA]
     python -m runners run SPEC --out DIR
     python -m runners grid GRID --out DIR [--jobs N] [--resume] [--keep-runs]
-    python -m runners bench [--json] [--repeats N] [--only comm|cluster|real] [--grid]
+    python -m runners bench [--json] [--repeats N] [--only comm|cluster|real|harmony] [--grid]
     python -m runners harmony train --out DIR [--epochs E] [--seed S] | evaluate --checkpoint P
     python -m runners calibrate [--label L] [--models M,..] [--bandwidths G,..] [--workers N]
     python -m runners fidelity [--label L] [--systems S,..] [--models M,..] [--bandwidths G,..]
@@ -106,9 +106,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--only",
-        choices=("comm", "cluster", "real"),
-        help="only the communication arenas' cases, only the cluster arena's, or only real "
-        "mode's (the lab's engine against PyTorch DDP, 2 ranks on loopback: a few minutes)",
+        choices=("comm", "cluster", "real", "harmony"),
+        help="only the communication arenas' cases, only the cluster arena's, only real "
+        "mode's (the lab's engine against PyTorch DDP, 2 ranks on loopback: a few minutes), or "
+        "only Harmony's training against the placement baselines (a few minutes; at most 15)",
     )
     p.set_defaults(func=_bench)
     from . import fidelity
@@ -480,7 +481,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         print("--repeats: must be >= 1", file=sys.stderr)
         return 2
-    if args.only in ("cluster", "real"):
+    if args.only in ("cluster", "real", "harmony"):
         report: dict = {"cases": [], "target_s": bench.CASE_TARGET_S}
     else:
         report = bench.run(repeats=args.repeats, progress=not args.json)
@@ -488,6 +489,8 @@ def _bench(args: argparse.Namespace) -> int:
         report["cluster"] = bench.run_cluster(repeats=args.repeats, progress=not args.json)
     if args.only == "real":
         report["real"] = bench.run_real(repeats=args.repeats, progress=not args.json)
+    if args.only == "harmony":
+        report["harmony_train"] = bench.run_harmony_train(progress=not args.json)
     if args.grid:
         report["grid"] = bench.run_grid(progress=not args.json)
     if args.json:
@@ -525,6 +528,21 @@ def _bench(args: argparse.Namespace) -> int:
         ratios = [1 + c["overhead_pct"] / 100 for c in report["real"]]
         geomean = math.prod(ratios) ** (1 / len(ratios))
         print(f"real engine vs DDP over {len(ratios)} models: geometric mean {geomean - 1:+.1%}")
+    if "harmony_train" in report:
+        h = report["harmony_train"]
+        for where, key in (
+            ("validation", "validation_avg_jct_s"),
+            ("held-out", "held_out_avg_jct_s"),
+        ):
+            others = "  ".join(f"{k} {v:,.0f}" for k, v in h[key].items() if k != "harmony")
+            print(f"harmony {where:10} avg JCT: harmony {h[key]['harmony']:,.0f} s  ({others})")
+        verdict = "meets" if h["meets_target"] else "misses"
+        print(
+            f"harmony training {h['train_wall_s']:.0f} s (kept the {h['kept']}): {verdict} the "
+            f"target (beat {', '.join(h['target']['beats'])} on validation within "
+            f"{h['target']['max_train_s']:.0f} s); held out: "
+            f"{'beats' if h['beats_every_placement_baseline_held_out'] else 'does not beat'} all"
+        )
     if "grid" in report:
         g = report["grid"]
         print(

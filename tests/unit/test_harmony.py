@@ -16,9 +16,7 @@ from runners.cluster.sim import ClusterConfig, ClusterSim, same_placement
 from tests.unit.test_cluster_sim import CheckedSim
 from workloads.traces import Job
 
-TINY = h.TrainConfig(
-    seed=0, epochs=3, episodes_per_epoch=2, jobs_per_episode=40, val_jobs=40, updates_per_episode=20
-)
+TINY = dataclasses.replace(h.QUICK_DEFAULT, updates_per_episode=20)  # trains in seconds
 
 
 @pytest.fixture(scope="module")
@@ -188,10 +186,43 @@ def test_interval_reward_training_runs_and_fills_every_return(tmp_path):
     trainer.run(cfg.trace(3, 20), cfg.cluster())
     returns = np.array([s[4] for s in trainer.samples])
     assert len(returns) and np.isfinite(returns).all() and returns.mean() == pytest.approx(1.0)
-    path = h.train(cfg, tmp_path)
-    assert h.load_checkpoint(path)[1] is None  # the reward model belongs to "placement"
+    path = h.train(dataclasses.replace(cfg, reward_model=False), tmp_path)
+    assert h.load_checkpoint(path)[1] is None
     with pytest.raises(ValueError, match="reward must be"):
         h.train(dataclasses.replace(cfg, reward="speed"), tmp_path)
+
+
+def test_under_the_interval_reward_the_agent_trains_on_predicted_speeds(tmp_path):
+    cfg = h.TrainConfig(epochs=1, episodes_per_epoch=1, jobs_per_episode=20, val_jobs=20,
+                        val_traces=1, imitate="", reward_warmup_episodes=1,
+                        audit_fraction=0.3)  # fmt: skip
+    rm = h.RewardModel((8,))
+    trainer = h._Trainer(cfg, h.ActorCritic((16,)), rm)
+    with torch.no_grad():  # a model that predicts 0.25 for every placement
+        for p in rm.parameters():
+            p.zero_()
+        rm.net[-1].bias.fill_(0.25)
+    jobs = cfg.trace(3, 20)
+    trainer.run(jobs, cfg.cluster())
+    placed = trainer.predicted
+    assert len(placed) == len(jobs)
+    audited = len(trainer.rm_log)  # true speeds, logged to refit the model
+    assert 0 < audited < len(jobs)
+    # Audited or not, the agent gets the prediction (the audit only feeds the model).
+    assert all(v == pytest.approx(0.25) for v in placed.values())
+    # The progress the returns integrate is the predicted one: with every job at 0.25 of its
+    # isolated speed, R integrates to a quarter of the jobs (the true speeds give all of them).
+    trainer.predicted = {}
+    sim = h._ProgressSim(jobs, cfg.cluster(), policies.Fifo(), policies.bin_packing,
+                         predicted={j.id: 0.25 for j in jobs})  # fmt: skip
+    sim.run()
+    whole = sim.discounted_progress(np.array([0.0]), tau=1e12)[0]
+    true = sum((s.finish - s.first_start) * 0.25 / s.job.duration_s for s in sim.finished)
+    assert whole == pytest.approx(true, rel=1e-6) and whole < 0.5 * len(jobs)
+    path = h.train(cfg, tmp_path)
+    assert h.load_checkpoint(path)[1] is not None  # the checkpoint keeps the reward model
+    meta = h.load_checkpoint(path)[2]
+    assert set(meta["val_baselines_avg_jct_s"]) == {*h.HEURISTICS, "random"}
 
 
 def test_imitation_warm_start_learns_the_heuristic_and_the_best_epoch_is_kept(tmp_path):

@@ -1,6 +1,7 @@
 """``python -m runners`` as a subprocess: list, run (the run-directory contract) and bench."""
 
 import csv
+import dataclasses
 import json
 import subprocess
 import sys
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import workloads
-from runners import registry
+from runners import bench, registry
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = {
@@ -267,3 +268,19 @@ def test_bench_json_reports_every_case():
         assert "/resnet50/w16/it50" in case["name"]
     assert report["host"]["python"]
     assert "grid" not in report  # only with --grid
+
+
+def test_bench_harmony_training_compares_with_every_placement_baseline(capsys):
+    from runners.cluster import harmony
+
+    tiny = dataclasses.replace(harmony.QUICK_DEFAULT, val_traces=1)
+    report = bench.run_harmony_train(held_out_traces=1, progress=False, config=tiny, jobs=30)
+
+    rivals = set(harmony.HEURISTICS)
+    assert set(report["validation_avg_jct_s"]) == {"harmony", "random", *rivals}
+    assert set(report["held_out_avg_jct_s"]) == {"harmony", "random", *rivals}
+    val = report["validation_avg_jct_s"]
+    beats = all(val["harmony"] < val[r] for r in rivals)
+    assert report["beats_every_placement_baseline_on_validation"] == beats
+    assert report["meets_target"] == (beats and report["train_wall_s"] <= 900)
+    assert 0 < report["train_wall_s"] < 900
