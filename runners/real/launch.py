@@ -10,10 +10,13 @@ the machine can hold, a model too big for its memory.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
+import select
+import shutil
 import statistics
 import subprocess
 import sys
@@ -112,14 +115,8 @@ def network_for(spec: RunSpec) -> Network:
     why_not = tb.can_shape()
     if options.network == "loopback":
         return Network("loopback", "real.network is loopback: bandwidth and latency not applied")
-    if framework(spec) == "horovod" and not why_not:  # see runners.real.hvd
-        if options.network == "shaped":
-            raise SpecError(
-                "real.network",
-                "the real Horovod runs on loopback only so far (no emulated network for "
-                "horovodrun); set real.network: loopback",
-            )
-        return Network("loopback", "not shaped: the real Horovod runs on loopback only so far")
+    if framework(spec) == "horovod" and not why_not and not shutil.which("unshare"):
+        why_not = "the real Horovod on the emulated network needs 'unshare' (util-linux)"
     if why_not:
         if options.network == "shaped":
             raise SpecError(
@@ -295,12 +292,15 @@ def run(
             network.latency_emulated = bed.netem
             if not bed.netem:
                 network.note = "latency not emulated (no netem qdisc): the testbed's own"
-            commands = [
-                (bed.wrap(k, _torchrun(spec, work, k, bed)),
-                 {"LAB_WORKER": str(k), "GLOO_SOCKET_IFNAME": "eth0"})
-                for k in range(n)
-            ]  # fmt: skip
-            _supervise(commands, work, options.threads, end, progress)
+            if horovod:
+                _supervise_horovod(bed, work, extra, options.threads, end, progress)
+            else:
+                commands = [
+                    (bed.wrap(k, _torchrun(spec, work, k, bed)),
+                     {"LAB_WORKER": str(k), "GLOO_SOCKET_IFNAME": "eth0"})
+                    for k in range(n)
+                ]  # fmt: skip
+                _supervise(commands, work, options.threads, end, progress)
     elif horovod:
         horovodrun = str(Path(sys.executable).parent / "horovodrun")
         argv = [horovodrun, "--gloo", "-np", str(n), "-H", f"localhost:{n}",
@@ -318,6 +318,62 @@ def run(
         result.metrics[f"plan.{key}"] = value
         result.units[f"plan.{key}"] = ""
     return result
+
+
+def _supervise_horovod(
+    bed: tb.Testbed,
+    work: Path,
+    settings: dict[str, str],
+    threads: int,
+    total: int,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    """The real Horovod on the emulated network (``runners.real.hvd``): Horovod's rendezvous
+    server in node 0's namespace, then one rank per namespace with ``horovodrun``'s variables,
+    supervised like every other real run."""
+    from . import hvd
+
+    addresses = [bed.address(k) for k in range(bed.nodes)]
+    server = subprocess.Popen(
+        bed.wrap(0, [sys.executable, "-m", "runners.real.hvd", "serve", *addresses]),
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        start_new_session=True,
+        preexec_fn=_die_with_parent,
+    )  # fmt: skip
+    try:
+        ready, _, _ = select.select([server.stdout], [], [], 60.0)
+        line = server.stdout.readline() if ready else ""  # type: ignore[union-attr]
+        if not line.startswith("port "):
+            rest = "" if not ready else server.stdout.read()  # type: ignore[union-attr]
+            raise RuntimeError(
+                f"Horovod's rendezvous server did not start: {(line + rest).strip()[-500:]}"
+            )
+        port = int(line.split()[1])
+        worker = [sys.executable, "-m", "runners.real.worker", str(work)]
+        commands = [
+            (
+                bed.wrap(k, hvd.with_hostname(addresses[k], worker)),
+                {**settings, **hvd.rank_env(addresses, k, addresses[0], port),
+                 "LAB_WORKER": str(k)},
+            )
+            for k in range(len(addresses))
+        ]  # fmt: skip
+        _supervise(commands, work, threads, total, progress)
+    finally:
+        with contextlib.suppress(OSError):
+            server.stdin.close()  # type: ignore[union-attr]
+        server.terminate()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
 
 
 def _torchrun(

@@ -271,6 +271,27 @@ def test_a_real_run_on_the_shaped_network(tmp_path):
     assert not _ours()
 
 
+def test_the_real_horovod_on_the_shaped_network(tmp_path):
+    """Horovod's own rendezvous server in node 0's namespace, one rank per namespace (see
+    runners.real.hvd): the shaped links carry its all-reduces."""
+    require_root("the emulated network")
+    require_horovod()
+    raw = _spec(
+        "horovod", {"fusion_threshold_bytes": 64 << 20, "cycle_time_ms": 1.0},
+        network="shaped", dataset="synthetic",
+    )  # fmt: skip
+    raw["cluster"]["bandwidth_gbps"] = 0.05
+    summary = run_to_directory(validate(raw), tmp_path / "run", ["test"])
+    assert summary["network"]["kind"] == "shaped"
+    # One fused ring all-reduce of 2 ranks per step: each rank sends the gradients' size once
+    # over its 50 Mbit/s NIC (on loopback the step takes about 20 ms).
+    grad_bytes = sum(p.numel() * 4 for p in build_model(MODEL).parameters())
+    wire_s = grad_bytes * 8 / 0.05e9
+    assert 0.8 * wire_s <= summary["metrics"]["iteration_time_s"] <= 3.0 * wire_s
+    assert not _ours()
+    assert not subprocess.run(["pgrep", "-f", "runners.real.hvd"], capture_output=True).stdout
+
+
 def test_a_killed_launcher_leaves_no_namespace_and_no_rank(tmp_path):
     require_root("the emulated network")
     raw = _spec("wfbp", network="shaped", dataset="synthetic")
