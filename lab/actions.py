@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import socket
 import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -22,7 +23,7 @@ from django.utils import timezone
 
 from lab.experiments.models import Experiment
 from lab.results.ingest import ingest_run
-from lab.runs.models import CONDITION_KEYS, Run
+from lab.runs.models import CONDITION_KEYS, Run, RunNode
 from runners import executors, registry
 from runners import spec as run_spec
 from runners.executors import local
@@ -184,6 +185,30 @@ def check_submission(specs: list[Any]) -> None:
         real = getattr(spec, "real", None)
         if real is not None and real.gpus:
             ledger.check_request(real.gpus, real.gpu_model or None, field="real.gpus")
+        if real is not None and real.nodes > 1:
+            check_nodes(real.nodes)
+
+
+def check_nodes(count: int) -> None:
+    """Refuse a run over more hosts than the lab has (registered and active), or any run over
+    several hosts without a broker they share; a Slurm host runs it as one batch job."""
+    from lab.hosts.models import Host
+
+    if Host.objects.filter(active=True, executor="slurm").exists():
+        return  # Slurm runs it as one batch job over its nodes
+    if not _many_hosts_possible():
+        raise run_spec.SpecError(
+            "real.nodes",
+            f"{count} hosts asked, but the lab runs on one machine (the embedded broker): a run "
+            "over several hosts needs Redis (REDIS_URL) and a worker on each host",
+        )
+    have = Host.objects.filter(active=True).count()
+    if count > have:
+        raise run_spec.SpecError(
+            "real.nodes",
+            f"{count} hosts asked, {have} registered: start a worker on each further host "
+            "(README, Adding a host) or ask for fewer",
+        )
 
 
 # -- hosts and executors ----------------------------------------------------------------------
@@ -284,8 +309,9 @@ def launch_run(run_id: int) -> bool:
     if running.count() >= settings.MAX_PARALLEL_RUNS:
         return False  # the reconciler launches it when a slot frees up
     # A real run trains on this machine's cores and network: it runs alone, so that no other
-    # run disturbs the times it measures (and it disturbs no simulation's).
-    if running.filter(spec__mode="real").exists():
+    # run disturbs the times it measures (and it disturbs no simulation's). So does one node
+    # of a real run over several hosts.
+    if running.filter(spec__mode="real").exists() or _node_here():
         return False
     run = Run.objects.filter(pk=run_id, state=Run.QUEUED).first()
     if run is None or (running.exists() and run.spec.get("mode") == "real"):
@@ -309,10 +335,23 @@ def launch_run(run_id: int) -> bool:
         _transition(run_id, (Run.RUNNING,), Run.QUEUED, started_at=None, host="")
         return False
     run.refresh_from_db()
+    resources = _resources(run, gpus)
+    nodes = _nodes_of(run)
+    if nodes > 1 and run.executor == "slurm":  # one batch job over the nodes (--nodes)
+        resources = dataclasses.replace(resources, nodes=nodes)
+        nodes = 1
+    if nodes > 1:  # node 0 here; the others on as many free hosts
+        peers = _peer_hosts(nodes - 1)
+        if peers is None:
+            log.info("run %s waits for %d more free hosts", run_id, nodes - 1)
+            _release_gpus(run)
+            _transition(run_id, (Run.RUNNING,), Run.QUEUED, started_at=None, host="")
+            return False
+        resources = _first_node(run, peers, resources)
     executor = executor_for(run.executor)
     try:
         _prepare_home(run)
-        handle = executor.launch(run.home, run.pk, _resources(run, gpus))
+        handle = executor.launch(run.home, run.pk, resources)
     except Exception as err:  # could not even start: the run fails with the reason
         log.exception("launch of run %s failed", run_id)
         _fail(run, f"could not launch ({run.executor} executor): {type(err).__name__}: {err}")
@@ -325,7 +364,228 @@ def launch_run(run_id: int) -> bool:
         executor.stop(run.home, handle, settings.STOP_GRACE_S)  # cancelled while starting
         return False
     log.info("run %s launched on %s (%s executor): %s", run_id, run.host, run.executor, handle)
+    if nodes > 1:
+        _start_other_nodes(run)
     return True
+
+
+# -- runs over several hosts --------------------------------------------------------------------
+def _nodes_of(run: Run) -> int:
+    return int((run.spec.get("real") or {}).get("nodes", 1))
+
+
+def _node_here() -> bool:
+    """Whether this host runs a node (rank >= 1) of a running run over several hosts."""
+    return RunNode.objects.filter(
+        host=settings.HOST_NAME, exit_code__isnull=True, run__state=Run.RUNNING
+    ).exists()
+
+
+def _peer_hosts(count: int) -> list[Any] | None:
+    """``count`` live hosts besides this one with no real run (nor node of one) running:
+    where a run's other nodes go. None when there are not that many now (the run waits)."""
+    if not _many_hosts_possible():
+        return None
+    busy = set(
+        Run.objects.filter(state=Run.RUNNING, spec__mode="real").values_list("host", flat=True)
+    ) | set(
+        RunNode.objects.filter(run__state=Run.RUNNING, exit_code__isnull=True).values_list(
+            "host", flat=True
+        )
+    )
+    free = [h for h in _hosts() if h.name != settings.HOST_NAME and h.name not in busy]
+    return free[:count] if len(free) >= count else None
+
+
+RENDEZVOUS_PORTS = (29400, 32000)  # below Linux's ephemeral ports (32768-60999)
+
+
+def _free_port() -> int:
+    """A port free here now for node 0's rendezvous, outside the ephemeral range: a node that
+    connects before node 0 listens could otherwise be given that very port as its own source
+    port and connect to itself (TCP self-connect; seen as both nodes hanging)."""
+    import random
+
+    low, high = RENDEZVOUS_PORTS
+    for port in random.sample(range(low, high), 64):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port for the rendezvous in {low}-{high - 1}")
+
+
+def _node_env(run: Run, count: int, rank: int, rendezvous: str) -> dict[str, str]:
+    """What ``runners.real.launch.Nodes.from_env`` reads: node ``rank`` of ``count``."""
+    return {
+        "LAB_NNODES": str(count),
+        "LAB_NODE_RANK": str(rank),
+        "LAB_RDZV_HOST": rendezvous,
+        "LAB_RDZV_ID": f"lab-run-{run.pk}-{run.attempt}",
+    }
+
+
+def _first_node(run: Run, peers: list[Any], resources: executors.Resources) -> executors.Resources:
+    """Record the run's other nodes on ``peers`` and return node 0's resources. Node 0 hosts
+    the rendezvous: at this host's address and a free port (the nodes on the hosts' network),
+    or, when node 0 is a container and ``LAB_NODE_NETWORK`` names a Docker network, at its
+    container's name on that network."""
+    from lab.hosts import ledger
+    from lab.hosts.models import Host
+    from runners.executors.docker import container_name
+
+    network = settings.NODE_NETWORK if run.executor == "docker" else "host"
+    if network == "host":
+        me = Host.objects.filter(name=settings.HOST_NAME).first()
+        address = me.address if me and me.address else ledger.host_address()
+        rendezvous = f"{address}:{_free_port()}"
+    else:
+        rendezvous = f"{container_name(run.pk, run.home.resolve())}:{RENDEZVOUS_PORTS[0]}"
+    RunNode.objects.bulk_create(
+        RunNode(run=run, attempt=run.attempt, rank=k, host=h.name, executor=h.executor,
+                rendezvous=rendezvous, network=network)
+        for k, h in enumerate(peers, start=1)
+    )  # fmt: skip
+    env = {**resources.env, **_node_env(run, len(peers) + 1, 0, rendezvous)}
+    return dataclasses.replace(resources, env=env, network=network)
+
+
+def _start_other_nodes(run: Run) -> None:
+    """Ask each other node's host (its queue) to start its node, once this is committed."""
+    from lab.hosts.models import Host
+    from lab.runs.tasks import launch_node
+
+    queues = dict(Host.objects.values_list("name", "queue"))
+    for node in RunNode.objects.filter(run=run, attempt=run.attempt):
+        queue = queues.get(node.host, f"host.{node.host}")
+        args = [run.pk, node.attempt, node.rank]
+        transaction.on_commit(lambda a=args, q=queue: launch_node.apply_async(args=a, queue=q))
+
+
+def launch_node(run_id: int, attempt: int, rank: int) -> bool:
+    """(On the node's host.) Start node ``rank`` of a running run over several hosts with this
+    host's executor, in its own home folder; idempotent. A node that cannot start fails the
+    run with the reason (its other nodes are then stopped by their hosts)."""
+    node = (
+        RunNode.objects.select_related("run")
+        .filter(run_id=run_id, attempt=attempt, rank=rank, run__state=Run.RUNNING)
+        .first()
+    )
+    if node is None or node.handle or node.run.attempt != attempt:
+        return False
+    if node.host != settings.HOST_NAME:
+        log.error("node %s of run %s is for host %s, not %s", rank, run_id, node.host,
+                  settings.HOST_NAME)  # fmt: skip
+        return False
+    run = node.run
+    try:
+        gpus = _claim_gpus(run)
+        if gpus is None:
+            raise RuntimeError(f"the GPUs it asks for are not free on {node.host}")
+        home = node.home
+        if home.exists():
+            home.rename(home.with_name(f"{home.name}.attempt-{attempt}-{_stamp()}"))
+        home.mkdir(parents=True)
+        (home / local.SPEC).write_text(json.dumps(run.spec, indent=2, sort_keys=True))
+        count = _nodes_of(run)
+        resources = dataclasses.replace(
+            _resources(run, gpus),
+            env=_node_env(run, count, rank, node.rendezvous),
+            network=node.network or "host",
+        )
+        handle = executor_for(node.executor).launch(home, run.pk, resources)
+    except Exception as err:
+        log.exception("node %s of run %s could not start", rank, run_id)
+        _fail(run, f"node {rank} could not start on {node.host} ({node.executor} executor): "
+                   f"{type(err).__name__}: {err}")  # fmt: skip
+        RunNode.objects.filter(pk=node.pk).update(exit_code=-1, error=str(err)[:2000])
+        return False
+    RunNode.objects.filter(pk=node.pk, handle="").update(handle=handle, started_at=timezone.now())
+    log.info("run %s node %s launched on %s: %s", run_id, rank, node.host, handle)
+    return True
+
+
+def _reconcile_nodes() -> None:
+    """(On each host.) Its nodes of runs over several hosts: a node that failed or was lost
+    fails its run; a node whose run has ended (or moved on to another attempt) is stopped."""
+    for node in (
+        RunNode.objects.select_related("run")
+        .filter(host=settings.HOST_NAME, exit_code__isnull=True)
+        .exclude(handle="")
+    ):
+        run = node.run
+        executor = executor_for(node.executor)
+        ended = run.state != Run.RUNNING or run.attempt != node.attempt
+        if ended and run.state == Run.SUCCEEDED and run.attempt == node.attempt:
+            # Node 0 has the results; this node is finishing too: let it end by itself.
+            finished = run.finished_at or timezone.now()
+            ended = timezone.now() - finished > timedelta(seconds=settings.LAUNCH_GRACE_S)
+            if not ended:
+                try:
+                    status = executor.poll(node.home, node.handle)
+                except executors.ExecutorError as err:
+                    log.warning("run %s node %s: cannot poll (%s)", run.pk, node.rank, err)
+                    continue
+                if status.state != "running":
+                    code = status.exit_code if status.state == "exited" else -1
+                    RunNode.objects.filter(pk=node.pk).update(exit_code=code, error=status.reason)
+                    _cleanup_node(node, code)
+                continue
+        if ended:
+            try:
+                executor.stop(node.home, node.handle, settings.STOP_GRACE_S)
+                status = executor.poll(node.home, node.handle)
+            except executors.ExecutorError as err:
+                log.warning("run %s node %s: cannot stop (%s)", run.pk, node.rank, err)
+                continue
+            code = status.exit_code if status.state == "exited" else -1
+            RunNode.objects.filter(pk=node.pk).update(exit_code=code)
+            _cleanup_node(node, code)
+            continue
+        try:
+            status = executor.poll(node.home, node.handle)
+        except executors.ExecutorError as err:
+            log.warning("run %s node %s: cannot poll (%s)", run.pk, node.rank, err)
+            continue
+        if status.state == "running":
+            continue
+        code = status.exit_code if status.state == "exited" else -1
+        RunNode.objects.filter(pk=node.pk).update(exit_code=code, error=status.reason)
+        if status.state == "lost":
+            _fail(
+                run, f"node {node.rank} on {node.host} lost: {status.reason or 'its job vanished'}"
+            )
+        elif code != 0:
+            why = f" ({status.reason})" if status.reason else ""
+            last = _last_error_line_in(node.home)
+            _fail(run, f"node {node.rank} on {node.host}: exit code {code}{why}: {last}")
+        else:
+            _cleanup_node(node, code)
+
+
+def _cleanup_node(node: RunNode, code: int | None) -> None:
+    if code == 0 and node.executor == "docker":
+        try:
+            executor_for("docker").remove(node.handle)  # type: ignore[attr-defined]
+        except executors.ExecutorError as err:
+            log.warning("run %s node %s: container not removed: %s", node.run_id, node.rank, err)
+
+
+def _nodes_missing(run: Run) -> str:
+    """Why a run over several hosts cannot go on, from node 0's side: a node that never
+    started within ``LAUNCH_GRACE_S`` (its host's worker is down?). Empty when all is well."""
+    if _nodes_of(run) <= 1 or not run.started_at:
+        return ""
+    if timezone.now() - run.started_at <= timedelta(seconds=settings.LAUNCH_GRACE_S):
+        return ""
+    late = RunNode.objects.filter(run=run, attempt=run.attempt, handle="", exit_code__isnull=True)
+    names = [f"node {n.rank} on {n.host}" for n in late]
+    if not names:
+        return ""
+    return (f"{', '.join(names)} did not start within {settings.LAUNCH_GRACE_S:.0f} s: is the "
+            "worker of that host running?")  # fmt: skip
 
 
 def _resources(run: Run, gpus: list[str]) -> executors.Resources:
@@ -397,6 +657,11 @@ def reconcile() -> dict[str, int]:
         except executors.ExecutorError as err:  # engine or controller down: ask again later
             log.warning("run %s: cannot poll (%s)", run.pk, err)
             continue
+        missing = _nodes_missing(run) if status.state == "running" else ""
+        if missing:
+            if _fail(run, missing):
+                stop_job(run)
+            continue
         if status.state == "exited":
             finish_run(run, status.exit_code, status.reason)
             counts["finished"] += 1
@@ -405,6 +670,8 @@ def reconcile() -> dict[str, int]:
                 "the run's process vanished without an exit code (restart or kill -9)"
             )
             counts["requeued"] += _requeue_or_fail(run, reason)
+    _reconcile_nodes()
+    _stop_failed_first_nodes()
     _refresh_gpus()
     _seen()
     free = settings.MAX_PARALLEL_RUNS - Run.objects.filter(_this_host(), state=Run.RUNNING).count()
@@ -498,8 +765,28 @@ def _fail(run: Run, error: str) -> bool:
     return False
 
 
-def _last_error_line(run: Run) -> str:
-    log_path = run.home / local.LOG
+def _stop_failed_first_nodes() -> None:
+    """Node 0 (here) of a run over several hosts that another node failed: stop its job, which
+    would otherwise wait for the lost node until torchrun's timeout."""
+    recent = timezone.now() - timedelta(hours=1)
+    for run in Run.objects.filter(
+        _this_host(), state=Run.FAILED, finished_at__gte=recent, nodes__isnull=False
+    ).distinct():
+        handle = _handle_of(run)
+        if not handle:
+            continue
+        try:
+            if executor_for(run.executor).poll(run.home, handle).state == "running":
+                stop_job(run)
+        except executors.ExecutorError as err:
+            log.warning("run %s: cannot stop node 0 (%s)", run.pk, err)
+
+
+def _last_error_line_in(home: Any) -> str:
+    """The line of ``home``'s process.log that says what went wrong (else its last line)."""
+    from pathlib import Path
+
+    log_path = Path(home) / local.LOG
     try:
         lines = [ln.strip() for ln in log_path.read_text(errors="replace").splitlines()]
     except OSError:
@@ -508,6 +795,10 @@ def _last_error_line(run: Run) -> str:
         if line.startswith(("run failed:", "invalid spec:", "--out:")) or "Error" in line:
             return line[:500]
     return next((ln[:500] for ln in reversed(lines) if ln), "the log is empty")
+
+
+def _last_error_line(run: Run) -> str:
+    return _last_error_line_in(run.home)
 
 
 def cancel_run(run: Run, by: str = "") -> bool:

@@ -49,7 +49,7 @@ TESTBEDS_DIR = ROOT / "workloads" / "profiles" / "testbeds"
 DEFAULT_LABEL = "testbed"
 DEFAULT_MODELS = ("vgg16-debug", "resnet50-debug")
 DEFAULT_BANDWIDTHS = (0.25, 1.0)
-DEFAULT_SYSTEMS = ("wfbp", "ddp", "bytescheduler", "pace", "dear", "delayed-allreduce")
+DEFAULT_SYSTEMS = ("wfbp", "ddp", "horovod", "bytescheduler", "pace", "dear", "delayed-allreduce")
 MAPE_TARGET_PCT = 10.0
 
 

@@ -122,6 +122,10 @@ class RealOptions:
     gpus: GPUs the run asks of its host (0: CPU only). The portal's GPU ledger hands them out
         (by UUID, never one GPU to two runs) and routes the run to a host that has them free.
     gpu_model: only GPUs whose name contains this (e.g. ``A100``); empty: any.
+    nodes: hosts the run spans (all-reduce arena, torchrun; ``cluster.workers`` split evenly,
+        ``gpus`` per host). The portal starts one runner per host (one container each with the
+        docker executor) and they rendezvous (c10d) at the first; Slurm gets ``--nodes``. On
+        the hosts' own network: not with ``network: shaped``.
     """
 
     network: str = "auto"
@@ -132,6 +136,7 @@ class RealOptions:
     implementation: str = "default"
     gpus: int = 0
     gpu_model: str = ""
+    nodes: int = 1
 
 
 IMPLEMENTATIONS = ("default", "lab")
@@ -149,6 +154,7 @@ _REAL_RULES: dict[str, tuple[type, Any, str]] = {
         f"one of {', '.join(IMPLEMENTATIONS)} (default: the system's own; lab: the lab's engine)",
     ),
     "gpus": (int, lambda v: 0 <= v <= 64, "an integer between 0 and 64 (GPUs on one host)"),
+    "nodes": (int, lambda v: 1 <= v <= 64, "an integer between 1 and 64 (hosts the run spans)"),
     "gpu_model": (
         str,
         lambda v: len(v) <= 64 and all(c.isalnum() or c in " -_." for c in v),
@@ -200,7 +206,7 @@ class RunSpec:
         if data["real"] is None:
             del data["real"]
         else:  # added later: old real runs keep their key
-            for key in ("implementation", "gpus", "gpu_model"):
+            for key in ("implementation", "gpus", "gpu_model", "nodes"):
                 if data["real"][key] == getattr(RealOptions, key):
                     del data["real"][key]
         data["spec_version"] = SPEC_VERSION
@@ -324,6 +330,27 @@ def validate_comm(raw: dict[str, Any], entry: registry.Entry) -> RunSpec:
                 f"no measured profile '{label}' for {workload} (have: {', '.join(have) or 'none'};"
                 f" make one with: python -m workloads profile {workload} --measure)",
             )
+    real = _real(raw.get("real"), mode)
+    if real is not None and real.nodes > 1:
+        if entry.arena != "allreduce" or (
+            entry.name == "horovod" and real.implementation == "default"
+        ):
+            raise SpecError(
+                "real.nodes",
+                f"a run over several hosts is for the all-reduce arena under torchrun (not "
+                f"'{entry.name}'); set real.nodes: 1",
+            )
+        if cluster.workers % real.nodes:
+            raise SpecError(
+                "real.nodes",
+                f"cluster.workers ({cluster.workers}) must split evenly over {real.nodes} hosts",
+            )
+        if real.network == "shaped":
+            raise SpecError(
+                "real.network",
+                "a run over several hosts uses the hosts' own network: the emulated one is on "
+                "one machine (set real.network: auto or loopback)",
+            )
     return RunSpec(
         system=entry.name,
         mode=mode,
@@ -336,7 +363,7 @@ def validate_comm(raw: dict[str, Any], entry: registry.Entry) -> RunSpec:
         seed=_int(raw, "seed", 0, 0, 2**63 - 1),
         labels=dict(labels),
         timeline_iterations=_int(raw, "timeline_iterations", 2, 0, iterations),
-        real=_real(raw.get("real"), mode),
+        real=real,
     )
 
 

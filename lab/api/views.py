@@ -243,7 +243,7 @@ def _summary(request: HttpRequest, e: Experiment) -> dict[str, Any]:
 
 
 def _detail(request: HttpRequest, e: Experiment) -> dict[str, Any]:
-    runs = list(e.runs.prefetch_related("measurements"))
+    runs = list(e.runs.prefetch_related("measurements", "nodes"))
     directory = figures.figure_dir(e)
 
     def file_url(name: str) -> str:
@@ -296,6 +296,8 @@ def _run(r: Run) -> dict[str, Any]:
         "attempt": r.attempt,
         "host": r.host or None,
         "executor": r.executor,
+        "nodes": [{"rank": 0, "host": r.host or None}]
+        + [{"rank": n.rank, "host": n.host, "exit_code": n.exit_code} for n in r.other_nodes],
         "error": r.error,
         "started_at": r.started_at.isoformat() if r.started_at else None,
         "finished_at": r.finished_at.isoformat() if r.finished_at else None,

@@ -31,7 +31,9 @@ COMM_SWEEP_KEYS = ("workers", "bandwidth_gbps")
 CLUSTER_SWEEP_KEYS = ("jobs_per_hour",)
 _DEFAULTS = run_spec.CommCluster()
 _REAL = run_spec.RealOptions()
-REAL_KEYS = ("network", "dataset", "lr", "momentum", "implementation", "gpus", "gpu_model")
+REAL_KEYS = (
+    "network", "dataset", "lr", "momentum", "implementation", "gpus", "gpu_model", "nodes",
+)  # fmt: skip
 CLUSTER_KEYS = (
     "workers",
     "bandwidth_gbps",
@@ -292,6 +294,15 @@ class ExperimentForm(_ClusterArenaFields):
         initial=_REAL.gpu_model,
         max_length=64,
         help_text="only GPUs whose name contains this, e.g. A100 (empty: any)",
+    )
+    real_nodes = forms.IntegerField(
+        label="hosts",
+        required=False,
+        initial=_REAL.nodes,
+        min_value=1,
+        max_value=64,
+        help_text="hosts the run spans, one node each (all-reduce systems; the workers split "
+        "evenly; needs that many registered hosts)",
     )
     params = forms.JSONField(
         required=False,

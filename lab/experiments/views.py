@@ -159,7 +159,7 @@ def experiment_live(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _live_context(experiment: Experiment) -> dict[str, object]:
-    runs = list(experiment.runs.prefetch_related("measurements"))
+    runs = list(experiment.runs.prefetch_related("measurements", "nodes"))
     if actions.arena_of(experiment.system) == "cluster":
         columns = RUN_COLUMNS["cluster"]
     else:

@@ -174,6 +174,19 @@ def _active_claims() -> QuerySet[GpuClaim]:
     return GpuClaim.objects.filter(released_at__isnull=True)
 
 
+def host_address() -> str:
+    """Where other hosts reach this one: ``LAB_HOST_ADDRESS``, else this machine's name
+    resolved (127.0.0.1 when it does not resolve)."""
+    from django.conf import settings
+
+    if settings.HOST_ADDRESS:
+        return settings.HOST_ADDRESS
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
 def register_host(name: str, queue: str | None = None, executor: str = "local") -> Host:
     """Create or update host ``name`` (this machine) and its GPUs, as nvidia-smi sees them now.
 
@@ -199,6 +212,7 @@ def register_host(name: str, queue: str | None = None, executor: str = "local") 
                 "memory_gb": _memory_gb(),
                 "last_seen": now,
                 "active": True,
+                "address": host_address(),
             },
         )
         for info in found:
@@ -270,8 +284,10 @@ def _free(gpus: QuerySet[Gpu]) -> QuerySet[Gpu]:
     return gpus.filter(busy_external=False).filter(~Exists(claimed))
 
 
-def _held(run: Run) -> list[Gpu]:
+def _held(run: Run, host: Host | str | None = None) -> list[Gpu]:
     claims = _active_claims().filter(run=run).select_related("gpu__host")
+    if host is not None:  # a run over several hosts holds GPUs on each
+        claims = claims.filter(gpu__host__name=host if isinstance(host, str) else host.name)
     return sorted((c.gpu for c in claims), key=lambda g: (g.host.name, g.index))
 
 
@@ -342,7 +358,8 @@ def claim_gpus(
     ("A100", "H100 80GB"); ``host`` (a Host or a name) pins the host. Among hosts with enough
     free GPUs the one with the fewest is chosen (keeps whole hosts free for big runs).
 
-    Idempotent: a run that already holds claims gets those GPUs back, nothing new is claimed.
+    Idempotent: a run that already holds claims (on ``host``, when given: a run over several
+    hosts holds GPUs on each) gets those GPUs back, nothing new is claimed.
     ``count`` 0 claims nothing. Raises ``NotEnoughGpus`` when no single host can serve it now.
     """
     if count < 0:
@@ -352,7 +369,7 @@ def claim_gpus(
     with transaction.atomic():
         # Serialise the claims of one run, so two claimers of the same run cannot both claim.
         list(Run.objects.select_for_update().filter(pk=run.pk).values_list("pk", flat=True))
-        held = _held(run)
+        held = _held(run, host)
         if held:
             return held
         for attempt in range(CLAIM_ATTEMPTS):
@@ -390,7 +407,7 @@ def claim_gpus(
                 except _Short:
                     continue
                 log.info("run %s claimed GPUs %s", run.pk, ", ".join(g.uuid for g in gpus))
-                return _held(run)
+                return _held(run, host)
         else:  # every attempt found enough free GPUs, but other claimers had them locked
             raise _shortage(run, count, model, host, contended=True)
     raise _shortage(run, count, model, host)

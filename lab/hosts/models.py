@@ -26,6 +26,12 @@ class Host(models.Model):
     memory_gb = models.FloatField(default=0.0)
     last_seen = models.DateTimeField(null=True, blank=True)
     active = models.BooleanField(default=True, help_text="inactive hosts get no new claims")
+    address = models.CharField(
+        max_length=255,
+        blank=True,
+        help_text="where the other hosts reach it (LAB_HOST_ADDRESS): a multi-host run's "
+        "first node is its rendezvous",
+    )
 
     class Meta:
         ordering = ["name"]

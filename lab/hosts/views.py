@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from lab.hosts import ledger
 from lab.hosts.models import Gpu, Host
-from lab.runs.models import Run
+from lab.runs.models import Run, RunNode
 
 
 def host_state(last_seen: datetime | None, now: datetime | None = None) -> str:
@@ -52,6 +52,10 @@ def host_list(request: HttpRequest) -> HttpResponse:
         .annotate(n=Count("id"))
         .values_list("host", "n")
     )
+    for name in RunNode.objects.filter(run__state=Run.RUNNING, exit_code__isnull=True).values_list(
+        "host", flat=True
+    ):  # one node of a run over several hosts
+        running[name] = running.get(name, 0) + 1
     now = timezone.now()
     rows = []
     for host in hosts:

@@ -111,6 +111,11 @@ class Run(models.Model):
         return condition_text(self.condition)
 
     @property
+    def other_nodes(self) -> list[RunNode]:
+        """The other hosts of a run over several hosts (this attempt's), by rank."""
+        return [n for n in self.nodes.all() if n.attempt == self.attempt]
+
+    @property
     def duration_s(self) -> float | None:
         if self.started_at and self.finished_at:
             return (self.finished_at - self.started_at).total_seconds()
@@ -130,3 +135,36 @@ class Run(models.Model):
         if all(s == Run.SUCCEEDED for s in states):
             return Run.SUCCEEDED
         return Run.CANCELLED
+
+
+class RunNode(models.Model):
+    """One more host of a run over several hosts (``real.nodes`` > 1): node ``rank`` (1..n-1)
+    runs on ``host`` with its executor, in ``<run home>/node<rank>``. Node 0 is the run itself
+    (``Run.host`` / ``Run.handle``): it hosts the rendezvous and writes the results."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="nodes")
+    rank = models.PositiveIntegerField()
+    attempt = models.PositiveIntegerField(default=1, help_text="the run's attempt it belongs to")
+    rendezvous = models.CharField(max_length=255, help_text="node 0's address:port (c10d)")
+    network = models.CharField(
+        max_length=128, blank=True, help_text="docker: host, or the Docker network the nodes join"
+    )
+    host = models.CharField(max_length=128)
+    executor = models.CharField(max_length=32, default="local")
+    handle = models.CharField(max_length=255, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "attempt", "rank"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "attempt", "rank"], name="one_node_per_rank")
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} node {self.rank} on {self.host}"
+
+    @property
+    def home(self) -> Path:
+        return self.run.home.with_name(f"{self.run.home.name}.node{self.rank}")

@@ -16,6 +16,12 @@ def launch_run(run_id: int) -> None:
 
 
 @shared_task(ignore_result=True)
+def launch_node(run_id: int, attempt: int, rank: int) -> None:
+    """On the node's host's queue: start one more node of a run over several hosts."""
+    actions.launch_node(run_id, attempt, rank)
+
+
+@shared_task(ignore_result=True)
 def reconcile_runs() -> None:
     """Beat, every LAB_RECONCILE_INTERVAL_S: fan out to every host's queue (or reconcile here
     on a single machine)."""

@@ -190,6 +190,12 @@ RUNNER_PYTHON = env.text("LAB_RUNNER_PYTHON")  # default: the interpreter runnin
 # This worker host's name (its Celery queue is host.<name>) and how it runs runs: local
 # (subprocess), docker (a container of LAB_RUNNER_IMAGE per run) or slurm (sbatch).
 HOST_NAME = env.text("LAB_HOST_NAME") or socket.gethostname()
+# Where the other hosts reach this one (a multi-host run rendezvouses at its first host).
+HOST_ADDRESS = env.text("LAB_HOST_ADDRESS")
+# The network of the docker executor's containers of a run over several hosts: host (they
+# rendezvous at the first host's address) or a Docker network's name (an attachable overlay
+# network across machines, or a bridge on one engine: they rendezvous at the first container).
+NODE_NETWORK = env.text("LAB_NODE_NETWORK", "host")
 EXECUTOR = env.text("LAB_EXECUTOR", "local")
 if EXECUTOR not in ("local", "docker", "slurm"):
     raise env.ConfigError(f"LAB_EXECUTOR={EXECUTOR!r}: expected local, docker or slurm")

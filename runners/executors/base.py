@@ -18,6 +18,7 @@ the typed ``Resources`` below, which the caller builds from validated fields.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -41,7 +42,11 @@ class Resources:
     """What a run may ask of its executor; nothing else reaches the container or the job.
 
     ``gpus`` are GPU UUIDs handed out by the GPU ledger (empty: CPU only). ``cpus`` and
-    ``memory_gb`` are limits (None: no limit). ``nodes`` > 1 only for Slurm multi-node runs."""
+    ``memory_gb`` are limits (None: no limit). ``nodes`` > 1 only for Slurm multi-node runs
+    (one batch job over the nodes). ``network``: empty for every run but one node of a run over
+    several hosts, which must reach the other nodes (its rendezvous and gloo's connections):
+    ``host`` gives the docker executor's container the host's network, any other name joins
+    the Docker network of that name (set by the administrator: ``LAB_NODE_NETWORK``)."""
 
     gpus: tuple[str, ...] = ()
     cpus: float | None = None
@@ -49,6 +54,7 @@ class Resources:
     shm_gb: float = 2.0
     nodes: int = 1
     env: dict[str, str] = field(default_factory=dict, hash=False)
+    network: str = ""
 
     def __post_init__(self) -> None:
         if self.cpus is not None and not self.cpus > 0:
@@ -57,6 +63,8 @@ class Resources:
             raise ValueError(f"memory_gb must be > 0 (got {self.memory_gb})")
         if not self.shm_gb > 0 or self.nodes < 1:
             raise ValueError("shm_gb must be > 0 and nodes >= 1")
+        if self.network and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}", self.network):
+            raise ValueError(f"network {self.network!r} is not a Docker network name")
         for key in self.env:
             if not key.replace("_", "").isalnum() or not key[:1].isalpha():
                 raise ValueError(f"environment variable name {key!r} is not allowed")

@@ -11,7 +11,10 @@ run id (``lab.run-id``, how ``find`` recovers a container after a crash) and the
 Nothing from a spec reaches the container's configuration: it is built from this module's
 constants and the typed ``Resources`` only; the container is never privileged, gets no host
 network (``network_mode: none``: a run's processes talk over the container's own loopback, so
-a real run inside a container is a loopback run, and says so in its report), drops every
+a real run inside a container is a loopback run, and says so in its report; one node of a run
+over several hosts gets the host's network or a named Docker network, ``Resources.network``,
+to reach the others),
+drops every
 capability and cannot gain privileges. Training gets a shared-memory size (``shm_gb``; gloo and
 data loaders need more than Docker's 64 MiB), unlimited locked memory and a larger stack, and the
 CPU and memory limits of ``Resources``; GPUs are device requests by UUID (from the GPU ledger),
@@ -136,7 +139,7 @@ class DockerExecutor:
             "working_dir": WORKDIR,
             "user": user,
             "environment": env,
-            "network_mode": "none",
+            "network_mode": resources.network or "none",
             "privileged": False,
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges"],

@@ -238,6 +238,13 @@ def run(
         return ps.run(spec, work, network, progress)
     options = spec.real or RealOptions()
     nodes = Nodes.from_env()
+    if options.nodes > 1 and (nodes is None or nodes.count != options.nodes):
+        raise SpecError(
+            "real.nodes",
+            f"{options.nodes} hosts asked, but this runner was started as one of "
+            f"{nodes.count if nodes else 1}: the portal starts one runner per host; by hand, "
+            f"set LAB_NNODES={options.nodes}, LAB_NODE_RANK and LAB_RDZV_HOST on each",
+        )
     plan = _plan(spec)
     profile = workloads.load_profile(spec.workload)
     end = spec.warmup_iterations + spec.iterations
