@@ -71,3 +71,40 @@ def test_a_gpu_run_is_routed_to_the_host_that_has_the_gpu(fresh_stack, redis_ser
     data = stack.wait_finished(created["id"], timeout_s=240)
     assert data["status"] == "succeeded", data
     assert shell(f"{run_of}; print(r.gpu_claims.filter(released_at=None).count())") == "0"
+
+
+def test_a_run_over_two_hosts_runs_one_node_on_each_worker(fresh_stack, redis_server):
+    """``real.nodes: 2`` through the API: the worker that takes the run starts node 0, the
+    other host's worker gets node 1 on its own queue, they train together and the run's
+    results come from node 0. Both hosts are this machine (127.0.0.1)."""
+    stack = fresh_stack(REDIS_URL=redis_server.url, LAB_HOST_NAME="alpha")
+    stack.start("worker", env={"LAB_HOST_NAME": "beta"}, as_name="worker-beta")
+
+    def shell(code: str) -> str:
+        return stack.manage("shell", "--no-imports", "-c", code).strip()
+
+    def both_registered() -> bool:
+        names = "print(sorted(Host.objects.values_list('name', flat=True)))"
+        return shell(f"from lab.hosts.models import Host; {names}") == "['alpha', 'beta']"
+
+    wait_for(both_registered, 60, 0.5, "both workers to register their hosts")
+    body = {
+        "name": "two hosts",
+        "system": "wfbp",
+        "mode": "real",
+        "workloads": ["vgg16-debug"],
+        "seeds": [0],
+        "iterations": 4,
+        "cluster": {"workers": 2},
+        "real": {"nodes": 2, "dataset": "synthetic", "network": "loopback"},
+    }
+    status, refused = stack.api("POST", "/api/experiments/", {**body, "real": {"nodes": 3}})
+    assert status == 400 and "real.nodes" in refused["errors"], refused
+    status, created = stack.api("POST", "/api/experiments/", body)
+    assert status == 201, created
+    data = stack.wait_finished(created["id"], timeout_s=240)
+    assert data["status"] == "succeeded", data
+    (run,) = data["runs"]
+    hosts = {node["host"] for node in run["nodes"]}
+    assert hosts == {"alpha", "beta"}, run["nodes"]
+    assert run["metrics"]["iteration_time_s"] > 0
