@@ -18,7 +18,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from lab.experiments.models import Experiment
@@ -341,15 +341,16 @@ def launch_run(run_id: int) -> bool:
         resources = dataclasses.replace(resources, nodes=nodes)
         nodes = 1
     if nodes > 1:  # node 0 here; the others on as many free hosts
-        peers = _peer_hosts(nodes - 1)
+        peers = _peer_hosts(run, nodes - 1)
         if peers is None:
             log.info("run %s waits for %d more free hosts", run_id, nodes - 1)
             _release_gpus(run)
             _transition(run_id, (Run.RUNNING,), Run.QUEUED, started_at=None, host="")
             return False
-        resources = _first_node(run, peers, resources)
     executor = executor_for(run.executor)
     try:
+        if nodes > 1:
+            resources = _first_node(run, peers, resources)
         _prepare_home(run)
         handle = executor.launch(run.home, run.pk, resources)
     except Exception as err:  # could not even start: the run fails with the reason
@@ -377,23 +378,38 @@ def _nodes_of(run: Run) -> int:
 def _node_here() -> bool:
     """Whether this host runs a node (rank >= 1) of a running run over several hosts."""
     return RunNode.objects.filter(
-        host=settings.HOST_NAME, exit_code__isnull=True, run__state=Run.RUNNING
+        host=settings.HOST_NAME,
+        exit_code__isnull=True,
+        run__state=Run.RUNNING,
+        attempt=F("run__attempt"),
     ).exists()
 
 
-def _peer_hosts(count: int) -> list[Any] | None:
-    """``count`` live hosts besides this one with no real run (nor node of one) running:
-    where a run's other nodes go. None when there are not that many now (the run waits)."""
+def _peer_hosts(run: Run, count: int) -> list[Any] | None:
+    """``count`` live hosts besides this one with nothing running (a real run needs its host
+    alone), not Slurm (its own batch jobs), and with the GPUs the run asks for free: where a
+    run's other nodes go. None when there are not that many now (the run waits). Two hosts
+    launching at the same moment may pick the same peer; the peer then refuses the second
+    node, which fails that run with the reason (not locked: rare, and visible)."""
+    from lab.hosts import ledger
+
     if not _many_hosts_possible():
         return None
-    busy = set(
-        Run.objects.filter(state=Run.RUNNING, spec__mode="real").values_list("host", flat=True)
-    ) | set(
-        RunNode.objects.filter(run__state=Run.RUNNING, exit_code__isnull=True).values_list(
-            "host", flat=True
-        )
+    busy = set(Run.objects.filter(state=Run.RUNNING).values_list("host", flat=True)) | set(
+        RunNode.objects.filter(
+            run__state=Run.RUNNING, exit_code__isnull=True, attempt=F("run__attempt")
+        ).values_list("host", flat=True)
     )
-    free = [h for h in _hosts() if h.name != settings.HOST_NAME and h.name not in busy]
+    real = run.spec.get("real") or {}
+    gpus, model = int(real.get("gpus", 0)), real.get("gpu_model") or None
+    free = [
+        h
+        for h in _hosts()
+        if h.name != settings.HOST_NAME
+        and h.name not in busy
+        and h.executor != "slurm"
+        and (not gpus or ledger.free_gpus(model, h) >= gpus)
+    ]
     return free[:count] if len(free) >= count else None
 
 
@@ -481,6 +497,14 @@ def launch_node(run_id: int, attempt: int, rank: int) -> bool:
         return False
     run = node.run
     try:
+        busy = Run.objects.filter(_this_host(), state=Run.RUNNING).exists() or (
+            RunNode.objects.filter(
+                host=settings.HOST_NAME, exit_code__isnull=True, run__state=Run.RUNNING,
+                attempt=F("run__attempt"),
+            ).exclude(run=run).exists()
+        )  # fmt: skip
+        if busy:
+            raise RuntimeError(f"{node.host} is busy with another run (chosen twice at once?)")
         gpus = _claim_gpus(run)
         if gpus is None:
             raise RuntimeError(f"the GPUs it asks for are not free on {node.host}")
@@ -509,60 +533,56 @@ def launch_node(run_id: int, attempt: int, rank: int) -> bool:
 
 def _reconcile_nodes() -> None:
     """(On each host.) Its nodes of runs over several hosts: a node that failed or was lost
-    fails its run; a node whose run has ended (or moved on to another attempt) is stopped."""
+    fails its run; a node whose run has ended (or moved on to another attempt) is stopped.
+    One node's trouble (an engine error) is logged and does not stop the others'."""
     for node in (
         RunNode.objects.select_related("run")
         .filter(host=settings.HOST_NAME, exit_code__isnull=True)
         .exclude(handle="")
     ):
-        run = node.run
-        executor = executor_for(node.executor)
-        ended = run.state != Run.RUNNING or run.attempt != node.attempt
-        if ended and run.state == Run.SUCCEEDED and run.attempt == node.attempt:
-            # Node 0 has the results; this node is finishing too: let it end by itself.
-            finished = run.finished_at or timezone.now()
-            ended = timezone.now() - finished > timedelta(seconds=settings.LAUNCH_GRACE_S)
-            if not ended:
-                try:
-                    status = executor.poll(node.home, node.handle)
-                except executors.ExecutorError as err:
-                    log.warning("run %s node %s: cannot poll (%s)", run.pk, node.rank, err)
-                    continue
-                if status.state != "running":
-                    code = status.exit_code if status.state == "exited" else -1
-                    RunNode.objects.filter(pk=node.pk).update(exit_code=code, error=status.reason)
-                    _cleanup_node(node, code)
-                continue
-        if ended:
-            try:
-                executor.stop(node.home, node.handle, settings.STOP_GRACE_S)
-                status = executor.poll(node.home, node.handle)
-            except executors.ExecutorError as err:
-                log.warning("run %s node %s: cannot stop (%s)", run.pk, node.rank, err)
-                continue
-            code = status.exit_code if status.state == "exited" else -1
-            RunNode.objects.filter(pk=node.pk).update(exit_code=code)
-            _cleanup_node(node, code)
-            continue
         try:
+            _reconcile_node(node)
+        except Exception:
+            log.exception("run %s node %s: reconcile failed", node.run_id, node.rank)
+
+
+def _ended_node(node: RunNode, code: int | None, reason: str = "") -> None:
+    RunNode.objects.filter(pk=node.pk).update(exit_code=code, error=reason)
+    _cleanup_node(node, code)
+
+
+def _reconcile_node(node: RunNode) -> None:
+    run = node.run
+    executor = executor_for(node.executor)
+    ended = run.state != Run.RUNNING or run.attempt != node.attempt
+    if ended and run.state == Run.SUCCEEDED and run.attempt == node.attempt:
+        # Node 0 has the results; this node is finishing too: let it end by itself.
+        finished = run.finished_at or timezone.now()
+        if timezone.now() - finished <= timedelta(seconds=settings.LAUNCH_GRACE_S):
             status = executor.poll(node.home, node.handle)
-        except executors.ExecutorError as err:
-            log.warning("run %s node %s: cannot poll (%s)", run.pk, node.rank, err)
-            continue
-        if status.state == "running":
-            continue
-        code = status.exit_code if status.state == "exited" else -1
-        RunNode.objects.filter(pk=node.pk).update(exit_code=code, error=status.reason)
-        if status.state == "lost":
-            _fail(
-                run, f"node {node.rank} on {node.host} lost: {status.reason or 'its job vanished'}"
-            )
-        elif code != 0:
-            why = f" ({status.reason})" if status.reason else ""
-            last = _last_error_line_in(node.home)
-            _fail(run, f"node {node.rank} on {node.host}: exit code {code}{why}: {last}")
-        else:
-            _cleanup_node(node, code)
+            if status.state != "running":
+                code = status.exit_code if status.state == "exited" else -1
+                _ended_node(node, code, status.reason)
+            return
+    if ended:  # cancelled, failed, re-queued, or a straggler of a finished run: stop it
+        executor.stop(node.home, node.handle, settings.STOP_GRACE_S)
+        status = executor.poll(node.home, node.handle)
+        _ended_node(node, status.exit_code if status.state == "exited" else -1)
+        _release_gpus(run)  # claims a late launch made after the run had ended
+        return
+    status = executor.poll(node.home, node.handle)
+    if status.state == "running":
+        return
+    code = status.exit_code if status.state == "exited" else -1
+    RunNode.objects.filter(pk=node.pk).update(exit_code=code, error=status.reason)
+    if status.state == "lost":
+        _fail(run, f"node {node.rank} on {node.host} lost: {status.reason or 'its job vanished'}")
+    elif code != 0:
+        why = f" ({status.reason})" if status.reason else ""
+        last = _last_error_line_in(node.home)
+        _fail(run, f"node {node.rank} on {node.host}: exit code {code}{why}: {last}")
+    else:
+        _cleanup_node(node, code)
 
 
 def _cleanup_node(node: RunNode, code: int | None) -> None:
@@ -637,6 +657,7 @@ def reconcile() -> dict[str, int]:
     """Periodic, on each host: bring this host's running runs up to date (from the outside
     world: process table, Docker engine, Slurm), then start queued runs in free slots."""
     counts = {"finished": 0, "requeued": 0, "launched": 0}
+    _seen()  # first: trouble below must not make this host look lost
     grace = timedelta(seconds=settings.LAUNCH_GRACE_S)
     for run in Run.objects.filter(_this_host(), state=Run.RUNNING):
         executor = executor_for(run.executor)
@@ -671,17 +692,21 @@ def reconcile() -> dict[str, int]:
             )
             counts["requeued"] += _requeue_or_fail(run, reason)
     _reconcile_nodes()
-    _stop_failed_first_nodes()
+    try:
+        _stop_failed_first_nodes()
+    except Exception:
+        log.exception("could not stop the first nodes of failed runs")
     _refresh_gpus()
-    _seen()
     free = settings.MAX_PARALLEL_RUNS - Run.objects.filter(_this_host(), state=Run.RUNNING).count()
     if free > 0:
         queued = Run.objects.filter(state=Run.QUEUED).order_by("created_at", "id")
-        for run_id, mode in queued.values_list("pk", "spec__mode")[: free + 16]:
+        rows = queued.values_list("pk", "spec__mode", "spec__real__nodes")[: free + 16]
+        for run_id, mode, nodes in rows:
             launched = launch_run(run_id)
             counts["launched"] += launched
-            if not launched and mode == "real":
+            if not launched and mode == "real" and (nodes or 1) <= 1:
                 break  # the oldest waiting run needs the machine alone: let it drain
+            # (a run over several hosts waiting for free hosts does not hold up the others)
             if counts["launched"] >= free:
                 break
     return counts

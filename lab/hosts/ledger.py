@@ -175,12 +175,21 @@ def _active_claims() -> QuerySet[GpuClaim]:
 
 
 def host_address() -> str:
-    """Where other hosts reach this one: ``LAB_HOST_ADDRESS``, else this machine's name
-    resolved (127.0.0.1 when it does not resolve)."""
+    """Where other hosts reach this one: ``LAB_HOST_ADDRESS``, else the address of the
+    interface of the default route, else this machine's name resolved (127.0.0.1 when it does
+    not resolve: then only hosts on this machine reach it, and the Hosts page shows it)."""
     from django.conf import settings
 
     if settings.HOST_ADDRESS:
         return settings.HOST_ADDRESS
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:  # the interface of the default route (a UDP "connect" sends nothing)
+            probe.connect(("192.0.2.1", 9))
+            address = probe.getsockname()[0]
+            if not address.startswith("127."):
+                return address
+        except OSError:
+            pass
     try:
         return socket.gethostbyname(socket.gethostname())
     except OSError:
@@ -432,6 +441,11 @@ def _largest(model: str | None) -> tuple[int, str | None]:
         return 0, None
     name = max(sorted(counts), key=lambda n: counts[n])
     return counts[name], name
+
+
+def free_gpus(model: str | None, host: Host | str) -> int:
+    """How many GPUs (matching ``model``) are free on ``host`` now."""
+    return _free(_matching(model, host)).count()
 
 
 def capacity(model: str | None = None) -> int:

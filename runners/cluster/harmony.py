@@ -204,7 +204,8 @@ class _JobView:
         rest = left_w * self.worker_demand + (0 if self.ps_pool_used else left_p) * self.ps_demand
         x[:, 13] = np.all(self.free + 1e-9 >= rest, axis=1)
         after = (self.free[:, 0] - left_w * self.worker_demand[0]) * self.inv_caps[:, 0]
-        x[:, 14] = np.where(after >= -1e-9, after, -1.0)
+        gpu_server = self.inv_caps[:, 0] > 0  # a PS machine has no GPUs: nothing "fits" there
+        x[:, 14] = np.where((after >= -1e-9) & gpu_server, after, -1.0)
         j = self.base.copy()
         k = len(JOB_MODELS)
         j[k] = kind

@@ -354,14 +354,22 @@ def _supervise_horovod(
         preexec_fn=_die_with_parent,
     )  # fmt: skip
     try:
-        ready, _, _ = select.select([server.stdout], [], [], 60.0)
-        line = server.stdout.readline() if ready else ""  # type: ignore[union-attr]
-        if not line.startswith("port "):
-            rest = "" if not ready else server.stdout.read()  # type: ignore[union-attr]
+        seen: list[str] = []
+        deadline = time.monotonic() + 60.0
+        port = 0
+        while not port and time.monotonic() < deadline and server.poll() is None:
+            ready, _, _ = select.select([server.stdout], [], [], 1.0)
+            if not ready:
+                continue
+            line = server.stdout.readline()  # type: ignore[union-attr]
+            if line.startswith("port "):
+                port = int(line.split()[1])
+            elif line:
+                seen.append(line)  # a warning before the port: keep reading
+        if not port:
             raise RuntimeError(
-                f"Horovod's rendezvous server did not start: {(line + rest).strip()[-500:]}"
+                f"Horovod's rendezvous server did not start: {''.join(seen).strip()[-500:]}"
             )
-        port = int(line.split()[1])
         worker = [sys.executable, "-m", "runners.real.worker", str(work)]
         commands = [
             (
@@ -375,6 +383,7 @@ def _supervise_horovod(
     finally:
         with contextlib.suppress(OSError):
             server.stdin.close()  # type: ignore[union-attr]
+            server.stdout.close()  # type: ignore[union-attr]
         server.terminate()
         try:
             server.wait(10)

@@ -201,3 +201,17 @@ def test_a_node_network_that_is_not_a_docker_network_name_is_refused(name):
     with pytest.raises(ValueError, match="not a Docker network name"):
         Resources(network=name)
     assert Resources(network="lab-nodes_1.overlay").network == "lab-nodes_1.overlay"
+
+
+def test_a_run_waiting_for_hosts_does_not_hold_up_the_queue(user, config, settings, hosts):
+    """The oldest queued run is real and needs two hosts, only one is live: the simulation
+    queued after it still starts (a single-host real run would have the queue wait for it)."""
+    Host.objects.filter(name="b").update(last_seen=timezone.now() - timezone.timedelta(hours=1))
+    waiting = actions.create_experiment(user, two_node_run(config)).runs.get()
+    later = actions.create_experiment(user, dataclasses.replace(config, seeds=(0,)))
+    counts = as_host(settings, "a", actions.reconcile)
+    waiting.refresh_from_db()
+    assert waiting.state == Run.QUEUED
+    assert counts["launched"] >= 1
+    assert later.runs.filter(state=Run.RUNNING).exists()
+    actions.cancel_experiment(later)
