@@ -327,6 +327,11 @@ def run(
     return result
 
 
+def _pythonpath() -> str:
+    """The project's root first, then whatever PYTHONPATH the caller had."""
+    return os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+
+
 def _supervise_horovod(
     bed: tb.Testbed,
     work: Path,
@@ -343,8 +348,7 @@ def _supervise_horovod(
     addresses = [bed.address(k) for k in range(bed.nodes)]
     server = subprocess.Popen(
         bed.wrap(0, [sys.executable, "-m", "runners.real.hvd", "serve", *addresses]),
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(
-            filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))},
+        env={**os.environ, "PYTHONPATH": _pythonpath()},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -441,7 +445,7 @@ def _supervise(
     any command fails or the run exceeds ``TIMEOUT_S``; stops every process on the way out."""
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "PYTHONPATH": _pythonpath(),
         "OMP_NUM_THREADS": str(threads),
         "PYTHONUNBUFFERED": "1",
     }

@@ -23,6 +23,21 @@ esac
 """
 
 
+def _waiting_for_both_hosts(stack):
+    """Wait until workers alpha and beta have registered their hosts; return a function
+    that runs Python in ``manage.py shell`` and returns its output."""
+
+    def shell(code: str) -> str:
+        return stack.manage("shell", "--no-imports", "-c", code).strip()
+
+    def both_registered() -> bool:
+        names = "print(sorted(Host.objects.values_list('name', flat=True)))"
+        return shell(f"from lab.hosts.models import Host; {names}") == "['alpha', 'beta']"
+
+    wait_for(both_registered, 60, 0.5, "both workers to register their hosts")
+    return shell
+
+
 def test_a_gpu_run_is_routed_to_the_host_that_has_the_gpu(fresh_stack, redis_server, tmp_path):
     fake = tmp_path / "fake-bin"
     fake.mkdir()
@@ -36,14 +51,7 @@ def test_a_gpu_run_is_routed_to_the_host_that_has_the_gpu(fresh_stack, redis_ser
     )
     stack.manage("check")
 
-    def shell(code: str) -> str:
-        return stack.manage("shell", "--no-imports", "-c", code).strip()
-
-    def both_registered() -> bool:
-        names = "print(sorted(Host.objects.values_list('name', flat=True)))"
-        return shell(f"from lab.hosts.models import Host; {names}") == "['alpha', 'beta']"
-
-    wait_for(both_registered, 60, 0.5, "both workers to register their hosts")
+    shell = _waiting_for_both_hosts(stack)
     gpu_body = {
         "name": "needs a gpu",
         "system": "wfbp",
@@ -80,14 +88,7 @@ def test_a_run_over_two_hosts_runs_one_node_on_each_worker(fresh_stack, redis_se
     stack = fresh_stack(REDIS_URL=redis_server.url, LAB_HOST_NAME="alpha")
     stack.start("worker", env={"LAB_HOST_NAME": "beta"}, as_name="worker-beta")
 
-    def shell(code: str) -> str:
-        return stack.manage("shell", "--no-imports", "-c", code).strip()
-
-    def both_registered() -> bool:
-        names = "print(sorted(Host.objects.values_list('name', flat=True)))"
-        return shell(f"from lab.hosts.models import Host; {names}") == "['alpha', 'beta']"
-
-    wait_for(both_registered, 60, 0.5, "both workers to register their hosts")
+    _waiting_for_both_hosts(stack)
     body = {
         "name": "two hosts",
         "system": "wfbp",
