@@ -375,14 +375,21 @@ def _nodes_of(run: Run) -> int:
     return int((run.spec.get("real") or {}).get("nodes", 1))
 
 
+def _active_nodes() -> Any:
+    """Nodes (rank >= 1) still going, of the current attempt of running runs."""
+    return RunNode.objects.filter(
+        exit_code__isnull=True, run__state=Run.RUNNING, attempt=F("run__attempt")
+    )
+
+
 def _node_here() -> bool:
     """Whether this host runs a node (rank >= 1) of a running run over several hosts."""
-    return RunNode.objects.filter(
-        host=settings.HOST_NAME,
-        exit_code__isnull=True,
-        run__state=Run.RUNNING,
-        attempt=F("run__attempt"),
-    ).exists()
+    return _active_nodes().filter(host=settings.HOST_NAME).exists()
+
+
+def _exit_code(status: executors.Status) -> int | None:
+    """The exit code of an ended job; -1 for one that was lost."""
+    return status.exit_code if status.state == "exited" else -1
 
 
 def _peer_hosts(run: Run, count: int) -> list[Any] | None:
@@ -396,9 +403,7 @@ def _peer_hosts(run: Run, count: int) -> list[Any] | None:
     if not _many_hosts_possible():
         return None
     busy = set(Run.objects.filter(state=Run.RUNNING).values_list("host", flat=True)) | set(
-        RunNode.objects.filter(
-            run__state=Run.RUNNING, exit_code__isnull=True, attempt=F("run__attempt")
-        ).values_list("host", flat=True)
+        _active_nodes().values_list("host", flat=True)
     )
     real = run.spec.get("real") or {}
     gpus, model = int(real.get("gpus", 0)), real.get("gpu_model") or None
@@ -498,11 +503,8 @@ def launch_node(run_id: int, attempt: int, rank: int) -> bool:
     run = node.run
     try:
         busy = Run.objects.filter(_this_host(), state=Run.RUNNING).exists() or (
-            RunNode.objects.filter(
-                host=settings.HOST_NAME, exit_code__isnull=True, run__state=Run.RUNNING,
-                attempt=F("run__attempt"),
-            ).exclude(run=run).exists()
-        )  # fmt: skip
+            _active_nodes().filter(host=settings.HOST_NAME).exclude(run=run).exists()
+        )
         if busy:
             raise RuntimeError(f"{node.host} is busy with another run (chosen twice at once?)")
         gpus = _claim_gpus(run)
@@ -561,19 +563,18 @@ def _reconcile_node(node: RunNode) -> None:
         if timezone.now() - finished <= timedelta(seconds=settings.LAUNCH_GRACE_S):
             status = executor.poll(node.home, node.handle)
             if status.state != "running":
-                code = status.exit_code if status.state == "exited" else -1
-                _ended_node(node, code, status.reason)
+                _ended_node(node, _exit_code(status), status.reason)
             return
     if ended:  # cancelled, failed, re-queued, or a straggler of a finished run: stop it
         executor.stop(node.home, node.handle, settings.STOP_GRACE_S)
         status = executor.poll(node.home, node.handle)
-        _ended_node(node, status.exit_code if status.state == "exited" else -1)
+        _ended_node(node, _exit_code(status))
         _release_gpus(run)  # claims a late launch made after the run had ended
         return
     status = executor.poll(node.home, node.handle)
     if status.state == "running":
         return
-    code = status.exit_code if status.state == "exited" else -1
+    code = _exit_code(status)
     RunNode.objects.filter(pk=node.pk).update(exit_code=code, error=status.reason)
     if status.state == "lost":
         _fail(run, f"node {node.rank} on {node.host} lost: {status.reason or 'its job vanished'}")

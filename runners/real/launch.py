@@ -327,6 +327,22 @@ def run(
     return result
 
 
+def _start(argv: list[str], env: dict[str, str], stdin: int = subprocess.DEVNULL) -> Any:
+    """A process of this run: output on one text pipe, in its own session (stopped as a
+    group), in the project's root, dying with the launcher."""
+    return subprocess.Popen(
+        argv,
+        env=env,
+        stdin=stdin,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        start_new_session=True,
+        preexec_fn=_die_with_parent,
+    )
+
+
 def _pythonpath() -> str:
     """The project's root first, then whatever PYTHONPATH the caller had."""
     return os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
@@ -346,17 +362,11 @@ def _supervise_horovod(
     from . import hvd
 
     addresses = [bed.address(k) for k in range(bed.nodes)]
-    server = subprocess.Popen(
+    server = _start(
         bed.wrap(0, [sys.executable, "-m", "runners.real.hvd", "serve", *addresses]),
-        env={**os.environ, "PYTHONPATH": _pythonpath()},
+        {**os.environ, "PYTHONPATH": _pythonpath()},
         stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=ROOT,
-        start_new_session=True,
-        preexec_fn=_die_with_parent,
-    )  # fmt: skip
+    )
     try:
         seen: list[str] = []
         deadline = time.monotonic() + 60.0
@@ -456,17 +466,7 @@ def _supervise(
         for k, (argv, extra) in enumerate(commands):
             path = work / f"node{k}.log"
             logs.append(path)
-            proc = subprocess.Popen(
-                argv,
-                env={**env, **extra},
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                text=True,
-                cwd=ROOT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
+            proc = _start(argv, {**env, **extra})
             procs.append(proc)
             reader = threading.Thread(
                 target=_follow, args=(proc, path, total, progress), daemon=True

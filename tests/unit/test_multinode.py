@@ -21,6 +21,7 @@ from lab.hosts.models import Host
 from lab.runs.models import Run, RunNode
 from runners.executors import local
 from runners.spec import SpecError, validate
+from tests.unit.test_routing import gpu_run
 
 pytestmark = pytest.mark.django_db
 
@@ -32,18 +33,9 @@ def host(name: str) -> Host:
 
 
 def two_node_run(config, iterations: int = 6):
-    return dataclasses.replace(
-        config,
-        system="wfbp",
-        baselines=(),
-        params={},
-        mode="real",
-        workloads=("vgg16-debug",),
-        seeds=(0,),
-        iterations=iterations,
-        cluster={"workers": 2},
-        real={"network": "loopback", "nodes": 2},
-    )
+    """test_routing's real run, on two hosts over loopback instead of on a GPU."""
+    real = {"network": "loopback", "nodes": 2}
+    return dataclasses.replace(gpu_run(config), iterations=iterations, real=real)
 
 
 @pytest.fixture
