@@ -122,10 +122,11 @@ class RealOptions:
     gpus: GPUs the run asks of its host (0: CPU only). The portal's GPU ledger hands them out
         (by UUID, never one GPU to two runs) and routes the run to a host that has them free.
     gpu_model: only GPUs whose name contains this (e.g. ``A100``); empty: any.
-    nodes: hosts the run spans (all-reduce arena, torchrun; ``cluster.workers`` split evenly,
-        ``gpus`` per host). The portal starts one runner per host (one container each with the
-        docker executor) and they rendezvous (c10d) at the first; Slurm gets ``--nodes``. On
-        the hosts' own network: not with ``network: shaped``.
+    nodes: hosts the run spans (all-reduce arena; ``cluster.workers`` split evenly, ``gpus``
+        per host). The portal starts one runner per host (one container each with the docker
+        executor) and they rendezvous at the first: torchrun's c10d, or for the real Horovod
+        its own rendezvous server; Slurm gets ``--nodes``. On the hosts' own network: not with
+        ``network: shaped``.
     """
 
     network: str = "auto"
@@ -332,12 +333,10 @@ def validate_comm(raw: dict[str, Any], entry: registry.Entry) -> RunSpec:
             )
     real = _real(raw.get("real"), mode)
     if real is not None and real.nodes > 1:
-        if entry.arena != "allreduce" or (
-            entry.name == "horovod" and real.implementation == "default"
-        ):
+        if entry.arena != "allreduce":
             raise SpecError(
                 "real.nodes",
-                f"a run over several hosts is for the all-reduce arena under torchrun (not "
+                f"a run over several hosts is for the all-reduce arena (not "
                 f"'{entry.name}'); set real.nodes: 1",
             )
         if cluster.workers % real.nodes:

@@ -32,10 +32,11 @@ for that reason). ``shm_gb`` does not apply (a job sees its node's ``/dev/shm``)
 node of the allocation and exports it as ``LAB_RDZV_HOST`` (with ``LAB_NNODES``), then ``srun``
 starts one task per node (given the job's CPUs per task, which ``srun`` does not inherit). Each
 task runs the runner (``python -m runners run``), whose real-mode launcher starts that node's
-``torchrun``; the ``torchrun`` of all nodes rendezvous (c10d) at ``LAB_RDZV_HOST``, each task
-learning its node rank from ``SLURM_NODEID`` (also exported as ``LAB_NODE_RANK``). The
-real-mode launcher reads them (``runners.real.launch.Nodes``: the all-reduce arena under
-torchrun; the rendezvous id is ``SLURM_JOB_ID``); tested with two runner processes on one
+``torchrun`` (or the real Horovod's ranks); the nodes rendezvous at ``LAB_RDZV_HOST`` (c10d,
+or Horovod's rendezvous server on node 0), each task learning its node rank from
+``SLURM_NODEID`` (also exported as ``LAB_NODE_RANK``). The real-mode launcher reads them
+(``runners.real.launch.Nodes``: the all-reduce arena; the rendezvous id is ``SLURM_JOB_ID``);
+tested with two runner processes on one
 machine, not on a Slurm cluster. Node 0 writes the run directory ``run``; node ``k > 0`` writes
 ``run.node<k>`` (two runners may not write the same directory). The script records ``srun``'s
 exit status (non-zero when any task failed).

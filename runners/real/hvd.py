@@ -16,6 +16,12 @@ ranks in different namespaces cannot connect. With the address as host name gloo
 rank's shaped interface. (Seen in Horovod's debug log: the first contexts on ``eth0``, the
 process set's on ``lo``.)
 
+Over several machines (``real.nodes``) each machine's runner starts its share of the ranks
+(``launch._supervise_horovod_nodes``): node 0 runs the rendezvous server on the port the
+nodes were given, the hosts are labels ``node<k>:<ranks>`` and gloo uses the interface
+towards node 0. The process-set bug above applies there too: a machine whose name resolves
+to loopback gets the same UTS-namespace fix when root, and otherwise a clear error.
+
 The entry's parameters become Horovod's settings: ``fusion_threshold_bytes`` ->
 ``HOROVOD_FUSION_THRESHOLD``, ``cycle_time_ms`` -> ``HOROVOD_CYCLE_TIME``; both are recorded in
 the run's manifest (the resolved spec), with Horovod's version.
@@ -45,19 +51,26 @@ def settings_env(params: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def _assignments(addresses: list[str]) -> list[Any]:
-    """Horovod's host assignment for one slot per address (rank k on ``addresses[k]``)."""
-    from horovod.runner.common.util import hosts
-
-    return hosts.get_host_assignments(
-        hosts.parse_hosts(",".join(f"{a}:1" for a in addresses)), len(addresses)
-    )
+def _slots(hosts: list[str]) -> str:
+    """``horovodrun -H``'s host list: ``HOST:SLOTS`` each (one slot when SLOTS is left out)."""
+    return ",".join(h if ":" in h else f"{h}:1" for h in hosts)
 
 
-def rank_env(addresses: list[str], rank: int, rendezvous: str, port: int) -> dict[str, str]:
-    """The variables ``horovodrun --gloo`` gives rank ``rank`` of one rank per address, with
-    Horovod's rendezvous server at ``rendezvous:port``."""
-    slot = next(s for s in _assignments(addresses) if s.rank == rank)
+def _assignments(hosts: list[str]) -> list[Any]:
+    """Horovod's host assignment for ``hosts`` (``HOST[:SLOTS]``; ranks fill each host's slots
+    in turn)."""
+    from horovod.runner.common.util import hosts as util
+
+    parsed = util.parse_hosts(_slots(hosts))
+    return util.get_host_assignments(parsed, sum(h.slots for h in parsed))
+
+
+def rank_env(
+    hosts: list[str], rank: int, rendezvous: str, port: int, iface: str = "eth0"
+) -> dict[str, str]:
+    """The variables ``horovodrun --gloo`` gives rank ``rank`` of ``hosts`` (``HOST[:SLOTS]``),
+    with Horovod's rendezvous server at ``rendezvous:port`` and gloo on ``iface``."""
+    slot = next(s for s in _assignments(hosts) if s.rank == rank)
     return {
         "HOROVOD_HOSTNAME": slot.hostname,
         "HOROVOD_RANK": str(slot.rank),
@@ -70,8 +83,43 @@ def rank_env(addresses: list[str], rank: int, rendezvous: str, port: int) -> dic
         "HOROVOD_GLOO_RENDEZVOUS_PORT": str(port),
         "HOROVOD_CONTROLLER": "gloo",
         "HOROVOD_CPU_OPERATIONS": "gloo",
-        "HOROVOD_GLOO_IFACE": "eth0",
+        "HOROVOD_GLOO_IFACE": iface,
     }
+
+
+def node_hosts(count: int, per_node: int) -> list[str]:
+    """Horovod's hosts for a run over ``count`` machines: ``node<k>:<per_node>``. The names
+    are only labels (the rendezvous scopes of each machine's ranks); gloo finds its addresses
+    through ``HOROVOD_GLOO_IFACE`` and the host name (see the module)."""
+    return [f"node{k}:{per_node}" for k in range(count)]
+
+
+def interface_toward(host: str, port: int) -> tuple[str, str]:
+    """This machine's address and interface on the route to ``host`` (no packet is sent:
+    a UDP socket's connect only picks the route)."""
+    import socket
+
+    import psutil
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((host, port))
+        address = probe.getsockname()[0]
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == address for a in addrs):
+            return address, name
+    raise RuntimeError(f"no interface here has {address}, the address towards {host}")
+
+
+def name_resolves_to_loopback() -> bool:
+    """Whether this machine's host name resolves to a loopback address (Debian's
+    ``127.0.1.1 name`` in /etc/hosts, for one): then Horovod's process sets bind loopback."""
+    import ipaddress
+    import socket
+
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(socket.gethostname())).is_loopback
+    except OSError:
+        return True
 
 
 def with_hostname(address: str, argv: list[str]) -> list[str]:
@@ -79,14 +127,25 @@ def with_hostname(address: str, argv: list[str]) -> list[str]:
     return ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', address, *argv]
 
 
-def serve(addresses: list[str]) -> int:
-    """Run Horovod's rendezvous server for one rank per address; print ``port N``, then
-    serve until SIGTERM or stdin closes."""
-    from horovod.runner.http.http_server import RendezvousServer
+def serve(hosts: list[str], port: int = 0) -> int:
+    """Run Horovod's rendezvous server for ``hosts`` (``HOST[:SLOTS]``) on ``port`` (0: a free
+    one); print ``port N``, then serve until SIGTERM or stdin closes."""
+    from horovod.runner.http.http_server import (
+        RendezvousHandler,
+        RendezvousHTTPServer,
+        RendezvousServer,
+    )
 
     server = RendezvousServer(verbose=0)
-    port = server.start()
-    server.init(_assignments(addresses))
+    if port:  # what RendezvousServer.start does, on the port the nodes were told
+        import threading
+
+        server._httpd = RendezvousHTTPServer(("", port), RendezvousHandler, 0)
+        server._listen_thread = threading.Thread(target=server._httpd.serve_forever, daemon=True)
+        server._listen_thread.start()
+    else:
+        port = server.start()
+    server.init(_assignments(hosts))
     print(f"port {port}", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
@@ -97,7 +156,12 @@ def serve(addresses: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 3 or sys.argv[1] != "serve":
-        print("usage: python -m runners.real.hvd serve ADDRESS...", file=sys.stderr)
+    args = sys.argv[1:]
+    port = 0
+    if args[1:2] == ["--port"] and len(args) > 2 and args[2].isdigit():
+        port = int(args[2])
+        args = args[:1] + args[3:]
+    if len(args) < 2 or args[0] != "serve":
+        print("usage: python -m runners.real.hvd serve [--port N] HOST[:SLOTS]...", file=sys.stderr)
         sys.exit(2)
-    sys.exit(serve(sys.argv[2:]))
+    sys.exit(serve(args[1:], port))

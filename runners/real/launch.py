@@ -17,12 +17,13 @@ import math
 import os
 import select
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,11 +146,11 @@ def preflight(spec: RunSpec) -> Network:
     c = spec.cluster
     nodes = Nodes.from_env()
     if nodes is not None:
-        if spec.arena != "allreduce" or framework(spec) == "horovod":
+        if spec.arena != "allreduce":
             raise SpecError(
                 "system",
-                "a run over several nodes is for the all-reduce arena under torchrun (not the "
-                "PS arena, not the real Horovod)",
+                "a run over several nodes is for the all-reduce arena (torchrun, or the real "
+                "Horovod's rendezvous), not the PS arena",
             )
         if c.workers % nodes.count:
             raise SpecError(
@@ -284,7 +285,11 @@ def run(
         from . import hvd
 
         extra = hvd.settings_env(spec.params)
-    if nodes is not None:
+    if nodes is not None and horovod:
+        _supervise_horovod_nodes(
+            nodes, n // nodes.count, work, extra, options.threads, end, progress
+        )
+    elif nodes is not None:
         per_node = n // nodes.count
         argv = [sys.executable, "-m", "torch.distributed.run", "--max-restarts", "0",
                 "--nnodes", str(nodes.count), "--node-rank", str(nodes.rank),
@@ -348,25 +353,11 @@ def _pythonpath() -> str:
     return os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 
 
-def _supervise_horovod(
-    bed: tb.Testbed,
-    work: Path,
-    settings: dict[str, str],
-    threads: int,
-    total: int,
-    progress: Callable[[int, int], None] | None,
-) -> None:
-    """The real Horovod on the emulated network (``runners.real.hvd``): Horovod's rendezvous
-    server in node 0's namespace, then one rank per namespace with ``horovodrun``'s variables,
-    supervised like every other real run."""
-    from . import hvd
-
-    addresses = [bed.address(k) for k in range(bed.nodes)]
-    server = _start(
-        bed.wrap(0, [sys.executable, "-m", "runners.real.hvd", "serve", *addresses]),
-        {**os.environ, "PYTHONPATH": _pythonpath()},
-        stdin=subprocess.PIPE,
-    )
+@contextlib.contextmanager
+def _horovod_server(argv: list[str]) -> Iterator[int]:
+    """Horovod's rendezvous server (``argv``: ``python -m runners.real.hvd serve ...``, maybe
+    wrapped in a namespace) while the block runs; yields the port it listens on."""
+    server = _start(argv, {**os.environ, "PYTHONPATH": _pythonpath()}, stdin=subprocess.PIPE)
     try:
         seen: list[str] = []
         deadline = time.monotonic() + 60.0
@@ -384,16 +375,7 @@ def _supervise_horovod(
             raise RuntimeError(
                 f"Horovod's rendezvous server did not start: {''.join(seen).strip()[-500:]}"
             )
-        worker = [sys.executable, "-m", "runners.real.worker", str(work)]
-        commands = [
-            (
-                bed.wrap(k, hvd.with_hostname(addresses[k], worker)),
-                {**settings, **hvd.rank_env(addresses, k, addresses[0], port),
-                 "LAB_WORKER": str(k)},
-            )
-            for k in range(len(addresses))
-        ]  # fmt: skip
-        _supervise(commands, work, threads, total, progress)
+        yield port
     finally:
         with contextlib.suppress(OSError):
             server.stdin.close()  # type: ignore[union-attr]
@@ -404,6 +386,97 @@ def _supervise_horovod(
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def _supervise_horovod(
+    bed: tb.Testbed,
+    work: Path,
+    settings: dict[str, str],
+    threads: int,
+    total: int,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    """The real Horovod on the emulated network (``runners.real.hvd``): Horovod's rendezvous
+    server in node 0's namespace, then one rank per namespace with ``horovodrun``'s variables,
+    supervised like every other real run."""
+    from . import hvd
+
+    addresses = [bed.address(k) for k in range(bed.nodes)]
+    serve = [sys.executable, "-m", "runners.real.hvd", "serve", *addresses]
+    with _horovod_server(bed.wrap(0, serve)) as port:
+        worker = [sys.executable, "-m", "runners.real.worker", str(work)]
+        commands = [
+            (
+                bed.wrap(k, hvd.with_hostname(addresses[k], worker)),
+                {**settings, **hvd.rank_env(addresses, k, addresses[0], port),
+                 "LAB_WORKER": str(k)},
+            )
+            for k in range(len(addresses))
+        ]  # fmt: skip
+        _supervise(commands, work, threads, total, progress)
+
+
+HOROVOD_JOIN_S = 900.0  # how long a node waits for node 0's rendezvous server (c10d: 900 s)
+
+
+def _supervise_horovod_nodes(
+    nodes: Nodes,
+    per_node: int,
+    work: Path,
+    settings: dict[str, str],
+    threads: int,
+    total: int,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    """This node's share of the real Horovod over several machines, as ``horovodrun`` would
+    start it: node 0 runs Horovod's rendezvous server on the agreed port (``LAB_RDZV_HOST``);
+    every node waits for it, then starts its ``per_node`` ranks with the variables of
+    Horovod's host assignment (hosts ``node<k>:<per_node>``), gloo on the interface towards
+    node 0. Horovod's process sets bind the address the host name resolves to (see
+    ``runners.real.hvd``): where that is loopback but node 0 is not, the ranks get a UTS
+    namespace named after this machine's address (root), or the run stops with what to fix."""
+    from . import hvd
+
+    host, port = nodes.endpoint.rsplit(":", 1)
+    hosts = hvd.node_hosts(nodes.count, per_node)
+    address, iface = hvd.interface_toward(host, int(port))
+    fix_name = hvd.name_resolves_to_loopback() and not address.startswith("127.")
+    if fix_name and os.geteuid() != 0:
+        raise RealRunError(
+            f"this machine's host name ({socket.gethostname()}) resolves to a loopback address, "
+            f"so Horovod 0.28.1's process sets would bind it and node 0 at {host} could not "
+            f"reach this node: map the name to {address} in /etc/hosts, or run as root"
+        )
+    worker = [sys.executable, "-m", "runners.real.worker", str(work)]
+    if fix_name:
+        worker = hvd.with_hostname(address, worker)
+
+    def start_ranks() -> None:
+        commands = [
+            (worker, {**settings, **hvd.rank_env(hosts, r, host, int(port), iface),
+                      "LAB_WORKER": str(r)})
+            for r in range(nodes.rank * per_node, (nodes.rank + 1) * per_node)
+        ]  # fmt: skip
+        _supervise(commands, work, threads, total, progress)
+
+    if nodes.rank == 0:
+        serve = [sys.executable, "-m", "runners.real.hvd", "serve", "--port", port, *hosts]
+        with _horovod_server(serve):
+            start_ranks()
+        return
+    deadline = time.monotonic() + HOROVOD_JOIN_S
+    while True:  # Horovod's ranks give up on a server that is not there yet
+        try:
+            socket.create_connection((host, int(port)), timeout=2.0).close()
+            break
+        except OSError as err:
+            if time.monotonic() > deadline:
+                raise RealRunError(
+                    f"node 0's Horovod rendezvous server at {nodes.endpoint} did not answer "
+                    f"within {HOROVOD_JOIN_S:g} s ({err})"
+                ) from err
+            time.sleep(1.0)
+    start_ranks()
 
 
 def _torchrun(

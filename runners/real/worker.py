@@ -14,6 +14,7 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +155,8 @@ def _main(job_dir: Path) -> int:
         worker = int(os.environ.get("LAB_WORKER", rank))
         try:
             result = _train(job, spec, train, rank, world, worker)
+            if int(job.get("nodes", 1)) > 1:
+                _share_records(job_dir, result, rank, hvd.local_rank(), hvd.allgather_object)
         finally:
             hvd.shutdown()
     else:
@@ -164,21 +167,38 @@ def _main(job_dir: Path) -> int:
         try:
             result = _train(job, spec, train, rank, world, worker)
             if int(job.get("nodes", 1)) > 1:
-                # Over several nodes each node's launcher reads the records of every rank from
-                # its own folder: the first rank of each node writes them all.
-                state = result.pop("_state", None)
-                records: list[Any] = [None] * world
-                dist.all_gather_object(records, result)
-                if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-                    for other, record in enumerate(records):
-                        if other != rank:
-                            write_record(job_dir, f"rank{other}", other, record)
-                if state is not None:
-                    result["_state"] = state
+
+                def gather(record: Any) -> list[Any]:
+                    records: list[Any] = [None] * world
+                    dist.all_gather_object(records, record)
+                    return records
+
+                local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+                _share_records(job_dir, result, rank, local_rank, gather)
         finally:
             dist.destroy_process_group()
     write_record(job_dir, f"rank{rank}", rank, result)
     return 0
+
+
+def _share_records(
+    job_dir: Path,
+    result: dict[str, Any],
+    rank: int,
+    local_rank: int,
+    gather: Callable[[Any], list[Any]],
+) -> None:
+    """Over several nodes each node's launcher reads the records of every rank from its own
+    folder: ``gather`` (the framework's all-gather of objects) brings them to every rank, and
+    the first rank of each node writes the others' (a rank's saved state stays its own)."""
+    state = result.pop("_state", None)
+    records = gather(result)
+    if local_rank == 0:
+        for other, record in enumerate(records):
+            if other != rank:
+                write_record(job_dir, f"rank{other}", other, record)
+    if state is not None:
+        result["_state"] = state
 
 
 def _train(

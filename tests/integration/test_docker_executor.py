@@ -159,13 +159,15 @@ def node_network(settings) -> Iterator[str]:
     network.remove()
 
 
+@pytest.mark.parametrize("system", ["wfbp", "horovod"])
 def test_a_run_over_two_hosts_starts_one_container_on_each(
     user, config, in_docker, node_network, settings, monkeypatch,
-    django_capture_on_commit_callbacks,
+    django_capture_on_commit_callbacks, system,
 ):  # fmt: skip
     """Hosts a and b (rows standing for two machines that share this Docker engine), each
-    with the docker executor: node 0's container on a hosts the rendezvous, node 1's on b
-    joins it over the nodes' Docker network, and the run's results come from node 0.
+    with the docker executor: node 0's container on a hosts the rendezvous (torchrun's c10d,
+    or for the real Horovod its rendezvous server), node 1's on b joins it over the nodes'
+    Docker network, and the run's results come from node 0.
 
     With LAB_NODE_NETWORK=host (the default: across machines) the same run sometimes stalled
     on this machine, whose Docker runs under gVisor: a connection over 127.0.0.1 on the host
@@ -184,7 +186,7 @@ def test_a_run_over_two_hosts_starts_one_container_on_each(
     sent = []
     monkeypatch.setattr(tasks.launch_node, "apply_async", lambda args, queue: sent.append(args))
     real = dataclasses.replace(
-        config, system="wfbp", baselines=(), mode="real", workloads=("vgg16-debug",),
+        config, system=system, baselines=(), mode="real", workloads=("vgg16-debug",),
         seeds=(0,), iterations=4, cluster={"workers": 2}, params={},
         real={"dataset": "synthetic", "nodes": 2},
     )  # fmt: skip
