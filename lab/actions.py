@@ -270,7 +270,8 @@ def fail_runs_of_lost_hosts() -> int:
     ``settings.HOST_LOST_S``: nobody is watching them, so they fail with a reason that says
     what to do (their GPU claims go back). They are not re-queued: the job may still be
     running there, and a second copy elsewhere would race it. This host's own runs are left
-    to its reconcile, which finds them again after any restart."""
+    to its reconcile, which finds them again after any restart. When the lost host's worker
+    comes back, its reconcile stops the jobs of these runs (``_stop_jobs_left_while_lost``)."""
     from lab.hosts.models import Host
 
     since = timezone.now() - timedelta(seconds=settings.HOST_LOST_S)
@@ -285,8 +286,8 @@ def fail_runs_of_lost_hosts() -> int:
             run,
             f"host {run.host} lost: its worker has not reconciled since "
             f"{seen:%Y-%m-%d %H:%M:%S} UTC (over {settings.HOST_LOST_S:.0f} s); restart the "
-            f"worker there and re-run the experiment (a job left running there is not "
-            f"stopped)",
+            f"worker there and re-run the experiment (a job left running there is stopped "
+            f"when its worker comes back)",
         )
     return failed
 
@@ -658,7 +659,9 @@ def reconcile() -> dict[str, int]:
     """Periodic, on each host: bring this host's running runs up to date (from the outside
     world: process table, Docker engine, Slurm), then start queued runs in free slots."""
     counts = {"finished": 0, "requeued": 0, "launched": 0}
-    _seen()  # first: trouble below must not make this host look lost
+    before = _seen()  # first: trouble below must not make this host look lost
+    if before is not None and timezone.now() - before > timedelta(seconds=settings.HOST_LOST_S):
+        counts["stopped"] = _stop_jobs_left_while_lost(before)
     grace = timedelta(seconds=settings.LAUNCH_GRACE_S)
     for run in Run.objects.filter(_this_host(), state=Run.RUNNING):
         executor = executor_for(run.executor)
@@ -713,10 +716,38 @@ def reconcile() -> dict[str, int]:
     return counts
 
 
-def _seen() -> None:
+def _seen() -> Any:
+    """Mark this host seen now; returns when it was seen before (None: never)."""
     from lab.hosts.models import Host
 
-    Host.objects.filter(name=settings.HOST_NAME).update(last_seen=timezone.now())
+    with transaction.atomic():
+        before = (
+            Host.objects.select_for_update()
+            .filter(name=settings.HOST_NAME)
+            .values_list("last_seen", flat=True)
+            .first()
+        )
+        Host.objects.filter(name=settings.HOST_NAME).update(last_seen=timezone.now())
+    return before
+
+
+def _stop_jobs_left_while_lost(since: Any) -> int:
+    """This host's worker is back after being lost: the runs other hosts failed meanwhile
+    (``fail_runs_of_lost_hosts``) may still have their jobs running here, holding the machine
+    and its GPUs for results nobody ingests. Stop them (``LAB_STOP_GRACE_S``), keeping their
+    logs; returns how many were stopped."""
+    stopped = 0
+    for run in Run.objects.filter(
+        host=settings.HOST_NAME,
+        state=Run.FAILED,
+        finished_at__gte=since,
+        error__startswith=f"host {settings.HOST_NAME} lost",
+    ):
+        if stop_job(run):
+            stopped += 1
+            log.warning("run %s: its job was still running after this host was lost; stopped",
+                        run.pk)  # fmt: skip
+    return stopped
 
 
 def _refresh_gpus() -> None:

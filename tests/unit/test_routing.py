@@ -254,3 +254,38 @@ def test_runs_of_a_lost_host_fail_with_a_reason_and_give_their_gpus_back(
     mine.refresh_from_db()
     assert mine.state == Run.RUNNING
     assert actions.fail_runs_of_lost_hosts() == 0  # once
+
+
+def test_a_lost_host_s_worker_stops_the_jobs_left_there_when_it_comes_back(
+    user, config, settings, monkeypatch
+):
+    """The run's job kept running on a host whose worker was gone; another host failed the run
+    as lost. When that worker reconciles again it stops the job (and only that one)."""
+    from lab.runs import tasks
+    from runners.executors import local
+
+    monkeypatch.setattr(tasks.reconcile_host, "apply_async", lambda **kw: None)
+    settings.REDIS_URL = "redis://hosts-share-this:6379/0"
+    settings.HOST_LOST_S = 600.0
+    host("box", gpus=1)
+    host("portal")
+    run = actions.create_experiment(user, gpu_run(config)).runs.get()
+    settings.HOST_NAME = "box"
+    assert actions.launch_run(run.pk)
+    run.refresh_from_db()
+    handle = local.parse_handle(run.handle)
+    Host.objects.filter(name="box").update(last_seen=timezone.now() - timezone.timedelta(hours=1))
+
+    settings.HOST_NAME = "portal"
+    assert actions.fail_runs_of_lost_hosts() == 1
+    run.refresh_from_db()
+    assert run.state == Run.FAILED and "stopped when its worker comes back" in run.error
+    assert local.poll(run.home, handle).state == "running", "nobody has stopped it yet"
+
+    settings.HOST_NAME = "box"
+    counts = actions.reconcile()
+    assert counts["stopped"] == 1
+    assert local.poll(run.home, handle).state != "running"
+    assert "stopped" not in actions.reconcile(), "only on the first reconcile after the gap"
+    run.refresh_from_db()
+    assert run.state == Run.FAILED and "host box lost" in run.error, "the reason stays"
