@@ -129,6 +129,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=2, help="ranks (default 2)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1)")
     p.add_argument("--repeats", type=int, default=20, help="timed steps per layer profile")
+    p.add_argument(
+        "--split-only",
+        action="store_true",
+        help="only measure the split collectives' costs (reduce-scatter, all-gather) at each "
+        "network of an existing calibration, keeping its other measurements",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_calibrate)
     p = sub.add_parser(
@@ -388,6 +394,23 @@ def _calibrate(args: argparse.Namespace) -> int:
     except SpecError as err:
         print(f"invalid arguments: {err}", file=sys.stderr)
         return 2
+    say = lambda message: print(f"[calibrate] {message}", file=sys.stderr, flush=True)  # noqa: E731
+    if args.split_only:
+        try:
+            doc = fidelity.calibrate_split(args.label, progress=say)
+        except fidelity.CalibrationMissing as err:
+            print(f"invalid arguments: --label: {err}", file=sys.stderr)
+            return 2
+        except tb.TestbedError as err:
+            print(f"calibration failed: {err}", file=sys.stderr)
+            return 1
+        if args.json:
+            print(json.dumps(doc))
+            return 0
+        for point in doc["network"]:
+            _print_point(point)
+        print(f"wrote {fidelity.testbed_path(args.label)}")
+        return 0
     if why_not := tb.can_shape():
         print(f"note: {why_not}: measuring loopback only", file=sys.stderr)
     try:
@@ -398,7 +421,7 @@ def _calibrate(args: argparse.Namespace) -> int:
             args.workers,
             args.threads,
             args.repeats,
-            progress=lambda message: print(f"[calibrate] {message}", file=sys.stderr, flush=True),
+            progress=say,
         )
     except fidelity.CalibrationError as err:
         print(f"calibration failed: {err}", file=sys.stderr)
@@ -407,19 +430,30 @@ def _calibrate(args: argparse.Namespace) -> int:
         print(json.dumps(result))
         return 0
     for point in result["network"]:
-        nominal = point["nominal_gbps"]
-        where = "loopback" if nominal is None else f"{nominal:g} Gbit/s shaped"
-        slow = ", ".join(
-            f"{m} {v:+.0%} ({point['latency_busy_us'][m]:.0f} us)"
-            for m, v in point["overlap_slowdown"].items()
-        )
-        print(
-            f"{where:20} bandwidth {point['bandwidth_gbps']:8.3f} Gbit/s  latency "
-            f"{point['latency_us']:7.1f} us  compute while communicating (latency while "
-            f"computing): {slow}"
-        )
+        _print_point(point)
     print(f"wrote {result['testbed']} and {len(result['profiles'])} measured profiles")
     return 0
+
+
+def _print_point(point: dict[str, Any]) -> None:
+    """One network of a calibration, on one line."""
+    nominal = point["nominal_gbps"]
+    where = "loopback" if nominal is None else f"{nominal:g} Gbit/s shaped"
+    slow = ", ".join(
+        f"{m} {v:+.0%} ({point['latency_busy_us'][m]:.0f} us)"
+        for m, v in point["overlap_slowdown"].items()
+    )
+    split = (
+        f"  reduce-scatter {point['reduce_scatter_cost']:.2f} / all-gather "
+        f"{point['all_gather_cost']:.2f} of an all-reduce"
+        if "reduce_scatter_cost" in point
+        else ""
+    )
+    print(
+        f"{where:20} bandwidth {point['bandwidth_gbps']:8.3f} Gbit/s  latency "
+        f"{point['latency_us']:7.1f} us  compute while communicating (latency while "
+        f"computing): {slow}{split}"
+    )
 
 
 def _fidelity(args: argparse.Namespace) -> int:

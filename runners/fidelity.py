@@ -14,12 +14,16 @@ them (``python -m runners calibrate`` / ``python -m runners fidelity``).
   ranks' communication threads and the kernel's shaping share the cores with training): the
   simulator's ``cluster.overlap_slowdown``; and the other way round, a small all-reduce's
   time while the rank computes (``latency_busy_us``; ``runners.real.probe.overlap``);
+- DeAR's split collectives: a reduce-scatter and an all-gather timed against the all-reduce of
+  the same tensor (``runners.real.probe.split``; the simulator's ``cluster.reduce_scatter_cost``
+  / ``all_gather_cost``: gloo's reduce-scatter is a whole all-reduce, not the ring's half);
 
 all written to ``workloads/profiles/testbeds/<label>.json``.
 
 **fidelity** runs matched configurations (systems x models x bandwidths): each for real on the
 testbed, and in the simulator with the calibrated profile (``measured:<label>``, no compute
-jitter) and the fitted bandwidth, latency and overlap slow-down of that network. It reports
+jitter) and the fitted bandwidth, latency, overlap slow-down and split collectives' costs of
+that network. It reports
 per configuration both iteration times and the simulator's absolute percentage error, and
 their mean (MAPE) per system and overall. Nothing in the simulator is fitted to the training runs
 themselves: only the two calibration measurements above feed it.
@@ -51,6 +55,7 @@ DEFAULT_MODELS = ("vgg16-debug", "resnet50-debug")
 DEFAULT_BANDWIDTHS = (0.25, 1.0)
 DEFAULT_SYSTEMS = ("wfbp", "ddp", "horovod", "bytescheduler", "pace", "dear", "delayed-allreduce")
 MAPE_TARGET_PCT = 10.0
+SPLIT_COSTS = ("reduce_scatter_cost", "all_gather_cost")
 
 
 class CalibrationMissing(ValueError):
@@ -96,6 +101,7 @@ def calibrate(
     for nominal in points:
         say(f"network: {'loopback' if nominal is None else f'{nominal:g} Gbit/s shaped'}")
         rows, alpha, bandwidth, remeasured = _probe_network(workers, nominal, threads, say)
+        split_rows, rs_cost, ag_cost = _probe_split(workers, nominal, threads, say)
         slowdown, busy_latency = {}, {}
         for model in models:
             say(f"  overlap: {model} while the network is busy")
@@ -111,6 +117,7 @@ def calibrate(
                 "overlap_slowdown": slowdown,
                 "latency_busy_us": busy_latency,
                 "allreduce": [{"bytes": s, "seconds": round(t, 9)} for s, t in rows],
+                **_split_entry(split_rows, rs_cost, ag_cost),
                 "remeasured": remeasured,
             }
         )
@@ -127,7 +134,9 @@ def calibrate(
             "bandwidth from the sizes >= 1 MiB, latency from the smaller ones "
             "(runners.real.probe.fit_alpha_beta); overlap slow-down per model: forward + "
             "backward timed alone and while a thread keeps 1 MiB all-reduces going "
-            "(runners.real.probe.overlap)"
+            "(runners.real.probe.overlap); split collectives: reduce-scatter and all-gather "
+            "times over the all-reduce's of the same tensor, median over 256 KiB-4 MiB "
+            "(runners.real.probe.split)"
         ),
         "host": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
@@ -163,6 +172,61 @@ def _probe_network(
             continue
         return rows, alpha, bandwidth, attempt > 0
     raise AssertionError("unreachable")
+
+
+def _probe_split(
+    workers: int, nominal: float | None, threads: int, say: Callable[[str], None]
+) -> tuple[list[tuple[int, float, float, float]], float, float]:
+    from .real import probe
+
+    say("  split collectives: reduce-scatter and all-gather against the all-reduce")
+    with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
+        rows = probe.split(workers, nominal, Path(tmp), threads=threads)
+    rs_cost, ag_cost = probe.split_costs(rows)
+    return rows, rs_cost, ag_cost
+
+
+def _split_entry(
+    rows: list[tuple[int, float, float, float]], rs_cost: float, ag_cost: float
+) -> dict[str, Any]:
+    return {
+        "reduce_scatter_cost": round(rs_cost, 4),
+        "all_gather_cost": round(ag_cost, 4),
+        "split": [
+            {
+                "bytes": s,
+                "allreduce_s": round(ar, 9),
+                "reduce_scatter_s": round(rs, 9),
+                "all_gather_s": round(ag, 9),
+            }
+            for s, ar, rs, ag in rows
+        ],  # fmt: skip
+    }
+
+
+def calibrate_split(
+    label: str = DEFAULT_LABEL, progress: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """Add the split collectives' costs to calibration ``label`` (measured at each of its
+    networks), leaving its other measurements as they are (``calibrate --split-only``)."""
+    say = progress or (lambda message: None)
+    doc = load_testbed(label)
+    workers, threads = int(doc["workers"]), int(doc["threads"])
+    for point in doc["network"]:
+        nominal = point["nominal_gbps"]
+        say(f"network: {'loopback' if nominal is None else f'{nominal:g} Gbit/s shaped'}")
+        point.update(_split_entry(*_probe_split(workers, nominal, threads, say)))
+    if "split collectives" not in doc["method"]:
+        doc["method"] += (
+            "; split collectives: reduce-scatter and all-gather times over the all-reduce's of "
+            "the same tensor, median over 256 KiB-4 MiB (runners.real.probe.split)"
+        )
+    doc["split_date"] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    path = testbed_path(label)
+    tmp_path = path.with_suffix(".json.tmp")
+    tmp_path.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp_path.rename(path)
+    return doc
 
 
 def _measure_concurrently(model: str, label: str, workers: int, threads: int, repeats: int) -> Path:
@@ -322,6 +386,8 @@ def matched_specs(
             "gpu": f"measured:{testbed['label']}",
             "compute_jitter_cv": 0.0,
             "overlap_slowdown": slowdown,
+            # measured where the calibration has them; older ones: the ring's 0.5 each
+            **{k: float(point[k]) for k in SPLIT_COSTS if k in point},
         },
         "iterations": iterations,
         "warmup_iterations": 3,

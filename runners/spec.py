@@ -79,7 +79,13 @@ class CommCluster:
     the noise, the split also refines the network model: each group's push is its own transfer
     at a server NIC (one at a time), so with priority order at the servers (TicTac, P3)
     iteration times can change even without jitter (tictac-tic, resnet50, 8 K80 workers, 2 PSs,
-    10 Gbit/s: +14-18 % from 1 to 2-8 groups); compare systems at the same value."""
+    10 Gbit/s: +14-18 % from 1 to 2-8 groups); compare systems at the same value.
+
+    ``reduce_scatter_cost`` and ``all_gather_cost`` (all-reduce arena: DeAR's split
+    collectives) are each collective's time as a fraction of an all-reduce of the same tensor.
+    0.5 each is the ring's split (DeAR's model; NCCL). Gloo builds its reduce-scatter from a
+    whole all-reduce (about 1.0 and 0.5 on our testbed): ``python -m runners calibrate``
+    measures both, and ``fidelity`` simulates with the measured values."""
 
     workers: int = 8
     bandwidth_gbps: float = 10.0
@@ -88,6 +94,8 @@ class CommCluster:
     compute_efficiency: float = 0.5
     compute_jitter_cv: float = 0.02
     overlap_slowdown: float = 0.0
+    reduce_scatter_cost: float = 0.5  # all-reduce arena: of an all-reduce's time (ring: 0.5)
+    all_gather_cost: float = 0.5
     stragglers: tuple[Straggler, ...] = ()
     ps: int = 4
     servers: int = 8
@@ -167,7 +175,11 @@ _REAL_RULES: dict[str, tuple[type, Any, str]] = {
 # Fields left out of ``RunSpec.as_dict`` at their default: added after results were recorded,
 # so the resolved spec (and the run key hashed from it) of a run that does not set them is
 # the same as before they existed. ``validate`` fills the default back in.
-_OMITTED_AT_DEFAULT = {"jitter_groups": CommCluster.jitter_groups}
+_OMITTED_AT_DEFAULT = {
+    "jitter_groups": CommCluster.jitter_groups,
+    "reduce_scatter_cost": CommCluster.reduce_scatter_cost,
+    "all_gather_cost": CommCluster.all_gather_cost,
+}
 _TOP_OMITTED_AT_DEFAULT = {"timeline_iterations": 2}
 
 
@@ -230,6 +242,18 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         float,
         lambda v: 0 <= v <= 10,
         "a number in [0, 10] (compute slow-down while communication overlaps)",
+    ),
+    "reduce_scatter_cost": (
+        float,
+        lambda v: 0 < v <= 4,
+        "a number in (0, 4] (a reduce-scatter's time as a fraction of an all-reduce of the same "
+        "tensor: 0.5 on a ring, about 1 with gloo; `python -m runners calibrate` measures it)",
+    ),
+    "all_gather_cost": (
+        float,
+        lambda v: 0 < v <= 4,
+        "a number in (0, 4] (an all-gather's time as a fraction of an all-reduce of the same "
+        "tensor: 0.5 on a ring; `python -m runners calibrate` measures it)",
     ),
     "ps": (int, lambda v: 1 <= v <= 10_000, "an integer between 1 and 10000 (PS processes)"),
     "servers": (int, lambda v: 1 <= v <= 10_000, "an integer between 1 and 10000 (PS machines)"),

@@ -6,7 +6,9 @@ runners.real.probe JOB_DIR`` under torchrun) that time all-reduces of each size 
 ``repeats`` after a warm-up) and returns ``[(bytes, seconds), ...]``; ``fit_alpha_beta`` turns
 them into the simulator's ring all-reduce parameters. ``overlap(model, ...)`` measures how much
 a model's forward + backward slows down while the rank's network is busy (the simulator's
-``cluster.overlap_slowdown``). ``runners.fidelity.calibrate`` uses all three.
+``cluster.overlap_slowdown``); ``split`` times reduce-scatter and all-gather against the
+all-reduce (the simulator's ``cluster.reduce_scatter_cost`` / ``all_gather_cost``).
+``runners.fidelity.calibrate`` uses all four.
 """
 
 from __future__ import annotations
@@ -37,6 +39,34 @@ def probe(
         {"sizes": list(sizes), "repeats": repeats}, workers, bandwidth_gbps, work, threads
     )
     return [(int(size), float(seconds)) for size, seconds in rows]
+
+
+SPLIT_SIZES = (262144, 1048576, 4194304)
+
+
+def split(
+    workers: int,
+    bandwidth_gbps: float | None,
+    work: Path,
+    sizes: tuple[int, ...] = SPLIT_SIZES,
+    repeats: int = 11,
+    threads: int = 1,
+) -> list[tuple[int, float, float, float]]:
+    """Per size, the median time of an all-reduce, a reduce-scatter and an all-gather of the
+    same tensor (DeAR's split collectives), as ``[(bytes, all-reduce s, reduce-scatter s,
+    all-gather s), ...]``; where ``probe`` runs them."""
+    rows = _launch(
+        {"split_sizes": list(sizes), "repeats": repeats}, workers, bandwidth_gbps, work, threads
+    )
+    return [(int(s), float(ar), float(rs), float(ag)) for s, ar, rs, ag in rows]
+
+
+def split_costs(rows: list[tuple[int, float, float, float]]) -> tuple[float, float]:
+    """The simulator's ``reduce_scatter_cost`` and ``all_gather_cost``: the median over sizes
+    of each collective's time over the all-reduce's."""
+    rs = statistics.median(r / ar for _, ar, r, _ in rows)
+    ag = statistics.median(g / ar for _, ar, _, g in rows)
+    return rs, ag
 
 
 def overlap(
@@ -129,6 +159,8 @@ def main(argv: list[str]) -> int:
     try:
         if "overlap_model" in job:
             out: Any = _overlap(job["overlap_model"], int(job["steps"]), rank)
+        elif "split_sizes" in job:
+            out = _split(job["split_sizes"], int(job["repeats"]))
         else:
             out = _sizes(job["sizes"], int(job["repeats"]))
     finally:
@@ -177,6 +209,38 @@ def _sizes(sizes: list[int], repeats: int) -> list[list[float]]:
             times.append(time.perf_counter() - start)
         # The slowest rank's view: every rank waits for the collective's end.
         rows.append([size, _slowest(statistics.median(times))])
+    return rows
+
+
+def _split(sizes: list[int], repeats: int) -> list[list[float]]:
+    """Per size: the all-reduce, reduce-scatter and all-gather (the calls of the lab's engine,
+    ``runners.real.engine``) of one tensor, each the slowest rank's median."""
+    import torch
+    import torch.distributed as dist
+
+    from .engine import _reduce_scatter
+
+    n = dist.get_world_size()
+    rows = []
+    for size in sizes:
+        full = torch.ones(max(n, size // 4 // n * n))
+        shard = torch.empty(full.numel() // n)
+        row: list[float] = [size]
+        for call in (
+            lambda f=full: dist.all_reduce(f),
+            lambda f=full, s=shard: _reduce_scatter(s, f),
+            lambda f=full, s=shard: dist.all_gather_into_tensor(f, s),
+        ):
+            for _ in range(2):
+                call()
+            times = []
+            for _ in range(repeats):
+                dist.barrier()
+                start = time.perf_counter()
+                call()
+                times.append(time.perf_counter() - start)
+            row.append(_slowest(statistics.median(times)))
+        rows.append(row)
     return rows
 
 

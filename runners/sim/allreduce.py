@@ -56,7 +56,9 @@ def timeline_window(spec: RunSpec) -> tuple[int, int] | None:
 
 def network_for(spec: RunSpec) -> RingAllReduce:
     c = spec.cluster
-    return RingAllReduce.from_gbps(c.workers, c.bandwidth_gbps, c.latency_us)
+    return RingAllReduce.from_gbps(
+        c.workers, c.bandwidth_gbps, c.latency_us, c.reduce_scatter_cost, c.all_gather_cost
+    )
 
 
 def oracle_setup(setup: ComputeSetup) -> ComputeSetup:

@@ -18,18 +18,41 @@ class RingAllReduce:
     workers: int
     bandwidth_bytes_per_s: float
     latency_s: float
+    reduce_scatter_cost: float = 0.5
+    all_gather_cost: float = 0.5
 
     def time_s(self, size_bytes: int, op: str = "allreduce") -> float:
-        """Duration of one collective. ``reduce_scatter`` and ``all_gather`` are each one half
-        of the ring all-reduce: ``(n-1)*alpha + (n-1)/n * S / B`` (DeAR's split)."""
+        """Duration of one collective. ``reduce_scatter`` and ``all_gather`` each take their
+        ``*_cost`` fraction of the all-reduce of the same tensor. 0.5 each is the ring's split,
+        ``(n-1)*alpha + (n-1)/n * S / B`` (DeAR's model, NCCL's ring); a backend that builds
+        them otherwise differs (gloo's reduce-scatter is a whole all-reduce: measured by
+        ``python -m runners calibrate``, cluster fields of the same names)."""
         n = self.workers
         if n <= 1 or size_bytes <= 0:
             return 0.0
-        steps = 2 * (n - 1) if op == "allreduce" else n - 1
         if op not in OPS:
             raise ValueError(f"unknown collective {op!r} (known: {', '.join(OPS)})")
+        cost = {"reduce_scatter": self.reduce_scatter_cost, "all_gather": self.all_gather_cost}
+        if op == "allreduce" or cost[op] != 0.5:
+            steps = 2 * (n - 1)
+            full = steps * self.latency_s + steps / n * size_bytes / self.bandwidth_bytes_per_s
+            return full if op == "allreduce" else cost[op] * full
+        steps = n - 1  # the ring's half, computed as such (bit for bit as before the fields)
         return steps * self.latency_s + steps / n * size_bytes / self.bandwidth_bytes_per_s
 
     @classmethod
-    def from_gbps(cls, workers: int, bandwidth_gbps: float, latency_us: float) -> RingAllReduce:
-        return cls(workers, bandwidth_gbps * 1e9 / 8, latency_us * 1e-6)
+    def from_gbps(
+        cls,
+        workers: int,
+        bandwidth_gbps: float,
+        latency_us: float,
+        reduce_scatter_cost: float = 0.5,
+        all_gather_cost: float = 0.5,
+    ) -> RingAllReduce:
+        return cls(
+            workers,
+            bandwidth_gbps * 1e9 / 8,
+            latency_us * 1e-6,
+            reduce_scatter_cost,
+            all_gather_cost,
+        )

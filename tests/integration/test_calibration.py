@@ -47,6 +47,10 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
         assert [row["bytes"] for row in point["allreduce"]] == sorted(
             row["bytes"] for row in point["allreduce"]
         )
+        # DeAR's split collectives against the all-reduce of the same tensor (gloo's
+        # reduce-scatter is built from an all-reduce: about 1 here; the ring's is 0.5).
+        assert point["reduce_scatter_cost"] > 0 and point["all_gather_cost"] > 0
+        assert len(point["split"]) == 3
     profile = workloads.load_measured(MODEL, label)
     assert len(profile.fwd_s) == len(workloads.load_profile(MODEL).layers)
     assert all(t > 0 for t in profile.fwd_s)

@@ -114,6 +114,50 @@ def test_matched_specs_share_the_configuration_and_use_the_calibration():
     assert loop_sim["cluster"]["bandwidth_gbps"] == 12.0
 
 
+def test_the_simulator_gets_the_measured_split_collectives_where_the_calibration_has_them():
+    """gloo's reduce-scatter is a whole all-reduce: a calibration that measured it gives DeAR's
+    simulated twin those costs; an older one leaves the ring's 0.5 each."""
+    _, old = fidelity.matched_specs("dear", "vgg16-debug", 1.0, TESTBED)
+    assert validate(old).cluster.reduce_scatter_cost == 0.5
+    measured = json.loads(json.dumps(TESTBED))
+    measured["network"][1].update(reduce_scatter_cost=1.02, all_gather_cost=0.57)
+    _, sim = fidelity.matched_specs("dear", "vgg16-debug", 1.0, measured)
+    c = validate(sim).cluster
+    assert (c.reduce_scatter_cost, c.all_gather_cost) == (1.02, 0.57)
+
+
+def test_split_costs_are_each_collective_over_the_all_reduce():
+    rows = [
+        (1 << 18, 2e-3, 2.2e-3, 0.9e-3),
+        (1 << 20, 8e-3, 8e-3, 4e-3),
+        (1 << 22, 32e-3, 31e-3, 18e-3),
+    ]
+    rs, ag = probe.split_costs(rows)
+    assert rs == pytest.approx(1.0) and ag == pytest.approx(0.5)
+
+
+def test_calibrate_split_only_adds_the_costs_and_keeps_the_rest(tmp_path, monkeypatch):
+    monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
+    (tmp_path / "cpu.json").write_text(json.dumps({**TESTBED, "method": "m"}))
+    seen = []
+
+    def fake_split(workers, nominal, work, threads):
+        seen.append(nominal)
+        return [(1 << 20, 8e-3, 8e-3 * (1 + (nominal or 0)), 4e-3)]
+
+    monkeypatch.setattr(probe, "split", fake_split)
+    doc = fidelity.calibrate_split("cpu")
+    assert seen == [None, 1.0]
+    stored = json.loads((tmp_path / "cpu.json").read_text())
+    assert stored == doc
+    loop, shaped = stored["network"]
+    assert (loop["reduce_scatter_cost"], shaped["reduce_scatter_cost"]) == (1.0, 2.0)
+    assert shaped["all_gather_cost"] == 0.5 and shaped["split"][0]["bytes"] == 1 << 20
+    assert shaped["latency_busy_us"] == TESTBED["network"][1]["latency_busy_us"], "kept"
+    assert "split collectives" in stored["method"]
+    assert not list(tmp_path.glob("*.tmp"))
+
+
 def test_a_missing_calibration_point_says_what_to_run():
     with pytest.raises(fidelity.CalibrationMissing, match="no 0.25 Gbit/s.*has: loopback, 1"):
         fidelity.matched_specs("wfbp", "vgg16-debug", 0.25, TESTBED)

@@ -145,6 +145,26 @@ def test_ring_allreduce_takes_no_time_for_one_worker_or_zero_bytes():
     assert RingAllReduce(8, 1e9, 1e-3).time_s(0) == 0.0
 
 
+def test_split_collectives_are_the_ring_s_halves_unless_measured_otherwise():
+    ring = RingAllReduce(4, 1e9, 20e-6)
+    half = 3 * 20e-6 + 3 / 4 * 10**6 / 1e9
+    assert ring.time_s(10**6, "reduce_scatter") == half  # bit for bit, as before the fields
+    assert ring.time_s(10**6, "all_gather") == half
+    gloo = RingAllReduce(4, 1e9, 20e-6, reduce_scatter_cost=1.0, all_gather_cost=0.6)
+    assert gloo.time_s(10**6, "reduce_scatter") == pytest.approx(ring.time_s(10**6))
+    assert gloo.time_s(10**6, "all_gather") == pytest.approx(0.6 * ring.time_s(10**6))
+    assert gloo.time_s(10**6) == ring.time_s(10**6), "the all-reduce itself is unchanged"
+
+
+def test_dear_is_slower_when_its_reduce_scatter_costs_a_whole_all_reduce():
+    _, base = run("dear", "vgg16", bandwidth_gbps=1.0)
+    _, gloo = run("dear", "vgg16", bandwidth_gbps=1.0, reduce_scatter_cost=1.0)
+    assert gloo.metrics["iteration_time_s"] > base.metrics["iteration_time_s"]
+    _, wfbp = run("wfbp", "vgg16", bandwidth_gbps=1.0)
+    _, same = run("wfbp", "vgg16", bandwidth_gbps=1.0, reduce_scatter_cost=1.0)
+    assert same.metrics == wfbp.metrics, "systems without split collectives are unaffected"
+
+
 def test_ring_allreduce_from_gbps_converts_bits_and_microseconds():
     ring = RingAllReduce.from_gbps(8, 10.0, 25.0)
 

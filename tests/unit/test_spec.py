@@ -127,6 +127,15 @@ def test_as_dict_leaves_jitter_groups_out_at_its_default():
     assert validate(ps_cluster(jitter_groups=2)).as_dict()["cluster"]["jitter_groups"] == 2
 
 
+def test_as_dict_leaves_the_split_collective_costs_out_at_the_ring_s():
+    """Specs written before the fields resolve (and hash to run keys) as before."""
+    assert "reduce_scatter_cost" not in validate(MINIMAL).as_dict()["cluster"]
+    spec = validate(with_cluster(reduce_scatter_cost=1.0, all_gather_cost=0.5))
+    assert spec.as_dict()["cluster"]["reduce_scatter_cost"] == 1.0
+    assert "all_gather_cost" not in spec.as_dict()["cluster"]
+    assert validate(spec.as_dict()) == spec
+
+
 def test_as_dict_carries_the_spec_version():
     data = validate(MINIMAL).as_dict()
 
@@ -260,6 +269,12 @@ BAD_SPECS = [
         with_cluster(stragglers=[{"worker": 0, "slowdown": math.nan}]),
         "cluster.stragglers[0].slowdown",
     ),
+    (
+        "reduce-scatter-cost-zero",
+        with_cluster(reduce_scatter_cost=0),
+        "cluster.reduce_scatter_cost",
+    ),
+    ("all-gather-cost-above-4", with_cluster(all_gather_cost=5), "cluster.all_gather_cost"),
     ("params-not-a-mapping", with_changes(params=[1, 2]), "params"),
     ("unknown-param", bytescheduler(credit=1), "params.credit"),
     (
