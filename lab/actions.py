@@ -271,7 +271,7 @@ def fail_runs_of_lost_hosts() -> int:
     what to do (their GPU claims go back). They are not re-queued: the job may still be
     running there, and a second copy elsewhere would race it. This host's own runs are left
     to its reconcile, which finds them again after any restart. When the lost host's worker
-    comes back, its reconcile stops the jobs of these runs (``_stop_jobs_left_while_lost``)."""
+    comes back, it stops the jobs of these runs (``stop_jobs_left_while_lost``)."""
     from lab.hosts.models import Host
 
     since = timezone.now() - timedelta(seconds=settings.HOST_LOST_S)
@@ -661,7 +661,7 @@ def reconcile() -> dict[str, int]:
     counts = {"finished": 0, "requeued": 0, "launched": 0}
     before = _seen()  # first: trouble below must not make this host look lost
     if before is not None and timezone.now() - before > timedelta(seconds=settings.HOST_LOST_S):
-        counts["stopped"] = _stop_jobs_left_while_lost(before)
+        counts["stopped"] = stop_jobs_left_while_lost(before)
     grace = timedelta(seconds=settings.LAUNCH_GRACE_S)
     for run in Run.objects.filter(_this_host(), state=Run.RUNNING):
         executor = executor_for(run.executor)
@@ -731,11 +731,19 @@ def _seen() -> Any:
     return before
 
 
-def _stop_jobs_left_while_lost(since: Any) -> int:
+LEFT_WHILE_LOST_DAYS = 7  # how far back a returning worker looks for runs failed as lost
+
+
+def stop_jobs_left_while_lost(since: Any = None) -> int:
     """This host's worker is back after being lost: the runs other hosts failed meanwhile
     (``fail_runs_of_lost_hosts``) may still have their jobs running here, holding the machine
     and its GPUs for results nobody ingests. Stop them (``LAB_STOP_GRACE_S``), keeping their
-    logs; returns how many were stopped."""
+    logs; returns how many were stopped. Called when the worker starts (``lab.celery``) and
+    by a reconcile that follows a gap longer than ``LAB_HOST_LOST_S`` (a worker that was
+    alive but cut off); ``since``: runs failed from then on (default: the last
+    ``LEFT_WHILE_LOST_DAYS`` days). One run's trouble does not stop the others'."""
+    if since is None:
+        since = timezone.now() - timedelta(days=LEFT_WHILE_LOST_DAYS)
     stopped = 0
     for run in Run.objects.filter(
         host=settings.HOST_NAME,
@@ -743,10 +751,13 @@ def _stop_jobs_left_while_lost(since: Any) -> int:
         finished_at__gte=since,
         error__startswith=f"host {settings.HOST_NAME} lost",
     ):
-        if stop_job(run):
-            stopped += 1
-            log.warning("run %s: its job was still running after this host was lost; stopped",
-                        run.pk)  # fmt: skip
+        try:
+            if stop_job(run):
+                stopped += 1
+                log.warning("run %s: its job was still running after this host was lost; "
+                            "stopped", run.pk)  # fmt: skip
+        except Exception:
+            log.exception("run %s: could not stop the job left while this host was lost", run.pk)
     return stopped
 
 

@@ -46,3 +46,9 @@ def _register_host(sender, **kwargs) -> None:
         return
     log.info("host %s registered: queue %s, %s executor, %d GPUs", host.name, host.queue,
              host.executor, host.gpus.count())  # fmt: skip
+    try:  # jobs of runs that other hosts failed while this one was lost
+        from lab import actions
+
+        actions.stop_jobs_left_while_lost()
+    except Exception:
+        log.exception("could not stop the jobs left while host %s was lost", settings.HOST_NAME)

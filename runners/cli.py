@@ -401,7 +401,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         except fidelity.CalibrationMissing as err:
             print(f"invalid arguments: --label: {err}", file=sys.stderr)
             return 2
-        except tb.TestbedError as err:
+        except RuntimeError as err:  # the testbed, or a probe's ranks failing
             print(f"calibration failed: {err}", file=sys.stderr)
             return 1
         if args.json:
@@ -423,7 +423,7 @@ def _calibrate(args: argparse.Namespace) -> int:
             args.repeats,
             progress=say,
         )
-    except fidelity.CalibrationError as err:
+    except RuntimeError as err:  # CalibrationError, the testbed, or a probe's ranks failing
         print(f"calibration failed: {err}", file=sys.stderr)
         return 1
     if args.json:

@@ -26,7 +26,7 @@ jitter) and the fitted bandwidth, latency, overlap slow-down and split collectiv
 that network. It reports
 per configuration both iteration times and the simulator's absolute percentage error, and
 their mean (MAPE) per system and overall. Nothing in the simulator is fitted to the training runs
-themselves: only the two calibration measurements above feed it.
+themselves: only the calibration measurements above feed it.
 """
 
 from __future__ import annotations

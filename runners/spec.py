@@ -38,13 +38,18 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class Straggler:
-    """A worker whose compute is ``slowdown`` times slower in iterations
-    ``from_iteration <= it < until_iteration`` (``None`` = to the end)."""
+    """A worker whose compute is ``slowdown`` times slower, and (all-reduce arena) whose NIC
+    has ``bandwidth_factor`` times the cluster's bandwidth, in iterations
+    ``from_iteration <= it < until_iteration`` (``None`` = to the end). A ring all-reduce runs
+    at its slowest link's rate, so the collectives of those iterations take the smallest
+    factor of the stragglers active then (the simulator; the emulated network re-shapes that
+    worker's NIC)."""
 
     worker: int
-    slowdown: float
+    slowdown: float = 1.0
     from_iteration: int = 0
     until_iteration: int | None = None
+    bandwidth_factor: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -208,7 +213,11 @@ class RunSpec:
         fields in ``_OMITTED_AT_DEFAULT`` appear only when set to something else."""
         data = asdict(self)
         cluster = data["cluster"]
-        cluster["stragglers"] = [dict(s) for s in cluster["stragglers"]]
+        cluster["stragglers"] = [
+            # added later: stragglers without a NIC factor keep their form (and run keys)
+            {k: v for k, v in dict(s).items() if k != "bandwidth_factor" or v != 1.0}
+            for s in cluster["stragglers"]
+        ]
         cluster["ps_stragglers"] = [dict(s) for s in cluster["ps_stragglers"]]
         for key, default in _OMITTED_AT_DEFAULT.items():
             if cluster[key] == default:
@@ -346,6 +355,21 @@ def validate_comm(raw: dict[str, Any], entry: registry.Entry) -> RunSpec:
             f"used by the parameter-server arena only: '{entry.name}' is in the"
             f" '{entry.arena}' arena (leave it out or set it to 1; got {cluster.jitter_groups})",
         )
+    for key in ("reduce_scatter_cost", "all_gather_cost"):
+        if getattr(cluster, key) != getattr(CommCluster, key) and entry.arena != "allreduce":
+            raise SpecError(
+                f"cluster.{key}",
+                f"used by the all-reduce arena only (DeAR's split collectives): '{entry.name}' "
+                f"is in the '{entry.arena}' arena (leave it out)",
+            )
+    for i, straggler in enumerate(cluster.stragglers):
+        if straggler.bandwidth_factor != 1.0 and entry.arena != "allreduce":
+            raise SpecError(
+                f"cluster.stragglers[{i}].bandwidth_factor",
+                f"a worker's NIC straggler is modelled in the all-reduce arena only: "
+                f"'{entry.name}' is in the '{entry.arena}' arena (for a parameter server's "
+                f"NIC use cluster.ps_stragglers)",
+            )
     if cluster.gpu.startswith("measured:"):
         label = cluster.gpu.split(":", 1)[1]
         have = workloads.measured_labels(workload)
@@ -374,6 +398,15 @@ def validate_comm(raw: dict[str, Any], entry: registry.Entry) -> RunSpec:
                 "a run over several hosts uses the hosts' own network: the emulated one is on "
                 "one machine (set real.network: auto or loopback)",
             )
+    links = [i for i, s in enumerate(cluster.stragglers) if s.bandwidth_factor != 1.0]
+    if real is not None and links and (real.nodes > 1 or real.network == "loopback"):
+        raise SpecError(
+            f"cluster.stragglers[{links[0]}].bandwidth_factor",
+            "a worker's NIC straggler needs the emulated network on one machine (real.network: "
+            "shaped or auto, as root); "
+            + ("a run over several hosts" if real.nodes > 1 else "on loopback it")
+            + " would not apply it",
+        )
     return RunSpec(
         system=entry.name,
         mode=mode,
@@ -522,21 +555,26 @@ def _iteration_range(where: str, item: dict[str, Any]) -> tuple[int, int | None]
 
 def _stragglers(raw: Any, workers: int) -> tuple[Straggler, ...]:
     if not isinstance(raw, list):
-        raise SpecError("cluster.stragglers", "must be a list of {worker, slowdown}")
+        raise SpecError(
+            "cluster.stragglers", "must be a list of {worker, slowdown and/or bandwidth_factor}"
+        )
     out = []
     seen = set()
+    effects = {"slowdown", "bandwidth_factor"}
     optional = {"from_iteration", "until_iteration"}
     for i, item in enumerate(raw):
         where = f"cluster.stragglers[{i}]"
         if (
             not isinstance(item, dict)
-            or not {"worker", "slowdown"} <= set(item)
-            or set(item) - {"worker", "slowdown"} - optional
+            or "worker" not in item
+            or not effects & set(item)
+            or set(item) - {"worker"} - effects - optional
         ):
             raise SpecError(
                 where,
-                "must be a mapping with 'worker' and 'slowdown' "
-                "(optional: from_iteration, until_iteration)",
+                "must be a mapping with 'worker' and 'slowdown' (compute) and/or "
+                "'bandwidth_factor' (NIC; all-reduce arena) (optional: from_iteration, "
+                "until_iteration)",
             )
         worker = _coerce(f"{where}.worker", item["worker"], int)
         if not 0 <= worker < workers or worker in seen:
@@ -544,11 +582,17 @@ def _stragglers(raw: Any, workers: int) -> tuple[Straggler, ...]:
                 f"{where}.worker",
                 f"must be a distinct worker index in 0..{workers - 1} (got {worker})",
             )
-        slowdown = _coerce(f"{where}.slowdown", item["slowdown"], float)
+        slowdown = _coerce(f"{where}.slowdown", item.get("slowdown", 1.0), float)
         if not 1.0 <= slowdown <= 1000:
             raise SpecError(f"{where}.slowdown", f"must be a factor in [1, 1000] (got {slowdown})")
+        factor = _coerce(f"{where}.bandwidth_factor", item.get("bandwidth_factor", 1.0), float)
+        if not 0.001 <= factor <= 1.0:
+            raise SpecError(
+                f"{where}.bandwidth_factor",
+                f"must be a factor in [0.001, 1] of the cluster's bandwidth (got {factor})",
+            )
         seen.add(worker)
-        out.append(Straggler(worker, slowdown, *_iteration_range(where, item)))
+        out.append(Straggler(worker, slowdown, *_iteration_range(where, item), factor))
     return tuple(out)
 
 

@@ -196,14 +196,23 @@ def _is_number(value: Any) -> bool:
 
 def _straggler_text(key: str, value: Any, errors: dict[str, list[str]]) -> str | None:
     names = STRAGGLER_NAMES[key]
-    shape = "{" + ", ".join(names) + "[, from_iteration, until_iteration]}"
+    if key == "stragglers":  # worker, and slowdown (compute) and/or bandwidth_factor (NIC)
+        shape = "{worker, slowdown and/or bandwidth_factor[, from_iteration, until_iteration]}"
+    else:
+        shape = "{" + ", ".join(names) + "[, from_iteration, until_iteration]}"
     allowed = {*names, "from_iteration", "until_iteration"}
+
+    def complete(item: dict[str, Any]) -> bool:
+        if key == "stragglers":
+            return "worker" in item and bool({"slowdown", "bandwidth_factor"} & set(item))
+        return set(names) <= set(item)
+
     if not isinstance(value, (list, tuple)):
         errors[f"cluster.{key}"] = [f"must be a list of {shape}"]
         return None
     parts = []
     for i, item in enumerate(value):
-        if not isinstance(item, dict) or not set(names) <= set(item) or set(item) - allowed:
+        if not isinstance(item, dict) or not complete(item) or set(item) - allowed:
             errors[f"cluster.{key}[{i}]"] = [f"must be {shape}"]
             return None
         if not all(_is_number(v) or v is None for v in item.values()):

@@ -51,8 +51,9 @@ CLUSTER_KEYS = (
     "jitter_groups",
 )
 STRAGGLER_HELP = (
-    "worker:slowdown, optionally @from-until iterations (until exclusive, open-ended if "
-    "left out); e.g. 0:1.5, 3:2@10-20"
+    "worker:slowdown, or worker:slowdown:bandwidth_factor for a slow NIC too (all-reduce "
+    "arena), optionally @from-until iterations (until exclusive, open-ended if left out); "
+    "e.g. 0:1.5, 3:2@10-20, 1:1:0.5"
 )
 PS_STRAGGLER_HELP = (
     "server:bandwidth_factor:cpu_slowdown, optionally @from-until; e.g. 1:0.5:2, 2:1:3@10-"
@@ -367,7 +368,8 @@ class ExperimentForm(_ClusterArenaFields):
         return _stragglers(
             self.cleaned_data.get("cluster_stragglers", ""),
             STRAGGLER_NAMES["stragglers"],
-            (int, float),
+            (int, float, float),
+            required=2,
         )
 
     def clean_cluster_ps_stragglers(self) -> list[dict[str, Any]]:
@@ -519,17 +521,21 @@ def _numbers(text: str, kind: type) -> list[Any]:
     return values
 
 
-def _stragglers(text: str, names: tuple[str, ...], kinds: tuple[type, ...]) -> list[dict[str, Any]]:
-    """``"0:1.5, 3:2@10-20"`` -> straggler dicts (the spec checks the values)."""
-    example = ":".join(names)
+def _stragglers(
+    text: str, names: tuple[str, ...], kinds: tuple[type, ...], required: int | None = None
+) -> list[dict[str, Any]]:
+    """``"0:1.5, 3:2@10-20"`` -> straggler dicts (the spec checks the values); the fields
+    after the first ``required`` may be left out."""
+    required = len(names) if required is None else required
+    example = ":".join(names[:required]) + "".join(f"[:{n}]" for n in names[required:])
     out = []
     for part in filter(None, (p.strip() for p in str(text).split(","))):
         head, at, window = part.partition("@")
         fields = head.split(":")
         try:
-            if len(fields) != len(names):
+            if not required <= len(fields) <= len(names):
                 raise ValueError
-            item: dict[str, Any] = {n: k(f) for n, k, f in zip(names, kinds, fields, strict=True)}
+            item: dict[str, Any] = {n: k(f) for n, k, f in zip(names, kinds, fields, strict=False)}
             if at:
                 start, dash, until = window.partition("-")
                 if not dash:
@@ -545,9 +551,9 @@ def _stragglers(text: str, names: tuple[str, ...], kinds: tuple[type, ...]) -> l
     return out
 
 
-_EXAMPLES = {"worker": "0:1.5 or 0:1.5@10-20", "server": "1:0.5:2 or 1:0.5:2@10-"}
+_EXAMPLES = {"worker": "0:1.5, 0:1.5@10-20 or 1:1:0.5", "server": "1:0.5:2 or 1:0.5:2@10-"}
 STRAGGLER_NAMES = {
-    "stragglers": ("worker", "slowdown"),
+    "stragglers": ("worker", "slowdown", "bandwidth_factor"),
     "ps_stragglers": ("server", "bandwidth_factor", "cpu_slowdown"),
 }
 
@@ -555,7 +561,10 @@ STRAGGLER_NAMES = {
 def straggler_text(item: dict[str, Any], names: tuple[str, ...]) -> str:
     """A straggler as the form writes it: ``0:1.5`` or ``0:1.5@10-20`` (the inverse of
     ``_stragglers``)."""
-    text = ":".join(str(item[n]) for n in names)
+    values = [item.get(n, 1.0) for n in names]
+    while len(values) > 2 and values[-1] == 1.0 and names[0] == "worker":
+        values.pop()  # a worker straggler without a NIC factor: worker:slowdown
+    text = ":".join(str(v) for v in values)
     start, until = item.get("from_iteration"), item.get("until_iteration")
     if start or until is not None:
         text += f"@{start or 0}-{'' if until is None else until}"

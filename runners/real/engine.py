@@ -35,6 +35,7 @@ from __future__ import annotations
 import heapq
 import json
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -248,7 +249,9 @@ def write_record(job_dir: Path, name: str, rank: int, result: dict[str, Any]) ->
     state = result.pop("_state", None)
     if state is not None:
         torch.save(state, job_dir / f"params{rank}.pt")
-    tmp = job_dir / f".{name}.json"
+    # The writer's own temp file: over several nodes a record is written by its rank and by
+    # its node's first rank (the same content), maybe at the same moment.
+    tmp = job_dir / f".{name}.{os.getpid()}.json"
     tmp.write_text(json.dumps(result))
     tmp.rename(job_dir / f"{name}.json")
 

@@ -11,6 +11,7 @@ the machine can hold, a model too big for its memory.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import logging
 import math
@@ -129,6 +130,18 @@ def network_for(spec: RunSpec) -> Network:
     return Network("shaped")
 
 
+def worker_rates(spec: RunSpec, iteration: int) -> list[float]:
+    """Each worker's shaped NIC rate in ``iteration``: the cluster's bandwidth times the
+    ``bandwidth_factor`` of its straggler when that is active then."""
+    c = spec.cluster
+    rates = [float(c.bandwidth_gbps)] * c.workers
+    for s in c.stragglers:
+        until = s.until_iteration
+        if s.from_iteration <= iteration and (until is None or iteration < until):
+            rates[s.worker] *= s.bandwidth_factor
+    return rates
+
+
 def preflight(spec: RunSpec) -> Network:
     """Check a real run against this machine before anything starts; returns its network."""
     if spec.arena not in ("allreduce", "ps"):
@@ -145,6 +158,13 @@ def preflight(spec: RunSpec) -> Network:
             )
     c = spec.cluster
     nodes = Nodes.from_env()
+    links = [i for i, s in enumerate(c.stragglers) if s.bandwidth_factor != 1.0]
+    if links and nodes is not None:
+        raise SpecError(
+            f"cluster.stragglers[{links[0]}].bandwidth_factor",
+            "a worker's NIC straggler needs the emulated network on one machine, not a run "
+            "over several hosts (it would not be applied)",
+        )
     if nodes is not None:
         if spec.arena != "allreduce":
             raise SpecError(
@@ -163,6 +183,21 @@ def preflight(spec: RunSpec) -> Network:
             "latency are the cluster's)",
         )
     network = network_for(spec)
+    if links and network.kind != "shaped":
+        raise SpecError(
+            f"cluster.stragglers[{links[0]}].bandwidth_factor",
+            "a worker's NIC straggler needs the emulated network (real.network: shaped, as "
+            "root); on loopback it would not be applied",
+        )
+    if links and spec.arena == "allreduce":
+        total = spec.warmup_iterations + spec.iterations
+        slowest = min(min(worker_rates(spec, it)) for it in range(total))
+        if slowest < MIN_SHAPED_GBPS:
+            raise SpecError(
+                f"cluster.stragglers[{links[0]}].bandwidth_factor",
+                f"a straggler's NIC would get {slowest:g} Gbit/s: the emulated network shapes "
+                f"{MIN_SHAPED_GBPS:g}..{MAX_SHAPED_GBPS:g} Gbit/s",
+            )
     if network.kind == "shaped":
         if not MIN_SHAPED_GBPS <= c.bandwidth_gbps <= MAX_SHAPED_GBPS:
             raise SpecError(
@@ -280,6 +315,7 @@ def run(
     started = time.perf_counter()
     n = spec.cluster.workers
     horovod = framework(spec) == "horovod"
+    reshaper: tb.Reshaper | None = None
     extra = {}
     if horovod:
         from . import hvd
@@ -299,11 +335,14 @@ def run(
                 "--module", "runners.real.worker", str(work)]  # fmt: skip
         _supervise([(argv, {})], work, options.threads, end, progress)
     elif network.kind == "shaped":
-        bandwidth = [spec.cluster.bandwidth_gbps] * n
-        with tb.testbed(bandwidth, spec.cluster.latency_us) as bed:
+        with tb.testbed(worker_rates(spec, 0), spec.cluster.latency_us) as bed:
             network.latency_emulated = bed.netem
             if not bed.netem:
                 network.note = "latency not emulated (no netem qdisc): the testbed's own"
+            if any(s.bandwidth_factor != 1.0 for s in spec.cluster.stragglers):
+                progress = reshaper = tb.Reshaper(
+                    bed, lambda it: worker_rates(spec, it), 0, progress
+                )
             if horovod:
                 _supervise_horovod(bed, work, extra, options.threads, end, progress)
             else:
@@ -326,6 +365,9 @@ def run(
     result = _results(spec, ranks, network)
     result.metrics["real_wall_s"] = wall_s
     result.units["real_wall_s"] = "s"
+    if reshaper is not None:
+        result.metrics["link_reshapes"] = float(reshaper.changes)
+        result.units["link_reshapes"] = ""
     for key, value in dict(plan.info).items():
         result.metrics[f"plan.{key}"] = value
         result.units[f"plan.{key}"] = ""
@@ -416,6 +458,20 @@ def _supervise_horovod(
         _supervise(commands, work, threads, total, progress)
 
 
+def _loopback(address: str) -> bool:
+    return ipaddress.ip_address(address).is_loopback
+
+
+def _loopback_literal(host: str) -> bool:
+    """``localhost`` or a loopback address written as such (not a name that resolves to one)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 HOROVOD_JOIN_S = 900.0  # how long a node waits for node 0's rendezvous server (c10d: 900 s)
 
 
@@ -440,7 +496,16 @@ def _supervise_horovod_nodes(
     host, port = nodes.endpoint.rsplit(":", 1)
     hosts = hvd.node_hosts(nodes.count, per_node)
     address, iface = hvd.interface_toward(host, int(port))
-    fix_name = hvd.name_resolves_to_loopback() and not address.startswith("127.")
+    if _loopback(address) and not _loopback_literal(host):
+        # node 0's own name resolves to loopback here (Debian's "127.0.1.1 name" line), but
+        # the other nodes reach it at its address: gloo must use the default route's interface
+        address, iface = hvd.interface_toward("192.0.2.1", 9)
+        if _loopback(address):
+            raise RealRunError(
+                f"{host} resolves to {socket.gethostbyname(host)} here and this machine has no "
+                f"default route: the other nodes could not reach Horovod's ranks on node 0"
+            )
+    fix_name = hvd.name_resolves_to_loopback() and not _loopback(address)
     if fix_name and os.geteuid() != 0:
         raise RealRunError(
             f"this machine's host name ({socket.gethostname()}) resolves to a loopback address, "

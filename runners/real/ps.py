@@ -63,7 +63,7 @@ arrival); its pulls leave in priority order when ``pull_order`` or ``server_orde
 they are answered. ``cluster.ps_stragglers``' ``cpu_slowdown`` stretches a server's
 aggregation (sleep of ``(f - 1) x`` its time); a ``bandwidth_factor`` scales the server's shaped
 NIC in the straggler's iterations (re-shaped when rank 0 reports the iteration before: see
-``_Reshaper``; shaped network only, not applied on loopback).
+``testbed.Reshaper``; shaped network only, not applied on loopback).
 
 **PSLD** (``plan.controller``, sync mode only). Worker 0 runs the controller. At the start of its
 iteration ``i`` it observes round ``r = i - 3`` (iteration time = between its starts of ``r`` and
@@ -202,37 +202,6 @@ def server_gbps(spec: RunSpec, server: int, iteration: int = 0) -> float:
     return gbps
 
 
-class _Reshaper:
-    """Time-varying server bandwidth on the emulated network: when rank 0 reports iteration
-    ``i`` done, every server NIC whose rate differs in iteration ``i + 1`` is re-shaped
-    (``Testbed.shape``). The switch follows rank 0, so the other ranks may be a little into
-    the next iteration or not there yet (a reconstruction of a straggler window, not an exact
-    one); ``changes`` counts the re-shapings."""
-
-    def __init__(
-        self,
-        spec: RunSpec,
-        bed: tb.Testbed,
-        workers: int,
-        servers: int,
-        progress: Callable[[int, int], None] | None,
-    ) -> None:
-        self.spec, self.bed, self.workers, self.servers = spec, bed, workers, servers
-        self.progress = progress
-        self.rate = [server_gbps(spec, j, 0) for j in range(servers)]
-        self.changes = 0
-
-    def __call__(self, done: int, total: int) -> None:
-        for j in range(self.servers):
-            gbps = server_gbps(self.spec, j, done)
-            if done < total and gbps != self.rate[j]:
-                self.bed.shape(self.workers + j, gbps)
-                self.rate[j] = gbps
-                self.changes += 1
-        if self.progress is not None:
-            self.progress(done, total)
-
-
 def plan_to_json(plan: PSPlan) -> dict[str, Any]:
     """The plan for the job file, without its controller (pickled apart by ``run``)."""
     return {
@@ -325,7 +294,10 @@ def run(
                 env = {"LAB_PS_ID": str(k), "GLOO_SOCKET_IFNAME": "eth0"}
                 argv = bed.wrap(k, launch._torchrun(spec, work, k, bed, nodes=n))
                 commands.append((argv, env))
-            reshaper = _Reshaper(spec, bed, workers, servers, progress)
+            reshaper = tb.Reshaper(
+                bed, lambda it: [server_gbps(spec, j, it) for j in range(servers)], workers,
+                progress,
+            )  # fmt: skip
             launch._supervise(commands, work, options.threads, end, reshaper)
             reshapes = reshaper.changes
     else:

@@ -22,7 +22,7 @@ import re
 import select
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 PREFIX = "labnet"
@@ -251,3 +251,34 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+class Reshaper:
+    """Time-varying NIC rates on the emulated network, as a run's progress callback: when rank
+    0 reports iteration ``i`` done, each of the nodes ``first, first + 1, ...`` whose rate in
+    iteration ``i + 1`` (``rates(i + 1)``, one per node) differs from its current one is
+    re-shaped (``Testbed.shape``), then ``progress`` is called. The switch follows rank 0, so
+    the other ranks may be a little into the next iteration or not there yet (a
+    reconstruction of a straggler window, not an exact one); ``changes`` counts the
+    re-shapings."""
+
+    def __init__(
+        self,
+        bed: Testbed,
+        rates: Callable[[int], list[float]],
+        first: int,
+        progress: Callable[[int, int], None] | None,
+    ) -> None:
+        self.bed, self.rates, self.first, self.progress = bed, rates, first, progress
+        self.rate = list(rates(0))
+        self.changes = 0
+
+    def __call__(self, done: int, total: int) -> None:
+        if done < total:
+            for j, gbps in enumerate(self.rates(done)):
+                if gbps != self.rate[j]:
+                    self.bed.shape(self.first + j, gbps)
+                    self.rate[j] = gbps
+                    self.changes += 1
+        if self.progress is not None:
+            self.progress(done, total)

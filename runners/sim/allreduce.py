@@ -12,7 +12,7 @@ from .. import registry
 from ..policies.allreduce import CommPlan, CommProblem, Layer, plan_info
 from ..spec import RunSpec
 from .compute import times_for
-from .engine import ComputeSetup, LayerTimes, SimResult, groups_for
+from .engine import ComputeSetup, LayerTimes, SimResult, groups_for, link_factors
 from .iteration import simulate
 from .network import RingAllReduce
 
@@ -42,6 +42,7 @@ def compute_setup(spec: RunSpec, layers: tuple[LayerTimes, ...] | None = None) -
         overlap_slowdown=c.overlap_slowdown,
         seed=spec.seed,
         timeline_window=timeline_window(spec),
+        link_factors=link_factors(c.stragglers, n_iter),
     )
 
 
@@ -71,6 +72,7 @@ def oracle_setup(setup: ComputeSetup) -> ComputeSetup:
     return dataclasses.replace(
         setup,
         groups=groups,
+        link_factors=setup.link_factors[:3],
         iterations=1,
         warmup_iterations=1,
         jitter_cv=0.0,

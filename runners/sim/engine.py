@@ -82,6 +82,9 @@ class ComputeSetup:
     # Iterations whose operations the timeline records, ``(first, end)`` with ``end``
     # exclusive; None records all of them, ``(0, 0)`` none (a policy's planning runs).
     timeline_window: tuple[int, int] | None = None
+    # All-reduce arena: per iteration, the slowest worker link's share of the bandwidth (NIC
+    # stragglers; ``link_factors``); empty when every link runs at the cluster's rate.
+    link_factors: tuple[float, ...] = ()
 
     @property
     def workers(self) -> int:
@@ -124,6 +127,20 @@ def groups_for(workers: int, stragglers: Any, n_iter: int) -> tuple[WorkerGroup,
     groups = [WorkerGroup(tuple(ws), key) for key, ws in by_schedule.items()]
     groups.sort(key=lambda g: g.workers[0])
     return tuple(groups)
+
+
+def link_factors(stragglers: Any, n_iter: int) -> tuple[float, ...]:
+    """Per iteration, the smallest ``bandwidth_factor`` of the stragglers active then (1.0 when
+    none is); empty when no straggler has one."""
+    slow = [s for s in stragglers if getattr(s, "bandwidth_factor", 1.0) != 1.0]
+    if not slow:
+        return ()
+    factors = [1.0] * n_iter
+    for s in slow:
+        end = n_iter if s.until_iteration is None else min(s.until_iteration, n_iter)
+        for it in range(s.from_iteration, end):
+            factors[it] = min(factors[it], s.bandwidth_factor)
+    return tuple(factors)
 
 
 class ComputeJob:

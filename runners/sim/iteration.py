@@ -83,6 +83,7 @@ class _AllReduceJob(ComputeJob):
         self.tick_scheduled = False
         self.delay = plan.delay
         self.cross_barrier = plan.cross_barrier
+        self.link_factors = setup.link_factors  # NIC stragglers: the ring's slowest link
 
     def _state(self, it: int) -> None:
         self.grad_groups[it] = [0] * self.n_layers
@@ -173,7 +174,10 @@ class _AllReduceJob(ComputeJob):
             return
         it, members, size = self.channel[self.channel_head]
         self.channel_head += 1
-        if len(members) == 1:
+        slow = self.link_factors[it] if it < len(self.link_factors) else 1.0
+        if slow != 1.0:
+            duration = self.network.time_s(size, self.tasks[members[0]].op, slow)
+        elif len(members) == 1:
             duration = self.durations_s[members[0]]
         else:
             duration = self.network.time_s(size, self.tasks[members[0]].op)

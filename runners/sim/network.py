@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 OPS = ("allreduce", "reduce_scatter", "all_gather")
@@ -21,12 +22,21 @@ class RingAllReduce:
     reduce_scatter_cost: float = 0.5
     all_gather_cost: float = 0.5
 
-    def time_s(self, size_bytes: int, op: str = "allreduce") -> float:
+    def time_s(
+        self, size_bytes: int, op: str = "allreduce", bandwidth_factor: float = 1.0
+    ) -> float:
         """Duration of one collective. ``reduce_scatter`` and ``all_gather`` each take their
         ``*_cost`` fraction of the all-reduce of the same tensor. 0.5 each is the ring's split,
         ``(n-1)*alpha + (n-1)/n * S / B`` (DeAR's model, NCCL's ring); a backend that builds
         them otherwise differs (gloo's reduce-scatter is a whole all-reduce: measured by
-        ``python -m runners calibrate``, cluster fields of the same names)."""
+        ``python -m runners calibrate``, cluster fields of the same names). ``bandwidth_factor``:
+        the slowest link's share of the bandwidth (a NIC straggler; the ring runs at its rate).
+        """
+        if bandwidth_factor != 1.0:
+            slow = dataclasses.replace(
+                self, bandwidth_bytes_per_s=self.bandwidth_bytes_per_s * bandwidth_factor
+            )
+            return slow.time_s(size_bytes, op)
         n = self.workers
         if n <= 1 or size_bytes <= 0:
             return 0.0

@@ -271,6 +271,40 @@ def test_a_real_run_on_the_shaped_network(tmp_path):
     assert not _ours()
 
 
+def test_a_nic_straggler_slows_the_iterations_of_its_window(tmp_path):
+    """Worker 1's NIC drops from 400 to 50 Mbit/s from iteration 5 (``bandwidth_factor``):
+    the testbed re-shapes it once, and from then the ring all-reduce runs at the slow link's
+    rate, as the simulator models it."""
+    require_root("the emulated network")
+    raw = _spec("wfbp", network="shaped", dataset="synthetic")
+    raw["cluster"]["bandwidth_gbps"] = 0.4
+    raw["cluster"]["stragglers"] = [{"worker": 1, "bandwidth_factor": 0.125, "from_iteration": 5}]
+    raw["iterations"], raw["warmup_iterations"] = 8, 1
+    summary = run_to_directory(validate(raw), tmp_path / "run", ["test"])
+    assert summary["metrics"]["link_reshapes"] == 1
+    rows = [
+        json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
+    grad_bytes = sum(p.numel() * 4 for p in build_model(MODEL).parameters())
+    slow_wire_s = grad_bytes * 8 / 0.05e9
+    # The switch follows rank 0's progress: iteration 5 may still run partly at the old rate.
+    before = [r["iteration_time_s"] for r in rows if 1 <= r["iteration"] <= 3]
+    after = [r["iteration_time_s"] for r in rows if r["iteration"] >= 6]
+    assert min(after) >= 0.8 * slow_wire_s, (before, after, slow_wire_s)
+    assert max(before) < 0.6 * slow_wire_s, (before, after, slow_wire_s)
+    assert not _ours()
+
+
+def test_a_nic_straggler_is_refused_on_loopback(tmp_path):
+    raw = _spec("wfbp", network="loopback")
+    raw["cluster"]["stragglers"] = [{"worker": 1, "bandwidth_factor": 0.5}]
+    with pytest.raises(SpecError) as err:
+        run_to_directory(validate(raw), tmp_path / "run", ["test"])
+    assert err.value.field == "cluster.stragglers[0].bandwidth_factor"
+    assert "shaped" in str(err.value)
+    assert not (tmp_path / "run" / "summary.json").exists()
+
+
 def test_the_real_horovod_on_the_shaped_network(tmp_path):
     """Horovod's own rendezvous server in node 0's namespace, one rank per namespace (see
     runners.real.hvd): the shaped links carry its all-reduces."""

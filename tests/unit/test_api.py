@@ -157,6 +157,23 @@ def test_ps_cluster_fields_and_time_varying_stragglers_reach_the_run_spec(client
     ]
 
 
+def test_a_nic_straggler_reaches_the_run_spec_and_an_incomplete_one_is_refused(client, token):
+    nic = {"worker": 1, "bandwidth_factor": 0.5, "from_iteration": 2}
+    body = {**BODY, "cluster": {"workers": 4, "stragglers": [nic, {"worker": 0, "slowdown": 2}]}}
+    response = post(client, "/api/experiments/", body, token)
+    assert response.status_code == 201, response.json()
+    spec = Run.objects.filter(system="bytescheduler").first().spec["cluster"]
+    assert spec["stragglers"][0]["bandwidth_factor"] == 0.5
+    assert spec["stragglers"][0]["slowdown"] == 1.0
+    assert spec["stragglers"][1]["slowdown"] == 2.0
+    bad = {**BODY, "cluster": {"workers": 4, "stragglers": [{"worker": 1}]}}
+    response = post(client, "/api/experiments/", bad, token)
+    assert response.status_code == 400
+    assert (
+        "slowdown and/or bandwidth_factor" in response.json()["errors"]["cluster.stragglers[0]"][0]
+    )
+
+
 def test_a_cluster_arena_experiment_runs_its_entries_on_the_given_trace(client, token):
     response = post(client, "/api/experiments/", CLUSTER_BODY, token)
     assert response.status_code == 201, response.json()

@@ -46,3 +46,26 @@ def test_a_node_gives_up_when_node_0_s_server_never_answers(tmp_path, monkeypatc
     nodes = launch.Nodes(count=2, rank=1, endpoint="127.0.0.1:9", run_id="x")
     with pytest.raises(launch.RealRunError, match="did not answer"):
         launch._supervise_horovod_nodes(nodes, 1, tmp_path, {}, 1, 5, None)
+
+
+def test_node_0_whose_rendezvous_name_resolves_to_loopback_uses_the_default_route(
+    tmp_path, monkeypatch
+):
+    """Slurm exports node 0's host name; on node 0 itself Debian resolves it to 127.0.1.1.
+    Gloo must not bind loopback there: the default route's interface is used, and (not root,
+    the machine's name on loopback) the run stops with what to fix instead of hanging."""
+    asked = []
+
+    def toward(host, port):
+        asked.append(host)
+        return ("127.0.1.1", "lo") if host == "gpu-07" else ("10.0.0.5", "eth0")
+
+    monkeypatch.setattr(hvd, "interface_toward", toward)
+    monkeypatch.setattr(hvd, "name_resolves_to_loopback", lambda: True)
+    monkeypatch.setattr(launch.os, "geteuid", lambda: 1000)
+    nodes = launch.Nodes(count=2, rank=0, endpoint="gpu-07:29400", run_id="x")
+    with pytest.raises(launch.RealRunError, match="map the name to 10.0.0.5"):
+        launch._supervise_horovod_nodes(nodes, 1, tmp_path, {}, 1, 5, None)
+    assert asked == ["gpu-07", "192.0.2.1"]
+    assert launch._loopback_literal("127.0.0.2") and launch._loopback_literal("localhost")
+    assert not launch._loopback_literal("gpu-07")

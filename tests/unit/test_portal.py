@@ -120,7 +120,11 @@ def test_repeats_give_seeds_when_no_seeds_are_given(browser):
         ({"seeds": "1, 1"}, "seeds", "distinct"),
         ({"cluster_stragglers": "9:2"}, "cluster_stragglers", "cluster.stragglers[0].worker"),
         ({"cluster_stragglers": "1-2"}, "cluster_stragglers", "worker:slowdown"),
-        ({"cluster_stragglers": "1:2@x-4"}, "cluster_stragglers", "worker:slowdown[@from-until]"),
+        (
+            {"cluster_stragglers": "1:2@x-4"},
+            "cluster_stragglers",
+            "worker:slowdown[:bandwidth_factor][@from-until]",
+        ),
         ({"cluster_stragglers": "1:2@4-4"}, "cluster_stragglers", "until_iteration"),
         ({"cluster_bandwidth_gbps": "1, ten"}, "cluster_bandwidth_gbps", "numbers separated"),
         ({"cluster_bandwidth_gbps": "1, 10, 0"}, "cluster_bandwidth_gbps", "got 0"),
@@ -199,6 +203,19 @@ def test_a_copy_of_a_sweep_with_ps_fields_round_trips_through_the_form(browser):
     assert browser.post(reverse("experiment-new"), copied).status_code == 302
     copy = Experiment.objects.exclude(pk=source.pk).get()
     assert (copy.cluster, copy.sweep) == (source.cluster, source.sweep)
+
+
+def test_a_nic_straggler_round_trips_through_the_form(browser):
+    """worker:slowdown:bandwidth_factor (all-reduce arena); a copy writes it back the same."""
+    form = {**FORM, "cluster_stragglers": "1:1:0.5@2-, 0:1.5"}
+    assert browser.post(reverse("experiment-new"), form).status_code == 302
+    source = Experiment.objects.get()
+    stragglers = source.runs.first().spec["cluster"]["stragglers"]
+    assert stragglers[0] == {"worker": 1, "slowdown": 1.0, "bandwidth_factor": 0.5,
+                             "from_iteration": 2, "until_iteration": None}  # fmt: skip
+    assert "bandwidth_factor" not in stragglers[1]
+    initial = browser.get(reverse("experiment-new") + f"?copy={source.pk}").context["form"].initial
+    assert initial["cluster_stragglers"] == "1:1.0:0.5@2-, 0:1.5"
 
 
 def test_the_form_preselects_the_baselines_of_the_systems_arena(browser):

@@ -256,11 +256,14 @@ def test_runs_of_a_lost_host_fail_with_a_reason_and_give_their_gpus_back(
     assert actions.fail_runs_of_lost_hosts() == 0  # once
 
 
+@pytest.mark.parametrize("back", ["worker restarted", "reconcile after a gap"])
 def test_a_lost_host_s_worker_stops_the_jobs_left_there_when_it_comes_back(
-    user, config, settings, monkeypatch
+    user, config, settings, monkeypatch, back
 ):
     """The run's job kept running on a host whose worker was gone; another host failed the run
-    as lost. When that worker reconciles again it stops the job (and only that one)."""
+    as lost. When that host's worker starts again (worker_ready registers the host, then stops
+    such jobs), or a worker that was cut off reconciles again, the job is stopped."""
+    from lab.celery import _register_host
     from lab.runs import tasks
     from runners.executors import local
 
@@ -283,9 +286,13 @@ def test_a_lost_host_s_worker_stops_the_jobs_left_there_when_it_comes_back(
     assert local.poll(run.home, handle).state == "running", "nobody has stopped it yet"
 
     settings.HOST_NAME = "box"
-    counts = actions.reconcile()
-    assert counts["stopped"] == 1
+    if back == "worker restarted":
+        monkeypatch.setattr("lab.hosts.ledger.discover_gpus", lambda: [])
+        _register_host(sender=None)  # what worker_ready runs
+        assert "stopped" not in actions.reconcile(), "the host was seen just now"
+    else:
+        assert actions.reconcile()["stopped"] == 1
+        assert "stopped" not in actions.reconcile(), "only on the first reconcile after the gap"
     assert local.poll(run.home, handle).state != "running"
-    assert "stopped" not in actions.reconcile(), "only on the first reconcile after the gap"
     run.refresh_from_db()
     assert run.state == Run.FAILED and "host box lost" in run.error, "the reason stays"

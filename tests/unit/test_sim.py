@@ -165,6 +165,34 @@ def test_dear_is_slower_when_its_reduce_scatter_costs_a_whole_all_reduce():
     assert same.metrics == wfbp.metrics, "systems without split collectives are unaffected"
 
 
+def test_a_nic_straggler_slows_the_collectives_of_its_window_to_its_link_s_rate():
+    """A ring all-reduce runs at its slowest link's rate: half the bandwidth on one worker's
+    NIC from iteration 4 doubles the bandwidth term of those iterations' collectives; the
+    compute is untouched."""
+    from runners.sim.engine import link_factors
+    from runners.spec import Straggler
+
+    assert link_factors([Straggler(1, bandwidth_factor=0.5, from_iteration=4)], 6) == (
+        1.0, 1.0, 1.0, 1.0, 0.5, 0.5
+    )  # fmt: skip
+    assert link_factors([Straggler(1, slowdown=2.0)], 6) == ()
+    kw = {"iterations": 6, "warmup": 1, "bandwidth_gbps": 1.0, "latency_us": 0.0}
+    _, base = run("wfbp", "vgg16", **kw)
+    slow = [{"worker": 3, "bandwidth_factor": 0.5, "from_iteration": 4}]
+    _, nic = run("wfbp", "vgg16", stragglers=slow, **kw)
+    times = [row["iteration_time_s"] for row in nic.series]
+    ref = [row["iteration_time_s"] for row in base.series]
+    assert times[:3] == pytest.approx(ref[:3], rel=REL)
+    assert all(t > 1.5 * r for t, r in zip(times[5:], ref[5:], strict=True))
+    assert nic.metrics["compute_time_s"] == pytest.approx(base.metrics["compute_time_s"], rel=REL)
+    comm = [row for row in nic.timeline if row[1] == "network" and row[0] == 5]
+    ref_comm = {
+        row[3]: row[5] - row[4] for row in base.timeline if row[1] == "network" and row[0] == 5
+    }
+    for _, _, _, layer, start, end, _ in comm:
+        assert end - start == pytest.approx(2 * ref_comm[layer], rel=1e-9)
+
+
 def test_ring_allreduce_from_gbps_converts_bits_and_microseconds():
     ring = RingAllReduce.from_gbps(8, 10.0, 25.0)
 

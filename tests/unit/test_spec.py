@@ -136,6 +136,18 @@ def test_as_dict_leaves_the_split_collective_costs_out_at_the_ring_s():
     assert validate(spec.as_dict()) == spec
 
 
+def test_a_nic_straggler_round_trips_and_older_stragglers_keep_their_form():
+    nic = validate(with_cluster(stragglers=[{"worker": 1, "bandwidth_factor": 0.5}]))
+    assert nic.cluster.stragglers[0].slowdown == 1.0
+    assert nic.as_dict()["cluster"]["stragglers"] == [
+        {"worker": 1, "slowdown": 1.0, "from_iteration": 0, "until_iteration": None,
+         "bandwidth_factor": 0.5}
+    ]  # fmt: skip
+    assert validate(nic.as_dict()) == nic
+    old = validate(with_cluster(stragglers=[{"worker": 1, "slowdown": 2}]))
+    assert "bandwidth_factor" not in old.as_dict()["cluster"]["stragglers"][0]
+
+
 def test_as_dict_carries_the_spec_version():
     data = validate(MINIMAL).as_dict()
 
@@ -258,6 +270,36 @@ BAD_SPECS = [
         "straggler-duplicate-worker",
         with_cluster(stragglers=[{"worker": 1, "slowdown": 2}, {"worker": 1, "slowdown": 3}]),
         "cluster.stragglers[1].worker",
+    ),
+    (
+        "straggler-without-an-effect",
+        with_cluster(stragglers=[{"worker": 0, "from_iteration": 2}]),
+        "cluster.stragglers[0]",
+    ),
+    (
+        "straggler-bandwidth-factor-above-one",
+        with_cluster(stragglers=[{"worker": 0, "bandwidth_factor": 2}]),
+        "cluster.stragglers[0].bandwidth_factor",
+    ),
+    (
+        "straggler-nic-in-the-ps-arena",
+        ps_cluster(stragglers=[{"worker": 0, "bandwidth_factor": 0.5}]),
+        "cluster.stragglers[0].bandwidth_factor",
+    ),
+    (
+        "reduce-scatter-cost-in-the-ps-arena",
+        ps_cluster(reduce_scatter_cost=1.0),
+        "cluster.reduce_scatter_cost",
+    ),
+    (
+        "straggler-nic-on-loopback",
+        with_changes(
+            mode="real",
+            workload="vgg16-debug",
+            cluster={"workers": 2, "stragglers": [{"worker": 1, "bandwidth_factor": 0.5}]},
+            real={"network": "loopback"},
+        ),
+        "cluster.stragglers[0].bandwidth_factor",
     ),
     (
         "straggler-slowdown-below-one",
