@@ -388,6 +388,7 @@ def matched_specs(
             "overlap_slowdown": slowdown,
             # measured where the calibration has them; older ones: the ring's 0.5 each
             **{k: float(point[k]) for k in SPLIT_COSTS if k in point},
+            "cpu_collectives": True,  # the real runs' gloo (Horovod's cycles wait for them)
         },
         "iterations": iterations,
         "warmup_iterations": 3,

@@ -90,7 +90,13 @@ class CommCluster:
     collectives) are each collective's time as a fraction of an all-reduce of the same tensor.
     0.5 each is the ring's split (DeAR's model; NCCL). Gloo builds its reduce-scatter from a
     whole all-reduce (about 1.0 and 0.5 on our testbed): ``python -m runners calibrate``
-    measures both, and ``fidelity`` simulates with the measured values."""
+    measures both, and ``fidelity`` simulates with the measured values.
+
+    ``cpu_collectives`` (all-reduce arena): the collectives run on CPU (gloo or MPI), as on our
+    testbed, instead of GPU (NCCL). It changes Horovod: its background loop performs CPU
+    collectives itself (``PerformOperation`` in ``RunLoopOnce``, horovod/common/operations.cc),
+    so a cycle starts only once the previous cycle's all-reduces are done, and then at once;
+    GPU collectives finish on a finalizer thread and the cycles go on. ``fidelity`` sets it."""
 
     workers: int = 8
     bandwidth_gbps: float = 10.0
@@ -101,6 +107,7 @@ class CommCluster:
     overlap_slowdown: float = 0.0
     reduce_scatter_cost: float = 0.5  # all-reduce arena: of an all-reduce's time (ring: 0.5)
     all_gather_cost: float = 0.5
+    cpu_collectives: bool = False  # all-reduce arena: collectives on CPU (gloo), see below
     stragglers: tuple[Straggler, ...] = ()
     ps: int = 4
     servers: int = 8
@@ -184,6 +191,7 @@ _OMITTED_AT_DEFAULT = {
     "jitter_groups": CommCluster.jitter_groups,
     "reduce_scatter_cost": CommCluster.reduce_scatter_cost,
     "all_gather_cost": CommCluster.all_gather_cost,
+    "cpu_collectives": CommCluster.cpu_collectives,
 }
 _TOP_OMITTED_AT_DEFAULT = {"timeline_iterations": 2}
 
@@ -263,6 +271,12 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         lambda v: 0 < v <= 4,
         "a number in (0, 4] (an all-gather's time as a fraction of an all-reduce of the same "
         "tensor: 0.5 on a ring; `python -m runners calibrate` measures it)",
+    ),
+    "cpu_collectives": (
+        bool,
+        lambda v: True,
+        "true or false (the collectives run on CPU, gloo or MPI: Horovod's cycles then wait "
+        "for them)",
     ),
     "ps": (int, lambda v: 1 <= v <= 10_000, "an integer between 1 and 10000 (PS processes)"),
     "servers": (int, lambda v: 1 <= v <= 10_000, "an integer between 1 and 10000 (PS machines)"),
@@ -355,12 +369,12 @@ def validate_comm(raw: dict[str, Any], entry: registry.Entry) -> RunSpec:
             f"used by the parameter-server arena only: '{entry.name}' is in the"
             f" '{entry.arena}' arena (leave it out or set it to 1; got {cluster.jitter_groups})",
         )
-    for key in ("reduce_scatter_cost", "all_gather_cost"):
+    for key in ("reduce_scatter_cost", "all_gather_cost", "cpu_collectives"):
         if getattr(cluster, key) != getattr(CommCluster, key) and entry.arena != "allreduce":
             raise SpecError(
                 f"cluster.{key}",
-                f"used by the all-reduce arena only (DeAR's split collectives): '{entry.name}' "
-                f"is in the '{entry.arena}' arena (leave it out)",
+                f"used by the all-reduce arena only: '{entry.name}' is in the "
+                f"'{entry.arena}' arena (leave it out)",
             )
     for i, straggler in enumerate(cluster.stragglers):
         if straggler.bandwidth_factor != 1.0 and entry.arena != "allreduce":

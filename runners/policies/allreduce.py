@@ -68,6 +68,10 @@ class CommPlan:
     delay: int = 0  # forward of iteration t+1 waits for synchronisation of iteration t-delay
     fusion_threshold_bytes: float = 0.0  # with fusion_cycle_s > 0: Horovod-style fusion
     fusion_cycle_s: float = 0.0
+    # Horovod with CPU collectives (gloo, MPI): the background loop runs a cycle's fused
+    # all-reduces itself, so the next cycle starts only once they are done (GPU ops go to a
+    # finalizer thread and cycles go on: False).
+    fusion_cycle_blocks: bool = False
     info: tuple[tuple[str, float], ...] = ()  # numbers the policy chose (reported as metrics)
 
 

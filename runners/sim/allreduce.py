@@ -130,6 +130,8 @@ def run(spec: RunSpec, layers: tuple[LayerTimes, ...] | None = None) -> SimResul
     setup = compute_setup(spec, layers)
     network = network_for(spec)
     plan = plan_for(spec, setup, network)
+    if spec.cluster.cpu_collectives and plan.fusion_cycle_s > 0:
+        plan = dataclasses.replace(plan, fusion_cycle_blocks=True)  # Horovod on CPU
     result = simulate(setup, network, plan)
     for key, value in plan_info(plan).items():
         result.metrics[f"plan.{key}"] = value

@@ -81,6 +81,7 @@ class _AllReduceJob(ComputeJob):
         self.comm_s = np.zeros(self.n_iter)
         self.pending: list[tuple[int, int]] = []  # fusion: (iteration, task) in ready order
         self.tick_scheduled = False
+        self.tick_waits = False  # fusion_cycle_blocks: a cycle waits for the network
         self.delay = plan.delay
         self.cross_barrier = plan.cross_barrier
         self.link_factors = setup.link_factors  # NIC stragglers: the ring's slowest link
@@ -137,7 +138,12 @@ class _AllReduceJob(ComputeJob):
         self.seq += 1
 
     def _fusion_tick(self) -> None:
-        """Horovod's cycle: fuse what became ready, in ready order, up to the threshold."""
+        """Horovod's cycle: fuse what became ready, in ready order, up to the threshold. With
+        ``fusion_cycle_blocks`` a cycle waits until the previous cycle's all-reduces are done
+        (then starts at once: its cycle time has passed)."""
+        if self.plan.fusion_cycle_blocks and self._cycle_running():
+            self.tick_waits = True
+            return
         self.tick_scheduled = False
         threshold = self.plan.fusion_threshold_bytes
         buffer: list[int] = []
@@ -155,6 +161,9 @@ class _AllReduceJob(ComputeJob):
             self._push_fused(buffer_it, buffer)
         self.pending = []
         self._dispatch()
+
+    def _cycle_running(self) -> bool:
+        return self.channel_busy or self.channel_head < len(self.channel) or bool(self.ready)
 
     def _push_fused(self, it: int, members: list[int]) -> None:
         heapq.heappush(self.ready, (it, 0, self.seq, it, tuple(members)))
@@ -212,6 +221,9 @@ class _AllReduceJob(ComputeJob):
         # Choose the next task after everything else due now has happened: a gradient that
         # becomes ready at this very instant competes on priority (slot semantics).
         self.loop.after(0.0, self._dispatch)
+        if self.tick_waits and not self._cycle_running():
+            self.tick_waits = False  # the blocked cycle starts now (its time has passed)
+            self.loop.after(0.0, self._fusion_tick)
         self.wake_all()
 
     def result(self) -> SimResult:

@@ -105,6 +105,7 @@ def test_matched_specs_share_the_configuration_and_use_the_calibration():
     c = sim_spec.cluster
     assert (c.bandwidth_gbps, c.latency_us, c.overlap_slowdown) == (0.94, 900.0, 0.4)
     assert c.gpu == "measured:cpu" and c.compute_jitter_cv == 0
+    assert c.cpu_collectives, "the real runs' collectives are gloo's, on CPU"
     assert real_spec.iterations == sim_spec.iterations == 7
     assert real_spec.warmup_iterations == sim_spec.warmup_iterations
     _, idle = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, TESTBED, latency="idle")

@@ -193,6 +193,25 @@ def test_a_nic_straggler_slows_the_collectives_of_its_window_to_its_link_s_rate(
         assert end - start == pytest.approx(2 * ref_comm[layer], rel=1e-9)
 
 
+def test_horovod_on_cpu_collectives_starts_a_cycle_only_once_the_last_one_is_done():
+    """Horovod's background loop performs CPU collectives itself: tensors that become ready
+    while it is busy go into the next cycle's (fewer, larger) fused buffers, and no two of its
+    all-reduces are queued at once. GPU collectives (the default) let cycles go on."""
+    kw = {"workers": 2, "bandwidth_gbps": 1.0, "latency_us": 1500.0, "iterations": 3, "warmup": 1}
+    params = {"fusion_threshold_bytes": 64 << 20, "cycle_time_ms": 1.0}
+    _, gpu = run("horovod", "resnet50", params=params, **kw)
+    _, cpu = run("horovod", "resnet50", params=params, cpu_collectives=True, **kw)
+
+    def ops(result, it):
+        return sorted((r[4], r[5]) for r in result.timeline if r[1] == "network" and r[0] == it)
+
+    assert len(ops(cpu, 2)) < len(ops(gpu, 2))
+    assert cpu.metrics["iteration_time_s"] != gpu.metrics["iteration_time_s"]
+    _, wfbp = run("wfbp", "resnet50", **kw)
+    _, same = run("wfbp", "resnet50", cpu_collectives=True, **kw)
+    assert same.metrics == wfbp.metrics, "only Horovod's cycles change"
+
+
 def test_ring_allreduce_from_gbps_converts_bits_and_microseconds():
     ring = RingAllReduce.from_gbps(8, 10.0, 25.0)
 

@@ -130,6 +130,8 @@ def test_as_dict_leaves_jitter_groups_out_at_its_default():
 def test_as_dict_leaves_the_split_collective_costs_out_at_the_ring_s():
     """Specs written before the fields resolve (and hash to run keys) as before."""
     assert "reduce_scatter_cost" not in validate(MINIMAL).as_dict()["cluster"]
+    assert "cpu_collectives" not in validate(MINIMAL).as_dict()["cluster"]
+    assert validate(with_cluster(cpu_collectives=True)).as_dict()["cluster"]["cpu_collectives"]
     spec = validate(with_cluster(reduce_scatter_cost=1.0, all_gather_cost=0.5))
     assert spec.as_dict()["cluster"]["reduce_scatter_cost"] == 1.0
     assert "all_gather_cost" not in spec.as_dict()["cluster"]
@@ -285,6 +287,12 @@ BAD_SPECS = [
         "straggler-nic-in-the-ps-arena",
         ps_cluster(stragglers=[{"worker": 0, "bandwidth_factor": 0.5}]),
         "cluster.stragglers[0].bandwidth_factor",
+    ),
+    ("cpu-collectives-not-a-bool", with_cluster(cpu_collectives=1), "cluster.cpu_collectives"),
+    (
+        "cpu-collectives-in-the-ps-arena",
+        ps_cluster(cpu_collectives=True),
+        "cluster.cpu_collectives",
     ),
     (
         "reduce-scatter-cost-in-the-ps-arena",
