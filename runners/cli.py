@@ -404,13 +404,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         except RuntimeError as err:  # the testbed, or a probe's ranks failing
             print(f"calibration failed: {err}", file=sys.stderr)
             return 1
-        if args.json:
-            print(json.dumps(doc))
-            return 0
-        for point in doc["network"]:
-            _print_point(point)
-        print(f"wrote {fidelity.testbed_path(args.label)}")
-        return 0
+        return _show_calibration(doc, args.json, f"wrote {fidelity.testbed_path(args.label)}")
     if why_not := tb.can_shape():
         print(f"note: {why_not}: measuring loopback only", file=sys.stderr)
     try:
@@ -426,12 +420,18 @@ def _calibrate(args: argparse.Namespace) -> int:
     except RuntimeError as err:  # CalibrationError, the testbed, or a probe's ranks failing
         print(f"calibration failed: {err}", file=sys.stderr)
         return 1
-    if args.json:
-        print(json.dumps(result))
+    wrote = f"wrote {result['testbed']} and {len(result['profiles'])} measured profiles"
+    return _show_calibration(result, args.json, wrote)
+
+
+def _show_calibration(doc: dict[str, Any], as_json: bool, wrote: str) -> int:
+    """A calibration as JSON, or one line per network and what was written."""
+    if as_json:
+        print(json.dumps(doc))
         return 0
-    for point in result["network"]:
+    for point in doc["network"]:
         _print_point(point)
-    print(f"wrote {result['testbed']} and {len(result['profiles'])} measured profiles")
+    print(wrote)
     return 0
 
 
