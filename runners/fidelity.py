@@ -46,6 +46,7 @@ from typing import Any
 
 import workloads
 
+from . import registry
 from .spec import validate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -386,13 +387,16 @@ def matched_specs(
             "gpu": f"measured:{testbed['label']}",
             "compute_jitter_cv": 0.0,
             "overlap_slowdown": slowdown,
-            # measured where the calibration has them; older ones: the ring's 0.5 each
-            **{k: float(point[k]) for k in SPLIT_COSTS if k in point},
-            "cpu_collectives": True,  # the real runs' gloo (Horovod's cycles wait for them)
         },
         "iterations": iterations,
         "warmup_iterations": 3,
     }
+    if registry.get(system).arena == "allreduce":
+        sim["cluster"].update(
+            # measured where the calibration has them; older ones: the ring's 0.5 each
+            {k: float(point[k]) for k in SPLIT_COSTS if k in point},
+            cpu_collectives=True,  # the real runs' gloo (Horovod's cycles wait for them)
+        )
     return real, sim
 
 

@@ -127,6 +127,16 @@ def test_the_simulator_gets_the_measured_split_collectives_where_the_calibration
     assert (c.reduce_scatter_cost, c.all_gather_cost) == (1.02, 0.57)
 
 
+def test_a_ps_system_s_twins_validate_without_the_all_reduce_only_fields():
+    measured = json.loads(json.dumps(TESTBED))
+    measured["network"][1].update(reduce_scatter_cost=1.02, all_gather_cost=0.57)
+    real, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, measured)
+    real_spec, sim_spec = validate(real), validate(sim)
+    assert sim_spec.arena == "ps" and not sim_spec.cluster.cpu_collectives
+    assert sim_spec.cluster.reduce_scatter_cost == 0.5
+    assert real_spec.cluster.ps == sim_spec.cluster.ps
+
+
 def test_split_costs_are_each_collective_over_the_all_reduce():
     rows = [
         (1 << 18, 2e-3, 2.2e-3, 0.9e-3),
