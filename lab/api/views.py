@@ -13,6 +13,7 @@ from django.views.decorators.http import require_http_methods
 from lab import actions
 from lab.accounts.auth import token_required
 from lab.experiments.forms import (
+    ALLREDUCE_ONLY,
     ARENA_CLUSTER_FIELDS,
     ARENA_PREFIX,
     CLUSTER_KEYS,
@@ -108,6 +109,12 @@ def _form_data(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[str
         _cluster_arena_data(body, cluster, data, errors)
     else:
         _comm_data(cluster, data, errors)
+        arena = actions.arena_of(system) if isinstance(system, str) else None
+        for key in ALLREDUCE_ONLY:  # the form drops them for other arenas: refuse them here
+            if key in cluster and arena not in (None, "allreduce"):
+                errors[f"cluster.{key}"] = [
+                    f"used by the all-reduce arena only ({system} is in the {arena} arena)"
+                ]
         if "trace" in body:
             errors["trace"] = ["only for a system of the cluster arena"]
     for name, form_field in ExperimentForm.base_fields.items():

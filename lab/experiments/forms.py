@@ -43,6 +43,9 @@ CLUSTER_KEYS = (
     "compute_jitter_cv",
     "overlap_slowdown",
     "stragglers",
+    "reduce_scatter_cost",
+    "all_gather_cost",
+    "cpu_collectives",
     "ps",
     "servers",
     "server_bandwidth_gbps",
@@ -50,6 +53,8 @@ CLUSTER_KEYS = (
     "ps_stragglers",
     "jitter_groups",
 )
+# Cluster fields the all-reduce arena alone uses (the spec refuses them elsewhere).
+ALLREDUCE_ONLY = ("reduce_scatter_cost", "all_gather_cost", "cpu_collectives")
 STRAGGLER_HELP = (
     "worker:slowdown, or worker:slowdown:bandwidth_factor for a slow NIC too (all-reduce "
     "arena), optionally @from-until iterations (until exclusive, open-ended if left out); "
@@ -189,6 +194,26 @@ class ExperimentForm(_ClusterArenaFields):
     )
     cluster_stragglers = forms.CharField(
         label="stragglers", required=False, help_text=STRAGGLER_HELP
+    )
+    cluster_reduce_scatter_cost = forms.FloatField(
+        label="reduce-scatter cost",
+        required=False,
+        initial=_DEFAULTS.reduce_scatter_cost,
+        help_text="DeAR's reduce-scatter as a fraction of an all-reduce of the same tensor: 0.5 "
+        "on a ring (NCCL), about 1 with gloo (python -m runners calibrate measures it)",
+    )
+    cluster_all_gather_cost = forms.FloatField(
+        label="all-gather cost",
+        required=False,
+        initial=_DEFAULTS.all_gather_cost,
+        help_text="DeAR's all-gather as a fraction of an all-reduce: 0.5 on a ring",
+    )
+    cluster_cpu_collectives = forms.BooleanField(
+        label="collectives on CPU (gloo)",
+        required=False,
+        initial=_DEFAULTS.cpu_collectives,
+        help_text="Horovod's background loop then performs them itself: a cycle waits for the "
+        "previous cycle's all-reduces (unticked: NCCL on GPU)",
     )
     cluster_ps = forms.IntegerField(label="parameter servers", required=False, initial=_DEFAULTS.ps)
     cluster_servers = forms.IntegerField(
@@ -458,7 +483,10 @@ class ExperimentForm(_ClusterArenaFields):
         if not self._within_limit(n_runs, "seeds, workloads, baselines or swept values"):
             return None
         cluster = {}
+        arena = registry.get(common["system"]).arena
         for key in CLUSTER_KEYS:
+            if key in ALLREDUCE_ONLY and arena != "allreduce":
+                continue  # a hidden part of the form (set before another system was chosen)
             value = data.get(f"cluster_{key}")
             if key in COMM_SWEEP_KEYS:
                 value = value[0]

@@ -218,6 +218,20 @@ def test_a_nic_straggler_round_trips_through_the_form(browser):
     assert initial["cluster_stragglers"] == "1:1.0:0.5@2-, 0:1.5"
 
 
+def test_the_collective_fields_reach_all_reduce_runs_and_are_dropped_elsewhere(browser):
+    """DeAR's split costs and CPU collectives: an all-reduce experiment's runs get them; a PS
+    experiment ignores them (a hidden part of the form, set before the system changed)."""
+    form = {**FORM, "cluster_reduce_scatter_cost": "1.0", "cluster_cpu_collectives": "on"}
+    assert browser.post(reverse("experiment-new"), form).status_code == 302
+    cluster = Experiment.objects.get().runs.first().spec["cluster"]
+    assert cluster["reduce_scatter_cost"] == 1.0 and cluster["cpu_collectives"] is True
+    ps = {**form, "system": "ps-default", "baselines": ["byteps"], "params": "{}"}
+    assert browser.post(reverse("experiment-new"), ps).status_code == 302
+    run = Experiment.objects.order_by("-pk").first().runs.first()
+    assert "cpu_collectives" not in run.spec["cluster"]
+    assert "reduce_scatter_cost" not in run.spec["cluster"]
+
+
 def test_the_form_preselects_the_baselines_of_the_systems_arena(browser):
     form = browser.get(reverse("experiment-new")).context["form"]
     system = registry.get(form.initial["system"])
