@@ -51,6 +51,9 @@ class Straggler:
     until_iteration: int | None = None
     bandwidth_factor: float = 1.0
 
+    def active(self, iteration: int) -> bool:
+        return _in_window(self.from_iteration, self.until_iteration, iteration)
+
 
 @dataclass(frozen=True)
 class PSStraggler:
@@ -63,6 +66,14 @@ class PSStraggler:
     cpu_slowdown: float = 1.0
     from_iteration: int = 0
     until_iteration: int | None = None
+
+    def active(self, iteration: int) -> bool:
+        return _in_window(self.from_iteration, self.until_iteration, iteration)
+
+
+def _in_window(start: int, until: int | None, iteration: int) -> bool:
+    """``start <= iteration < until`` (``until`` None: to the end)."""
+    return start <= iteration and (until is None or iteration < until)
 
 
 @dataclass(frozen=True)

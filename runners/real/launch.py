@@ -136,8 +136,7 @@ def worker_rates(spec: RunSpec, iteration: int) -> list[float]:
     c = spec.cluster
     rates = [float(c.bandwidth_gbps)] * c.workers
     for s in c.stragglers:
-        until = s.until_iteration
-        if s.from_iteration <= iteration and (until is None or iteration < until):
+        if s.active(iteration):
             rates[s.worker] *= s.bandwidth_factor
     return rates
 

@@ -195,9 +195,7 @@ def server_gbps(spec: RunSpec, server: int, iteration: int = 0) -> float:
     c = spec.cluster
     gbps = float(c.server_bandwidth_gbps or c.bandwidth_gbps)
     for s in c.ps_stragglers:
-        until = s.until_iteration
-        active = s.from_iteration <= iteration and (until is None or iteration < until)
-        if s.server == server and s.bandwidth_factor != 1.0 and active:
+        if s.server == server and s.active(iteration):
             gbps *= s.bandwidth_factor
     return gbps
 
