@@ -135,6 +135,13 @@ def _parser() -> argparse.ArgumentParser:
         help="only measure the split collectives' costs (reduce-scatter, all-gather) at each "
         "network of an existing calibration, keeping its other measurements",
     )
+    p.add_argument(
+        "--ps-only",
+        action="store_true",
+        help="only measure the parameter-server arena (compute slow-down, latency and the "
+        "servers' aggregation rate, on the real PS transport) at each network of an existing "
+        "calibration, keeping its other measurements",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_calibrate)
     p = sub.add_parser(
@@ -150,11 +157,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--iterations", type=int, default=20, help="measured iterations per run")
     p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="real runs per configuration, in rounds over all configurations; the real time "
+        "is their median, and the report says where the simulator falls in their range "
+        "(default 1)",
+    )
+    p.add_argument(
         "--latency",
         choices=fidelity.LATENCIES,
         default="busy",
-        help="the simulator's latency: a small all-reduce's time while the rank computes "
-        "(busy, default: what overlapped collectives meet) or on idle ranks (idle)",
+        help="the simulator's latency: a small all-reduce's (PS arena: a small message's) "
+        "time while the ranks compute (busy, default: what overlapped communication meets) "
+        "or on idle ranks (idle)",
     )
     p.add_argument(
         "--json",
@@ -395,9 +411,13 @@ def _calibrate(args: argparse.Namespace) -> int:
         print(f"invalid arguments: {err}", file=sys.stderr)
         return 2
     say = lambda message: print(f"[calibrate] {message}", file=sys.stderr, flush=True)  # noqa: E731
-    if args.split_only:
+    if args.split_only and args.ps_only:
+        print("invalid arguments: --split-only/--ps-only: choose one", file=sys.stderr)
+        return 2
+    if args.split_only or args.ps_only:
+        add = fidelity.calibrate_split if args.split_only else fidelity.calibrate_ps
         try:
-            doc = fidelity.calibrate_split(args.label, progress=say)
+            doc = add(args.label, progress=say)
         except fidelity.CalibrationMissing as err:
             print(f"invalid arguments: --label: {err}", file=sys.stderr)
             return 2
@@ -449,10 +469,21 @@ def _print_point(point: dict[str, Any]) -> None:
         if "reduce_scatter_cost" in point
         else ""
     )
+    ps = point.get("ps")
+    ps_line = (
+        f"  PS arena ({ps['servers']} servers): "
+        + ", ".join(
+            f"{m} {v:+.0%} ({ps['latency_busy_us'][m]:.0f} us)"
+            for m, v in ps["overlap_slowdown"].items()
+        )
+        + f", aggregation {ps['server_agg_gbps']:.1f} Gbit/s"
+        if ps
+        else ""
+    )
     print(
         f"{where:20} bandwidth {point['bandwidth_gbps']:8.3f} Gbit/s  latency "
         f"{point['latency_us']:7.1f} us  compute while communicating (latency while "
-        f"computing): {slow}{split}"
+        f"computing): {slow}{split}{ps_line}"
     )
 
 
@@ -469,10 +500,13 @@ def _fidelity(args: argparse.Namespace) -> int:
         bandwidths = _bandwidths(args.bandwidths, loopback=True)
         if not 3 <= args.iterations <= 10_000:
             raise SpecError("--iterations", f"must be between 3 and 10000 (got {args.iterations})")
+        if not 1 <= args.repeats <= 20:
+            raise SpecError("--repeats", f"must be between 1 and 20 (got {args.repeats})")
         testbed = fidelity.load_testbed(args.label)
         for model in models:
             for nominal in bandwidths:
-                fidelity.matched_specs(systems[0], model, nominal, testbed, latency=args.latency)
+                for system in systems:  # each arena has its own measurements
+                    fidelity.matched_specs(system, model, nominal, testbed, latency=args.latency)
     except (SpecError, fidelity.CalibrationMissing) as err:
         print(f"invalid arguments: {err}", file=sys.stderr)
         return 2
@@ -487,6 +521,9 @@ def _fidelity(args: argparse.Namespace) -> int:
             f"{row['real_iteration_s'] * 1e3:.1f} ms, sim {row['sim_iteration_s'] * 1e3:.1f} ms "
             f"({row['ape_pct']:.1f}%)"
         )
+        if len(row["real_runs_s"]) > 1:
+            runs = ", ".join(f"{t * 1e3:.1f}" for t in row["real_runs_s"])
+            line += f"; real runs {runs} ms"
         print(line, file=sys.stderr, flush=True)
         if args.json:
             print(json.dumps(row), flush=True)
@@ -500,6 +537,8 @@ def _fidelity(args: argparse.Namespace) -> int:
             args.iterations,
             on_config=on_config,
             latency=args.latency,
+            repeats=args.repeats,
+            progress=lambda m: print(f"[fidelity] {m}", file=sys.stderr, flush=True),
         )
     except SpecError as err:
         print(f"invalid arguments: {err}", file=sys.stderr)

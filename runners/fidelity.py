@@ -17,13 +17,18 @@ them (``python -m runners calibrate`` / ``python -m runners fidelity``).
 - DeAR's split collectives: a reduce-scatter and an all-gather timed against the all-reduce of
   the same tensor (``runners.real.probe.split``; the simulator's ``cluster.reduce_scatter_cost``
   / ``all_gather_cost``: gloo's reduce-scatter is a whole all-reduce, not the ring's half);
+- the parameter-server arena (``runners.real.probe.ps_overlap``, on the real PS transport with
+  ``cluster.ps`` server processes beside the workers): per model, the compute slow-down while
+  the workers push and pull and a small push-and-pull's time while they compute (the PS
+  simulator's ``overlap_slowdown`` and ``latency_us``), and the servers' aggregation rate
+  (``server_agg_gbps``), under ``ps`` of each network;
 
 all written to ``workloads/profiles/testbeds/<label>.json``.
 
 **fidelity** runs matched configurations (systems x models x bandwidths): each for real on the
 testbed, and in the simulator with the calibrated profile (``measured:<label>``, no compute
 jitter) and the fitted bandwidth, latency, overlap slow-down and split collectives' costs of
-that network. It reports
+that network (for a PS system: the PS arena's latency, slow-down and aggregation rate). It reports
 per configuration both iteration times and the simulator's absolute percentage error, and
 their mean (MAPE) per system and overall. Nothing in the simulator is fitted to the training runs
 themselves: only the calibration measurements above feed it.
@@ -47,7 +52,7 @@ from typing import Any
 import workloads
 
 from . import registry
-from .spec import validate
+from .spec import CommCluster, validate
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTBEDS_DIR = ROOT / "workloads" / "profiles" / "testbeds"
@@ -110,6 +115,7 @@ def calibrate(
                 factor, latency = probe.overlap(model, workers, nominal, Path(tmp), threads=threads)
             slowdown[model] = round(factor, 4)
             busy_latency[model] = round(latency * 1e6, 3)
+        ps_entry = _probe_ps(models, workers, nominal, threads, say)
         network.append(
             {
                 "nominal_gbps": nominal,
@@ -119,6 +125,7 @@ def calibrate(
                 "latency_busy_us": busy_latency,
                 "allreduce": [{"bytes": s, "seconds": round(t, 9)} for s, t in rows],
                 **_split_entry(split_rows, rs_cost, ag_cost),
+                "ps": ps_entry,
                 "remeasured": remeasured,
             }
         )
@@ -137,16 +144,14 @@ def calibrate(
             "backward timed alone and while a thread keeps 1 MiB all-reduces going "
             "(runners.real.probe.overlap); split collectives: reduce-scatter and all-gather "
             "times over the all-reduce's of the same tensor, median over 256 KiB-4 MiB "
-            "(runners.real.probe.split)"
+            "(runners.real.probe.split); " + PS_METHOD
         ),
         "host": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
     }
     path = testbed_path(label)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp_path = path.with_suffix(".json.tmp")
-    tmp_path.write_text(json.dumps(doc, indent=2) + "\n")
-    tmp_path.rename(path)
+    _rewrite(doc, label)
     return {"testbed": str(path), "profiles": written, "network": network}
 
 
@@ -205,6 +210,61 @@ def _split_entry(
     }
 
 
+PS_SERVERS = CommCluster().ps  # the PS arena's default server count
+PS_METHOD = (
+    "PS arena, on the real PS transport with `ps.servers` server processes beside the "
+    "workers: forward + backward timed alone and while the workers push 1 MiB to the servers "
+    "in turn (one unanswered push per server); latency: the 10 %-trimmed mean time between "
+    "answers of a stream of 4 KiB pushes while the workers compute (busy) and idle (idle): "
+    "how long a small message holds a link, the simulator's per-transfer latency; for "
+    "reference half the round trip of one 4 KiB push and its answer while computing "
+    "(half_round_trip_busy_us); aggregation: the "
+    "slowest server's median time to sum a 1 MiB push (runners.real.probe.ps_overlap)"
+)
+
+
+def _probe_ps(
+    models: tuple[str, ...],
+    workers: int,
+    nominal: float | None,
+    threads: int,
+    say: Callable[[str], None],
+    servers: int = PS_SERVERS,
+) -> dict[str, Any]:
+    """The PS arena's measurements at one network (``ps`` of a calibration's network)."""
+    from .real import probe
+
+    slowdown: dict[str, float] = {}
+    busy: dict[str, float] = {}
+    idle: dict[str, float] = {}
+    trip: dict[str, float] = {}
+    agg = []
+    for model in models:
+        say(f"  PS arena: {model} beside {servers} server processes")
+        with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
+            m = probe.ps_overlap(model, workers, servers, nominal, Path(tmp), threads=threads)
+        slowdown[model] = round(m.slowdown, 4)
+        busy[model] = round(m.message_busy_s * 1e6, 3)
+        idle[model] = round(m.message_idle_s * 1e6, 3)
+        trip[model] = round(m.half_round_trip_busy_s * 1e6, 3)
+        agg.append(m.agg_bytes_per_s * 8 / 1e9)
+    return {
+        "servers": servers,
+        "overlap_slowdown": slowdown,
+        "latency_busy_us": busy,
+        "latency_idle_us": idle,
+        "half_round_trip_busy_us": trip,
+        "server_agg_gbps": round(statistics.median(agg), 3),
+    }
+
+
+def _rewrite(doc: dict[str, Any], label: str) -> None:
+    path = testbed_path(label)
+    tmp_path = path.with_suffix(".json.tmp")
+    tmp_path.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp_path.rename(path)
+
+
 def calibrate_split(
     label: str = DEFAULT_LABEL, progress: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
@@ -223,10 +283,28 @@ def calibrate_split(
             "the same tensor, median over 256 KiB-4 MiB (runners.real.probe.split)"
         )
     doc["split_date"] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
-    path = testbed_path(label)
-    tmp_path = path.with_suffix(".json.tmp")
-    tmp_path.write_text(json.dumps(doc, indent=2) + "\n")
-    tmp_path.rename(path)
+    _rewrite(doc, label)
+    return doc
+
+
+def calibrate_ps(
+    label: str = DEFAULT_LABEL, progress: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """Add the PS arena's measurements to calibration ``label`` (at each of its networks, for
+    each of its models), leaving its other measurements as they are (``calibrate
+    --ps-only``)."""
+    say = progress or (lambda message: None)
+    doc = load_testbed(label)
+    workers, threads = int(doc["workers"]), int(doc["threads"])
+    models = tuple(doc["profiles"])
+    for point in doc["network"]:
+        nominal = point["nominal_gbps"]
+        say(f"network: {'loopback' if nominal is None else f'{nominal:g} Gbit/s shaped'}")
+        point["ps"] = _probe_ps(models, workers, nominal, threads, say)
+    if "PS arena" not in doc["method"]:
+        doc["method"] += "; " + PS_METHOD
+    doc["ps_date"] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    _rewrite(doc, label)
     return doc
 
 
@@ -332,6 +410,18 @@ def _slowdown(point: dict[str, Any], model: str, label: str) -> float:
         ) from None
 
 
+def _ps_point(point: dict[str, Any], model: str, label: str) -> dict[str, Any]:
+    """The PS arena's measurements of ``model`` at a network (``CalibrationMissing`` for a
+    calibration that has none: it is measured by ``calibrate --ps-only``)."""
+    ps = point.get("ps")
+    if ps is None or model not in ps.get("overlap_slowdown", {}):
+        raise CalibrationMissing(
+            f"calibration '{label}' has no PS arena measurement of {model}: run `python -m "
+            f"runners calibrate --label {label} --ps-only`"
+        )
+    return ps
+
+
 LATENCIES = ("busy", "idle")
 
 
@@ -346,7 +436,10 @@ def matched_specs(
     """The real spec and its simulated twin (raw, to be validated). ``latency``: which
     calibrated latency the simulator gets, ``busy`` (a small all-reduce's time while the rank
     computes: what an overlapped collective meets) or ``idle`` (the fit of all-reduces timed
-    on otherwise idle ranks). A modelling choice, reported with the results."""
+    on otherwise idle ranks). A modelling choice, reported with the results. A PS system's
+    twin gets the PS arena's own measurements instead (``ps`` of the network: its latency,
+    busy or idle in the same sense, slow-down and aggregation rate, with as many servers as
+    the probe had)."""
     point = network_point(testbed, nominal)
     if latency not in LATENCIES:
         raise ValueError(f"latency must be one of {', '.join(LATENCIES)} (got {latency!r})")
@@ -391,7 +484,15 @@ def matched_specs(
         "iterations": iterations,
         "warmup_iterations": 3,
     }
-    if registry.get(system).arena == "allreduce":
+    if registry.get(system).arena == "ps":
+        ps = _ps_point(point, model, testbed["label"])
+        real_cluster["ps"] = sim["cluster"]["ps"] = int(ps["servers"])
+        sim["cluster"].update(
+            latency_us=float(ps[f"latency_{latency}_us"][model]),
+            overlap_slowdown=float(ps["overlap_slowdown"][model]),
+            server_agg_gbps=float(ps["server_agg_gbps"]),
+        )
+    else:
         sim["cluster"].update(
             # measured where the calibration has them; older ones: the ring's 0.5 each
             {k: float(point[k]) for k in SPLIT_COSTS if k in point},
@@ -408,11 +509,23 @@ def fidelity(
     iterations: int = 20,
     on_config: Callable[[dict[str, Any]], None] | None = None,
     latency: str = "busy",
+    repeats: int = 1,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Run every configuration for real and simulated; the report (see the module docstring)."""
+    """Run every configuration for real and simulated; the report (see the module docstring).
+
+    ``repeats`` real runs per configuration, in rounds (every configuration once, then again),
+    so that a slow spell of a shared machine falls on several configurations' runs rather than
+    on all of one's. The real iteration time is the median of the runs' (each the mean of its
+    measured iterations); the row keeps every run's (``real_runs_s``), and says whether the
+    simulator's prediction lies within their range (``sim_within_runs``). ``on_config`` gets
+    each row once its last run is done."""
     from .execute import simulate
     from .real import launch
 
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1 (got {repeats})")
+    say = progress or (lambda message: None)
     testbed = load_testbed(label)
     plan = [(m, b, s) for m in models for b in bandwidths for s in systems]
     pairs = [
@@ -421,41 +534,57 @@ def fidelity(
     checked = [(cfg, validate(r), validate(s)) for cfg, (r, s) in pairs]  # all before any run
     for _, real_spec, _ in checked:
         launch.preflight(real_spec)
+    runs: list[list[Any]] = [[] for _ in checked]
+    failures: list[list[str]] = [[] for _ in checked]
+    walls = [0.0] * len(checked)
     configs = []
-    for (model, nominal, system), real_spec, sim_spec in checked:
-        started = time.perf_counter()
-        failures: list[str] = []
-        real = None
-        for _attempt in range(2):  # a failed run is reported with the result, and tried again
-            with tempfile.TemporaryDirectory(prefix="lab-fidelity-") as tmp:
-                try:
-                    real = launch.run(real_spec, Path(tmp))
-                    break
-                except launch.RealRunError as err:
-                    launch.log.warning("%s/%s failed, %s", system, model, err)
-                    failures.append(str(err).splitlines()[0])
-        if real is None:
-            raise launch.RealRunError(f"{system}/{model}: both attempts failed: {failures}")
-        sim = simulate(sim_spec)
-        measured = real.metrics["iteration_time_s"]
-        predicted = sim.metrics["iteration_time_s"]
-        row = {
-            "system": system,
-            "workload": model,
-            "bandwidth_gbps": nominal,
-            "network": real.network.kind,
-            "real_iteration_s": measured,
-            "real_iteration_median_s": real.metrics["iteration_time_median_s"],
-            "sim_iteration_s": predicted,
-            "ape_pct": 100.0 * abs(predicted - measured) / measured,
-            "real_compute_s": real.metrics["compute_time_s"],
-            "sim_compute_s": sim.metrics["compute_time_s"],
-            "wall_s": time.perf_counter() - started,
-            "failed_attempts": failures,
-        }
-        configs.append(row)
-        if on_config is not None:
-            on_config(row)
+    for round_ in range(repeats):
+        if repeats > 1:
+            say(f"round {round_ + 1}/{repeats} of the real runs")
+        for k, ((model, nominal, system), real_spec, sim_spec) in enumerate(checked):
+            started = time.perf_counter()
+            real = None
+            for _attempt in range(2):  # a failed run is reported with the result, tried again
+                with tempfile.TemporaryDirectory(prefix="lab-fidelity-") as tmp:
+                    try:
+                        real = launch.run(real_spec, Path(tmp))
+                        break
+                    except launch.RealRunError as err:
+                        launch.log.warning("%s/%s failed, %s", system, model, err)
+                        failures[k].append(str(err).splitlines()[0])
+            if real is None:
+                raise launch.RealRunError(
+                    f"{system}/{model}: both attempts failed: {failures[k][-2:]}"
+                )
+            runs[k].append(real)
+            walls[k] += time.perf_counter() - started
+            if round_ < repeats - 1:
+                continue
+            sim = simulate(sim_spec)
+            times = [r.metrics["iteration_time_s"] for r in runs[k]]
+            measured = statistics.median(times)
+            predicted = sim.metrics["iteration_time_s"]
+            row = {
+                "system": system,
+                "workload": model,
+                "bandwidth_gbps": nominal,
+                "network": real.network.kind,
+                "real_iteration_s": measured,
+                "real_runs_s": times,
+                "real_iteration_median_s": statistics.median(
+                    r.metrics["iteration_time_median_s"] for r in runs[k]
+                ),
+                "sim_iteration_s": predicted,
+                "sim_within_runs": min(times) <= predicted <= max(times),
+                "ape_pct": 100.0 * abs(predicted - measured) / measured,
+                "real_compute_s": statistics.median(r.metrics["compute_time_s"] for r in runs[k]),
+                "sim_compute_s": sim.metrics["compute_time_s"],
+                "wall_s": walls[k],
+                "failed_attempts": failures[k],
+            }
+            configs.append(row)
+            if on_config is not None:
+                on_config(row)
     return report(configs, label, latency)
 
 
@@ -484,9 +613,20 @@ def report(configs: list[dict[str, Any]], label: str, latency: str = "busy") -> 
                     "sim": b["sim_iteration_s"] / c["sim_iteration_s"],
                 }
             )
+    spreads = [
+        100.0 * (max(c["real_runs_s"]) - min(c["real_runs_s"])) / c["real_iteration_s"]
+        for c in configs
+        if len(c.get("real_runs_s", ())) > 1
+    ]
     return {
         "label": label,
         "latency": latency,
+        "repeats": max((len(c.get("real_runs_s", ())) for c in configs), default=1),
+        # the real runs' own range over their median, per configuration (repeats > 1)
+        "real_spread_pct": statistics.median(spreads) if spreads else None,
+        "sim_within_runs": sum(bool(c.get("sim_within_runs")) for c in configs)
+        if spreads
+        else None,
         "mape_pct": mape,
         "target_pct": MAPE_TARGET_PCT,
         "meets_target": mape < MAPE_TARGET_PCT and len(configs) >= 12,
@@ -514,6 +654,12 @@ def format_report(result: dict[str, Any]) -> str:
     lines.append("")
     for system, value in result["per_system_mape_pct"].items():
         lines.append(f"MAPE {system:18} {value:5.1f}%")
+    if result.get("real_spread_pct") is not None:
+        lines.append(
+            f"real runs: {result['repeats']} per configuration, their range a median "
+            f"{result['real_spread_pct']:.1f}% of their median; the simulator within their "
+            f"range in {result['sim_within_runs']} of {len(result['configs'])} configurations"
+        )
     verdict = "meets" if result["meets_target"] else "misses"
     lines.append(
         f"MAPE overall {result['mape_pct']:.1f}% over {len(result['configs'])} configurations "

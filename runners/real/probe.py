@@ -7,8 +7,9 @@ runners.real.probe JOB_DIR`` under torchrun) that time all-reduces of each size 
 them into the simulator's ring all-reduce parameters. ``overlap(model, ...)`` measures how much
 a model's forward + backward slows down while the rank's network is busy (the simulator's
 ``cluster.overlap_slowdown``); ``split`` times reduce-scatter and all-gather against the
-all-reduce (the simulator's ``cluster.reduce_scatter_cost`` / ``all_gather_cost``).
-``runners.fidelity.calibrate`` uses all four.
+all-reduce (the simulator's ``cluster.reduce_scatter_cost`` / ``all_gather_cost``);
+``ps_overlap`` is the parameter-server arena's counterpart of ``overlap``, with server
+processes beside the workers. ``runners.fidelity.calibrate`` uses all five.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +92,67 @@ def overlap(
     return max(0.0, busy / alone - 1.0), small / (2 * (workers - 1))
 
 
+@dataclass(frozen=True)
+class PSProbe:
+    """What ``ps_overlap`` measures (every value the slowest rank's)."""
+
+    slowdown: float  # forward + backward while pushing 1 MiB, over alone, minus 1 (>= 0)
+    message_busy_s: float  # a 4 KiB stream's time per answered push, the worker computing
+    message_idle_s: float  # the same with the worker idle
+    half_round_trip_busy_s: float  # half a 4 KiB push-and-pull's round trip, computing
+    agg_bytes_per_s: float  # a server's rate of summing a 1 MiB push
+
+
+def ps_overlap(
+    model: str,
+    workers: int,
+    servers: int,
+    bandwidth_gbps: float | None,
+    work: Path,
+    steps: int = 15,
+    threads: int = 1,
+) -> PSProbe:
+    """The parameter-server arena's ``overlap``, on the real PS arena's transport
+    (``runners.real.ps.Channel``: a sender and a receiver thread per process, a header and a
+    payload per message, gloo point to point): ``workers`` worker and ``servers`` server
+    processes, laid out as a real PS run lays them out on this machine (on the emulated network
+    each in its own namespace, shaped to ``bandwidth_gbps``). Every worker times forward +
+    backward of ``model`` alone, then while its channel pushes to the servers in turn, each
+    push answered by the server (a pull of the same size). A server sums each push into its
+    key, steps the key once every worker's push is in (SGD) and answers with it. Four
+    launches:
+
+    - 1 MiB pushes, one unanswered per server: the compute slow-down and the servers'
+      aggregation rate (the simulator's ``cluster.server_agg_gbps``: a round of ``n`` pushes
+      of ``S`` bytes costs ``n * S / rate``);
+    - 4 KiB pushes, one unanswered per server, while the worker computes and while it idles:
+      the 10 %-trimmed mean time between answers, how long a small message holds a worker's
+      link when messages follow each other (the simulator's per-transfer ``latency_us``,
+      ``busy`` or ``idle`` as ``fidelity --latency`` chooses);
+    - 4 KiB pushes one at a time while the worker computes: half the trimmed mean round trip
+      (one latency for the push, one for the pull), for reference."""
+    if servers < 1:
+        raise ValueError(f"servers must be at least 1 (got {servers})")
+    job = {"ps_model": model, "ps_workers": workers, "steps": steps}
+    world = workers + servers
+
+    def launch(elements: int, window: int, compute: bool = True) -> list[float]:
+        job_now = {**job, "elements": elements, "window": window, "compute": compute}
+        return _launch(job_now, world, bandwidth_gbps, work, threads)
+
+    alone, busy, _, agg_s_per_byte = launch(1 << 18, servers)
+    _, _, message_busy, _ = launch(1024, servers)
+    _, _, message_idle, _ = launch(1024, servers, compute=False)
+    _, _, round_trip, _ = launch(1024, 1)
+    return PSProbe(
+        slowdown=max(0.0, busy / alone - 1.0),
+        message_busy_s=message_busy,
+        message_idle_s=message_idle,
+        half_round_trip_busy_s=round_trip / 2,
+        agg_bytes_per_s=1.0 / agg_s_per_byte,
+    )
+
+
 def _launch(job: dict, workers: int, bandwidth_gbps: float | None, work: Path, threads: int) -> Any:
     from .launch import _supervise, torchrun_argv
 
@@ -159,6 +222,16 @@ def main(argv: list[str]) -> int:
     try:
         if "overlap_model" in job:
             out: Any = _overlap(job["overlap_model"], int(job["steps"]), rank)
+        elif "ps_model" in job:
+            out = _ps_overlap(
+                job["ps_model"],
+                int(job["steps"]),
+                rank,
+                int(job["ps_workers"]),
+                int(job["elements"]),
+                int(job["window"]),
+                bool(job["compute"]),
+            )
         elif "split_sizes" in job:
             out = _split(job["split_sizes"], int(job["repeats"]))
         else:
@@ -305,6 +378,139 @@ def _overlap(model_name: str, steps: int, rank: int) -> list[float]:
     busy, _ = while_computing(1 << 18)  # 1 MiB
     _, small = while_computing(1024)  # 4 KiB
     return [_slowest(alone), _slowest(busy), _slowest(small)]
+
+
+def _ps_overlap(
+    model_name: str,
+    steps: int,
+    rank: int,
+    workers: int,
+    elements: int,
+    window: int,
+    compute: bool,
+) -> list[float]:
+    """(A rank of ``ps_overlap``.) Ranks below ``workers`` are workers, the others servers;
+    every rank returns ``[alone, busy, time per answered push, server s/byte]``, each the
+    slowest rank's (a server reports 0 for the workers' values, a worker 0 for the
+    server's)."""
+    import threading
+
+    import torch
+    import torch.distributed as dist
+
+    from .ps import PULL, PUSH, Channel
+
+    world = dist.get_world_size()
+    servers = list(range(workers, world))
+    cv = threading.Condition()
+    table = list(range(world))  # logical rank = dist rank here
+
+    if rank >= workers:  # a server: answer every push until every worker has stopped
+        key, grad = torch.zeros(elements), torch.zeros(elements)
+        agg: list[float] = []
+        pushes = 0
+
+        def serve(h: list[int], payload: torch.Tensor | None, _s: float, _e: float) -> None:
+            nonlocal pushes
+            if h[0] != PUSH or payload is None:
+                with cv:
+                    cv.notify_all()  # a STOP
+                return
+            start = time.perf_counter()
+            grad.add_(payload)
+            pushes += 1
+            if pushes == workers:  # a round: step the key, as the PS servers' SGD
+                key.add_(grad, alpha=-0.01 / workers)
+                grad.zero_()
+                pushes = 0
+            agg.append(time.perf_counter() - start)
+            with cv:
+                channel.post((h[2],), h[4], PULL, h[1], h[2], payload=key.clone())
+
+        channel = Channel(rank, table, cv, serve)
+        dist.barrier()
+        channel.start()
+        with cv:
+            while not set(range(workers)) <= channel.stops and channel.error is None:
+                cv.wait(0.5)
+            channel.close()
+        channel.join()
+        dist.barrier()
+        # seconds per byte summed (the median push's time over its size): n pushes of S bytes
+        # then take n * S * per_byte, the simulator's n * S / server_agg rate
+        per_byte = statistics.median(agg) / (4 * elements) if agg else 0.0
+        return [_slowest(0.0), _slowest(0.0), _slowest(0.0), _slowest(per_byte)]
+
+    import workloads
+    from workloads import data
+    from workloads.models import build_model
+
+    torch.manual_seed(0)
+    model = build_model(model_name)
+    model.train()
+    loss_fn = data.loss_fn(model_name)
+    batch_size = workloads.load_profile(model_name).default_batch_size
+    inputs, targets = data.batch(model_name, "synthetic", batch_size, 0, rank, workers, 0)
+
+    def timed(n: int) -> list[float]:
+        out = []
+        for _ in range(n):
+            start = time.perf_counter()
+            model.zero_grad(set_to_none=True)
+            loss_fn(model(inputs), targets).backward()
+            out.append(time.perf_counter() - start)
+        return out
+
+    answered: set[int] = set()
+
+    def on_answer(h: list[int], payload: torch.Tensor | None, _s: float, _e: float) -> None:
+        with cv:
+            if h[0] == PULL:
+                answered.add(h[2])
+            cv.notify_all()
+
+    channel = Channel(rank, table, cv, on_answer)
+    timed(3)
+    alone = statistics.median(timed(steps))
+    dist.barrier()
+    channel.start()
+    stop = threading.Event()
+    push = torch.ones(elements)
+    gaps: list[float] = []
+
+    def traffic() -> None:
+        """Keep ``window`` pushes unanswered (to the servers in turn); ``gaps``: the time
+        between successive answers, shared among the answers that came together."""
+        sent = seen = 0
+        last = time.perf_counter()
+        while not stop.is_set():
+            with cv:
+                while sent - len(answered) < window:
+                    server = servers[sent % len(servers)]
+                    channel.post((sent,), server, PUSH, 0, sent, payload=push)
+                    sent += 1
+                while len(answered) == seen and channel.error is None:
+                    cv.wait(0.5)
+                now, got, seen = time.perf_counter(), len(answered) - seen, len(answered)
+            channel.failed()
+            gaps.extend([(now - last) / got] * got)
+            last = now
+
+    thread = threading.Thread(target=traffic, daemon=True)
+    thread.start()
+    if compute:
+        busy = statistics.median(timed(steps))
+    else:  # the worker idles as long as it would compute
+        time.sleep(alone * steps)
+        busy = alone
+    stop.set()
+    thread.join()
+    with cv:
+        channel.close()
+    channel.join()
+    dist.barrier()
+    small = _trimmed_mean(gaps[1:-1] or gaps)
+    return [_slowest(alone), _slowest(busy), _slowest(small), _slowest(0.0)]
 
 
 if __name__ == "__main__":

@@ -51,27 +51,35 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
         # reduce-scatter is built from an all-reduce: about 1 here; the ring's is 0.5).
         assert point["reduce_scatter_cost"] > 0 and point["all_gather_cost"] > 0
         assert len(point["split"]) == 3
+        # The PS arena, on its own transport with the default server processes beside them.
+        ps = point["ps"]
+        assert ps["servers"] == fidelity.PS_SERVERS
+        assert ps["overlap_slowdown"][MODEL] >= 0
+        # a push and its answer cross the shaper and two processes' threads: not free
+        assert ps["latency_busy_us"][MODEL] > 10
+        assert ps["server_agg_gbps"] > 0
     profile = workloads.load_measured(MODEL, label)
     assert len(profile.fwd_s) == len(workloads.load_profile(MODEL).layers)
     assert all(t > 0 for t in profile.fwd_s)
     assert result["testbed"] == str(fidelity.testbed_path(label))
 
-    argv = ["fidelity", "--label", label, "--systems", "wfbp,ddp", "--models", MODEL]
+    systems = "wfbp,ddp,ps-default"
+    argv = ["fidelity", "--label", label, "--systems", systems, "--models", MODEL]
     assert cli.main([*argv, "--bandwidths", "0.5,loopback", "--iterations", "5", "--json"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 5  # four configurations, then the report
-    rows = [json.loads(line) for line in lines[:4]]
+    assert len(lines) == 7  # six configurations, then the report
+    rows = [json.loads(line) for line in lines[:6]]
     report = json.loads(lines[-1])
     assert report["configs"] == rows
     assert {(r["system"], r["network"]) for r in rows} == {
-        ("wfbp", "shaped"), ("ddp", "shaped"), ("wfbp", "loopback"), ("ddp", "loopback")
-    }  # fmt: skip
+        (s, n) for s in systems.split(",") for n in ("shaped", "loopback")
+    }
     for r in rows:
         assert r["real_iteration_s"] > 0 and r["sim_iteration_s"] > 0
         expected = 100 * abs(r["sim_iteration_s"] - r["real_iteration_s"]) / r["real_iteration_s"]
         assert r["ape_pct"] == pytest.approx(expected)
-    assert report["mape_pct"] == pytest.approx(sum(r["ape_pct"] for r in rows) / 4)
-    assert not report["meets_target"]  # 4 configurations are fewer than the 12 it needs
+    assert report["mape_pct"] == pytest.approx(sum(r["ape_pct"] for r in rows) / 6)
+    assert not report["meets_target"]  # 6 configurations are fewer than the 12 it needs
     by = {(r["system"], r["bandwidth_gbps"]): r for r in rows}
     (speedup,) = [
         s for s in report["speedups"]

@@ -127,14 +127,82 @@ def test_the_simulator_gets_the_measured_split_collectives_where_the_calibration
     assert (c.reduce_scatter_cost, c.all_gather_cost) == (1.02, 0.57)
 
 
-def test_a_ps_system_s_twins_validate_without_the_all_reduce_only_fields():
+PS_POINT = {
+    "servers": 3,
+    "overlap_slowdown": {"vgg16-debug": 0.8},
+    "latency_busy_us": {"vgg16-debug": 3500.0},
+    "latency_idle_us": {"vgg16-debug": 600.0},
+    "server_agg_gbps": 38.0,
+}
+
+
+def test_a_ps_system_s_twins_get_the_ps_arena_s_measurements():
+    """A PS system's simulated twin gets the PS probe's latency, slow-down and aggregation
+    rate (not the all-reduce ones), and both twins the probe's server count; none of the
+    all-reduce-only fields."""
     measured = json.loads(json.dumps(TESTBED))
-    measured["network"][1].update(reduce_scatter_cost=1.02, all_gather_cost=0.57)
+    measured["network"][1].update(reduce_scatter_cost=1.02, all_gather_cost=0.57, ps=PS_POINT)
     real, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, measured)
     real_spec, sim_spec = validate(real), validate(sim)
     assert sim_spec.arena == "ps" and not sim_spec.cluster.cpu_collectives
     assert sim_spec.cluster.reduce_scatter_cost == 0.5
-    assert real_spec.cluster.ps == sim_spec.cluster.ps
+    c = sim_spec.cluster
+    assert (c.latency_us, c.overlap_slowdown, c.server_agg_gbps) == (3500.0, 0.8, 38.0)
+    assert c.bandwidth_gbps == 0.94  # the network's fit, as for every system
+    assert real_spec.cluster.ps == c.ps == 3
+    # an all-reduce system at the same network keeps the all-reduce measurements
+    _, wfbp = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, measured)
+    assert (wfbp["cluster"]["latency_us"], wfbp["cluster"]["overlap_slowdown"]) == (900.0, 0.4)
+
+
+def test_a_ps_system_without_the_ps_measurement_says_what_to_run():
+    with pytest.raises(fidelity.CalibrationMissing, match="calibrate --label cpu --ps-only"):
+        fidelity.matched_specs("tictac-tic", "vgg16-debug", 1.0, TESTBED)
+
+
+def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkeypatch):
+    monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
+    doc = {**TESTBED, "method": "m", "profiles": {"vgg16-debug": "vgg16-debug@cpu"}}
+    (tmp_path / "cpu.json").write_text(json.dumps(doc))
+    seen = []
+
+    def fake_ps_overlap(model, workers, servers, nominal, work, threads):
+        seen.append((model, workers, servers, nominal))
+        return probe.PSProbe(
+            slowdown=0.5,
+            message_busy_s=2e-3 * (1 + (nominal or 0)),
+            message_idle_s=5e-4,
+            half_round_trip_busy_s=3e-3,
+            agg_bytes_per_s=4e9,  # 32 Gbit/s
+        )
+
+    monkeypatch.setattr(probe, "ps_overlap", fake_ps_overlap)
+    assert cli.main(["calibrate", "--label", "cpu", "--ps-only", "--json"]) == 0
+    servers = fidelity.PS_SERVERS
+    assert seen == [("vgg16-debug", 2, servers, None), ("vgg16-debug", 2, servers, 1.0)]
+    stored = json.loads((tmp_path / "cpu.json").read_text())
+    loop, shaped = stored["network"]
+    assert shaped["ps"] == {
+        "servers": servers,
+        "overlap_slowdown": {"vgg16-debug": 0.5},
+        "latency_busy_us": {"vgg16-debug": 4000.0},  # the stream's time per message
+        "latency_idle_us": {"vgg16-debug": 500.0},
+        "half_round_trip_busy_us": {"vgg16-debug": 3000.0},
+        "server_agg_gbps": 32.0,
+    }
+    assert loop["ps"]["latency_busy_us"] == {"vgg16-debug": 2000.0}
+    assert shaped["latency_busy_us"] == TESTBED["network"][1]["latency_busy_us"], "kept"
+    assert "PS arena" in stored["method"] and stored["ps_date"]
+    assert not list(tmp_path.glob("*.tmp"))
+    _, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, stored)
+    assert validate(sim).cluster.latency_us == 4000.0
+    _, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, stored, latency="idle")
+    assert validate(sim).cluster.latency_us == 500.0
+
+
+def test_calibrate_refuses_both_only_flags(capsys):
+    assert cli.main(["calibrate", "--split-only", "--ps-only"]) == 2
+    assert "choose one" in capsys.readouterr().err
 
 
 def test_split_costs_are_each_collective_over_the_all_reduce():
@@ -182,6 +250,7 @@ def _row(system, real, sim, gbps=1.0, workload="vgg16-debug"):
         "workload": workload,
         "bandwidth_gbps": gbps,
         "real_iteration_s": real,
+        "real_runs_s": [real],
         "sim_iteration_s": sim,
         "ape_pct": 100 * abs(sim - real) / real,
     }
@@ -216,6 +285,7 @@ def test_the_report_averages_errors_and_computes_speedups():
         (["fidelity", "--bandwidths", "fast"], "--bandwidths"),
         (["fidelity", "--models", "vgg17"], "--models"),
         (["fidelity", "--iterations", "1"], "--iterations"),
+        (["fidelity", "--repeats", "0"], "--repeats"),
         (["fidelity", "--label", "no-such-calibration"], "no calibration"),
         (["calibrate", "--workers", "1"], "--workers"),
         (["calibrate", "--label", "a b"], "--label"),
@@ -231,7 +301,8 @@ def test_the_command_line_refuses_bad_arguments(argv, field, capsys):
 def test_fidelity_json_ends_with_the_report(monkeypatch, capsys):
     rows = [_row("wfbp", 0.04, 0.04 * (1 + i / 100), workload="vgg16-debug") for i in range(3)]
 
-    def fake(label, systems, models, bandwidths, iterations, on_config=None, latency="busy"):
+    def fake(label, systems, models, bandwidths, iterations, on_config=None, **options):
+        assert options == {"latency": "busy", "repeats": 1, "progress": options["progress"]}
         for row in rows:
             on_config(row)
         return fidelity.report(rows, label)
@@ -245,3 +316,45 @@ def test_fidelity_json_ends_with_the_report(monkeypatch, capsys):
     last = json.loads(lines[-1])
     assert last["mape_pct"] == pytest.approx(1.0)
     assert len(last["configs"]) == 3
+
+
+def test_repeated_real_runs_go_in_rounds_and_their_median_is_scored(monkeypatch):
+    """``repeats``: every configuration once per round (a slow spell of the machine spreads
+    over configurations), the real time the median of a configuration's runs, and the report
+    says how far the runs spread and whether the simulator lies within them."""
+    from types import SimpleNamespace
+
+    from runners import execute
+    from runners.real import launch
+
+    monkeypatch.setattr(fidelity, "load_testbed", lambda label: TESTBED)
+    monkeypatch.setattr(launch, "preflight", lambda spec: None)
+    order, times = [], iter([0.030, 0.050, 0.036, 0.044, 0.040, 0.060])
+
+    def fake_run(spec, work):
+        order.append(spec.system)
+        t = next(times)
+        metrics = {"iteration_time_s": t, "iteration_time_median_s": t, "compute_time_s": 0.01}
+        return SimpleNamespace(metrics=metrics, network=SimpleNamespace(kind="shaped"))
+
+    def fake_simulate(spec):
+        t = {"wfbp": 0.035, "ddp": 0.070}[spec.system]
+        return SimpleNamespace(metrics={"iteration_time_s": t, "compute_time_s": 0.01})
+
+    monkeypatch.setattr(launch, "run", fake_run)
+    monkeypatch.setattr(execute, "simulate", fake_simulate)
+    rows = []
+    result = fidelity.fidelity(
+        "cpu", ("wfbp", "ddp"), ("vgg16-debug",), (1.0,), 5, on_config=rows.append, repeats=3
+    )
+    assert order == ["wfbp", "ddp"] * 3  # rounds, not one configuration's runs back to back
+    wfbp, ddp = result["configs"]
+    assert rows == result["configs"]
+    assert wfbp["real_runs_s"] == [0.030, 0.036, 0.040] and wfbp["real_iteration_s"] == 0.036
+    assert ddp["real_runs_s"] == [0.050, 0.044, 0.060] and ddp["real_iteration_s"] == 0.050
+    assert wfbp["sim_within_runs"] and not ddp["sim_within_runs"]
+    assert wfbp["ape_pct"] == pytest.approx(100 * 0.001 / 0.036)
+    assert result["repeats"] == 3 and result["sim_within_runs"] == 1
+    # ranges over medians: 0.010 / 0.036 and 0.016 / 0.050; their median
+    assert result["real_spread_pct"] == pytest.approx(100 * (0.010 / 0.036 + 0.016 / 0.050) / 2)
+    assert "within their range in 1 of 2" in fidelity.format_report(result)
