@@ -38,12 +38,12 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class Straggler:
-    """A worker whose compute is ``slowdown`` times slower, and (all-reduce arena) whose NIC
-    has ``bandwidth_factor`` times the cluster's bandwidth, in iterations
-    ``from_iteration <= it < until_iteration`` (``None`` = to the end). A ring all-reduce runs
-    at its slowest link's rate, so the collectives of those iterations take the smallest
-    factor of the stragglers active then (the simulator; the emulated network re-shapes that
-    worker's NIC)."""
+    """A worker whose compute is ``slowdown`` times slower, and whose NIC has
+    ``bandwidth_factor`` times the cluster's bandwidth, in iterations
+    ``from_iteration <= it < until_iteration`` (``None`` = to the end). All-reduce arena: a ring
+    all-reduce runs at its slowest link's rate, so the collectives of those iterations take the
+    smallest factor of the stragglers active then. PS arena: that worker's pushes and pulls
+    take its own NIC's rate. The emulated network re-shapes that worker's NIC."""
 
     worker: int
     slowdown: float = 1.0
@@ -388,12 +388,11 @@ def validate_comm(raw: dict[str, Any], entry: registry.Entry) -> RunSpec:
                 f"'{entry.arena}' arena (leave it out)",
             )
     for i, straggler in enumerate(cluster.stragglers):
-        if straggler.bandwidth_factor != 1.0 and entry.arena != "allreduce":
+        if straggler.bandwidth_factor != 1.0 and entry.arena not in ("allreduce", "ps"):
             raise SpecError(
                 f"cluster.stragglers[{i}].bandwidth_factor",
-                f"a worker's NIC straggler is modelled in the all-reduce arena only: "
-                f"'{entry.name}' is in the '{entry.arena}' arena (for a parameter server's "
-                f"NIC use cluster.ps_stragglers)",
+                f"a worker's NIC straggler is modelled in the all-reduce and PS arenas: "
+                f"'{entry.name}' is in the '{entry.arena}' arena",
             )
     if cluster.gpu.startswith("measured:"):
         label = cluster.gpu.split(":", 1)[1]
@@ -598,7 +597,7 @@ def _stragglers(raw: Any, workers: int) -> tuple[Straggler, ...]:
             raise SpecError(
                 where,
                 "must be a mapping with 'worker' and 'slowdown' (compute) and/or "
-                "'bandwidth_factor' (NIC; all-reduce arena) (optional: from_iteration, "
+                "'bandwidth_factor' (NIC) (optional: from_iteration, "
                 "until_iteration)",
             )
         worker = _coerce(f"{where}.worker", item["worker"], int)

@@ -56,8 +56,8 @@ CLUSTER_KEYS = (
 # Cluster fields the all-reduce arena alone uses (the spec refuses them elsewhere).
 ALLREDUCE_ONLY = ("reduce_scatter_cost", "all_gather_cost", "cpu_collectives")
 STRAGGLER_HELP = (
-    "worker:slowdown, or worker:slowdown:bandwidth_factor for a slow NIC too (all-reduce "
-    "arena), optionally @from-until iterations (until exclusive, open-ended if left out); "
+    "worker:slowdown, or worker:slowdown:bandwidth_factor for a slow NIC too, optionally "
+    "@from-until iterations (until exclusive, open-ended if left out); "
     "e.g. 0:1.5, 3:2@10-20, 1:1:0.5"
 )
 PS_STRAGGLER_HELP = (

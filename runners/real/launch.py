@@ -188,7 +188,7 @@ def preflight(spec: RunSpec) -> Network:
             "a worker's NIC straggler needs the emulated network (real.network: shaped, as "
             "root); on loopback it would not be applied",
         )
-    if links and spec.arena == "allreduce":
+    if links:
         total = spec.warmup_iterations + spec.iterations
         slowest = min(min(worker_rates(spec, it)) for it in range(total))
         if slowest < MIN_SHAPED_GBPS:

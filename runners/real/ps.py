@@ -62,8 +62,9 @@ arrival); its pulls leave in priority order when ``pull_order`` or ``server_orde
 ``priority``, in the worker's random order when ``pull_order`` is ``random``, else in the order
 they are answered. ``cluster.ps_stragglers``' ``cpu_slowdown`` stretches a server's
 aggregation (sleep of ``(f - 1) x`` its time); a ``bandwidth_factor`` scales the server's shaped
-NIC in the straggler's iterations (re-shaped when rank 0 reports the iteration before: see
-``testbed.Reshaper``; shaped network only, not applied on loopback).
+NIC in the straggler's iterations, and a worker straggler's ``bandwidth_factor`` the worker's
+(re-shaped when rank 0 reports the iteration before: see ``testbed.Reshaper``; shaped network
+only, refused on loopback).
 
 **PSLD** (``plan.controller``, sync mode only). Worker 0 runs the controller. At the start of its
 iteration ``i`` it observes round ``r = i - 3`` (iteration time = between its starts of ``r`` and
@@ -282,8 +283,13 @@ def run(
     )  # fmt: skip
     started = time.perf_counter()
     if network.kind == "shaped":
-        bandwidth = [c.bandwidth_gbps] * workers + [server_gbps(spec, j) for j in range(servers)]
-        with tb.testbed(bandwidth, c.latency_us) as bed:
+
+        def rates(it: int) -> list[float]:  # every process's NIC: workers, then servers
+            return launch.worker_rates(spec, it) + [
+                server_gbps(spec, j, it) for j in range(servers)
+            ]
+
+        with tb.testbed(rates(0), c.latency_us) as bed:
             network.latency_emulated = bed.netem
             if not bed.netem:
                 network.note = "latency not emulated (no netem qdisc): the testbed's own"
@@ -292,16 +298,14 @@ def run(
                 env = {"LAB_PS_ID": str(k), "GLOO_SOCKET_IFNAME": "eth0"}
                 argv = bed.wrap(k, launch._torchrun(spec, work, k, bed, nodes=n))
                 commands.append((argv, env))
-            reshaper = tb.Reshaper(
-                bed, lambda it: [server_gbps(spec, j, it) for j in range(servers)], workers,
-                progress,
-            )  # fmt: skip
+            reshaper = tb.Reshaper(bed, rates, 0, progress)
             launch._supervise(commands, work, options.threads, end, reshaper)
-            reshapes = reshaper.changes
+            worker_reshapes = sum(reshaper.changed[:workers])
+            reshapes = sum(reshaper.changed[workers:])
     else:
         commands = [(launch._torchrun(spec, work, None, None, nodes=n), {})]
         launch._supervise(commands, work, options.threads, end, progress)
-        reshapes = 0
+        worker_reshapes = reshapes = 0
     wall_s = time.perf_counter() - started
     ranks = [json.loads((work / f"rank{w}.json").read_text()) for w in range(workers)]
     records = [json.loads((work / f"server{j}.json").read_text()) for j in range(servers)]
@@ -318,6 +322,9 @@ def run(
     if any(s.bandwidth_factor != 1.0 for s in c.ps_stragglers) and network.kind == "shaped":
         result.metrics["ps_bandwidth_reshapes"] = float(reshapes)
         result.units["ps_bandwidth_reshapes"] = ""
+    if any(s.bandwidth_factor != 1.0 for s in c.stragglers) and network.kind == "shaped":
+        result.metrics["link_reshapes"] = float(worker_reshapes)  # as the all-reduce arena's
+        result.units["link_reshapes"] = ""
     for key, value in dict(plan.info).items():
         result.metrics[f"plan.{key}"] = value
         result.units[f"plan.{key}"] = ""

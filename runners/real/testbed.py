@@ -260,7 +260,7 @@ class Reshaper:
     re-shaped (``Testbed.shape``), then ``progress`` is called. The switch follows rank 0, so
     the other ranks may be a little into the next iteration or not there yet (a
     reconstruction of a straggler window, not an exact one); ``changes`` counts the
-    re-shapings."""
+    re-shapings, ``changed[j]`` those of node ``first + j``."""
 
     def __init__(
         self,
@@ -272,6 +272,7 @@ class Reshaper:
         self.bed, self.rates, self.first, self.progress = bed, rates, first, progress
         self.rate = list(rates(0))
         self.changes = 0
+        self.changed = [0] * len(self.rate)
 
     def __call__(self, done: int, total: int) -> None:
         if done < total:
@@ -280,5 +281,6 @@ class Reshaper:
                     self.bed.shape(self.first + j, gbps)
                     self.rate[j] = gbps
                     self.changes += 1
+                    self.changed[j] += 1
         if self.progress is not None:
             self.progress(done, total)

@@ -27,14 +27,17 @@ def profile_times(spec: RunSpec) -> tuple[LayerTimes, ...]:
     return times_for(profile, c.gpu, spec.batch_size, c.compute_efficiency)
 
 
-def compute_setup(spec: RunSpec, layers: tuple[LayerTimes, ...] | None = None) -> ComputeSetup:
-    """The compute side of the job; ``layers`` replaces the workload's (tests, what-ifs)."""
+def compute_setup(
+    spec: RunSpec, layers: tuple[LayerTimes, ...] | None = None, link_groups: bool = False
+) -> ComputeSetup:
+    """The compute side of the job; ``layers`` replaces the workload's (tests, what-ifs).
+    ``link_groups`` (PS arena): workers split by their NIC stragglers as well."""
     c = spec.cluster
     times = profile_times(spec) if layers is None else layers
     n_iter = spec.warmup_iterations + spec.iterations + 1
     return ComputeSetup(
         layers=times,
-        groups=groups_for(c.workers, c.stragglers, n_iter),
+        groups=groups_for(c.workers, c.stragglers, n_iter, links=link_groups),
         iterations=spec.iterations,
         warmup_iterations=spec.warmup_iterations,
         batch_size=spec.batch_size,
@@ -66,8 +69,7 @@ def oracle_setup(setup: ComputeSetup) -> ComputeSetup:
     """The conditions a planning policy evaluates candidates under: no jitter, one warm-up and
     one measured iteration, the straggler factors of the first iterations."""
     groups = tuple(
-        dataclasses.replace(g, slowdowns=g.slowdowns[:3] if g.slowdowns else ())
-        for g in setup.groups
+        dataclasses.replace(g, slowdowns=g.slowdowns[:3], links=g.links[:3]) for g in setup.groups
     )
     return dataclasses.replace(
         setup,

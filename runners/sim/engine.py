@@ -50,10 +50,12 @@ class LayerTimes:
 @dataclass(frozen=True)
 class WorkerGroup:
     """Workers that run identically: ``slowdowns[it]`` multiplies compute in iteration ``it``
-    (an empty tuple means 1.0 throughout)."""
+    (an empty tuple means 1.0 throughout); ``links[it]`` (PS arena) multiplies their NICs'
+    bandwidth (empty: 1.0 throughout)."""
 
     workers: tuple[int, ...]
     slowdowns: tuple[float, ...] = ()
+    links: tuple[float, ...] = ()
 
     @property
     def count(self) -> int:
@@ -109,22 +111,32 @@ class SimResult:
     TIMELINE_COLUMNS = ("iteration", "resource", "op", "layer", "start_s", "end_s", "bytes")
 
 
-def groups_for(workers: int, stragglers: Any, n_iter: int) -> tuple[WorkerGroup, ...]:
+def groups_for(
+    workers: int, stragglers: Any, n_iter: int, links: bool = False
+) -> tuple[WorkerGroup, ...]:
     """Partition workers by their slow-down schedule. ``stragglers`` items have ``worker``,
-    ``slowdown`` and optional ``from_iteration`` / ``until_iteration`` (exclusive) attributes."""
-    schedule: dict[int, tuple[float, ...]] = {}
-    for s in stragglers:
-        start = getattr(s, "from_iteration", 0) or 0
-        until = getattr(s, "until_iteration", None)
-        end = n_iter if until is None else min(until, n_iter)
-        schedule[s.worker] = tuple(s.slowdown if start <= it < end else 1.0 for it in range(n_iter))
-    by_schedule: dict[tuple[float, ...], list[int]] = {}
+    ``slowdown`` and optional ``from_iteration`` / ``until_iteration`` (exclusive) attributes.
+    With ``links`` (the PS arena, where each worker's NIC is its own resource) by their NIC
+    schedule as well (``bandwidth_factor``), carried as the groups' ``links``."""
+
+    def schedule_of(field: str) -> dict[int, tuple[float, ...]]:
+        out: dict[int, tuple[float, ...]] = {}
+        for s in stragglers:
+            start = getattr(s, "from_iteration", 0) or 0
+            until = getattr(s, "until_iteration", None)
+            end = n_iter if until is None else min(until, n_iter)
+            value = getattr(s, field, 1.0)
+            row = tuple(value if start <= it < end else 1.0 for it in range(n_iter))
+            if any(x != 1.0 for x in row):
+                out[s.worker] = row
+        return out
+
+    compute = schedule_of("slowdown")
+    nic = schedule_of("bandwidth_factor") if links else {}
+    by_schedule: dict[tuple[tuple[float, ...], tuple[float, ...]], list[int]] = {}
     for w in range(workers):
-        key = schedule.get(w, ())
-        if key and all(x == 1.0 for x in key):
-            key = ()
-        by_schedule.setdefault(key, []).append(w)
-    groups = [WorkerGroup(tuple(ws), key) for key, ws in by_schedule.items()]
+        by_schedule.setdefault((compute.get(w, ()), nic.get(w, ())), []).append(w)
+    groups = [WorkerGroup(tuple(ws), slow, link) for (slow, link), ws in by_schedule.items()]
     groups.sort(key=lambda g: g.workers[0])
     return tuple(groups)
 

@@ -16,10 +16,12 @@ and its NIC out. A key (one whole tensor or one part) travels:
 ``sync-round`` (eager pull): the pull of a group is served right after its push arrived, with
 the newest complete round; ``async``: each group's push is aggregated alone and pulled back at
 once. PS stragglers scale a server's NIC bandwidth (contention) and CPU time (interference),
-possibly only in some iterations. Modelling choices: store-and-forward at the aggregation,
-no TCP dynamics, one transfer at a time per NIC direction, one PS per server machine; an item
-that reaches an idle resource starts at once, so one that arrives at the very instant the
-resource frees may start before a higher-priority one arriving at that same instant.
+possibly only in some iterations; a worker straggler's ``bandwidth_factor`` scales its own
+NIC's (``B_w`` of its pushes and pulls; the worker is a group of its own). Modelling choices:
+store-and-forward at the aggregation, no TCP dynamics, one transfer at a time per NIC
+direction, one PS per server machine; an item that reaches an idle resource starts at once, so
+one that arrives at the very instant the resource frees may start before a higher-priority one
+arriving at that same instant.
 
 Worker groups (see ``simulated_groups``): identical workers run as one group with one compute
 stream and one jitter draw. ``cluster.jitter_groups`` (default 1) splits the workers of every
@@ -103,7 +105,7 @@ def split_groups(groups: tuple[WorkerGroup, ...], parts: int) -> tuple[WorkerGro
         for k in range(parts):
             ws = tuple(w for w in g.workers if w % parts == k)
             if ws:
-                out.append(WorkerGroup(ws, g.slowdowns))
+                out.append(dataclasses.replace(g, workers=ws))
     out.sort(key=lambda g: g.workers[0])
     return tuple(out)
 
@@ -128,7 +130,7 @@ def simulated_groups(
 
 def run(spec: RunSpec, layers: tuple[LayerTimes, ...] | None = None) -> SimResult:
     """Simulate ``spec``; ``layers`` replaces the workload's layers (tests, what-ifs)."""
-    setup = compute_setup(spec, layers)
+    setup = compute_setup(spec, layers, link_groups=True)
     plan = registry.get(spec.system).build(spec.params).plan(build_problem(spec, setup))
     random_order = "random" in (plan.push_order, plan.pull_order)
     groups, order_draw = simulated_groups(
@@ -346,6 +348,11 @@ class _PSJob(ComputeJob):
         alpha, bw_worker, bw_server = self.alpha, self.bw_worker, self.bw_server
         agg_rate = self.agg_rate
         link_s = [alpha + size / bw_worker for size in sizes]
+        # A group's NIC straggler (``WorkerGroup.links``): its push and pull times in an
+        # iteration where its bandwidth is scaled; None for a group at the cluster's rate.
+        link_slow: list[list[float] | None] = [
+            list(g.links) if g.links else None for g in self.setup.groups
+        ]
         agg_s = [workers * size / agg_rate for size in sizes]
         # Bytes a server moves for a group's transfer of each task, ``[-1]``: every worker's
         # (one row per distinct group size).
@@ -461,7 +468,11 @@ class _PSJob(ComputeJob):
                     else:
                         entry[6] = i + 1
             now = loop.now
-            end = now + link_s[task]
+            slow = link_slow[g]
+            if slow is None or it >= len(slow) or slow[it] == 1.0:
+                end = now + link_s[task]
+            else:
+                end = now + alpha + sizes[task] / (bw_worker * slow[it])
             # Cut-through: the server's NIC may start receiving now (enqueue, inlined).
             si = s_in[server]
             if si.pending or si.free_at > now:
@@ -500,7 +511,11 @@ class _PSJob(ComputeJob):
                 else:
                     _, _, _, it, task, g, min_end = heappop(q)
             now = loop.now
-            end = now + link_s[task]
+            slow = link_slow[g]
+            if slow is None or it >= len(slow) or slow[it] == 1.0:
+                end = now + link_s[task]
+            else:
+                end = now + alpha + sizes[task] / (bw_worker * slow[it])
             if end < min_end:
                 end = min_end
             if g == 0:

@@ -206,7 +206,7 @@ def test_a_copy_of_a_sweep_with_ps_fields_round_trips_through_the_form(browser):
 
 
 def test_a_nic_straggler_round_trips_through_the_form(browser):
-    """worker:slowdown:bandwidth_factor (all-reduce arena); a copy writes it back the same."""
+    """worker:slowdown:bandwidth_factor (a slow NIC too); a copy writes it back the same."""
     form = {**FORM, "cluster_stragglers": "1:1:0.5@2-, 0:1.5"}
     assert browser.post(reverse("experiment-new"), form).status_code == 302
     source = Experiment.objects.get()

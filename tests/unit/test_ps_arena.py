@@ -738,6 +738,36 @@ def test_a_ps_straggler_window_limits_the_slowdown_to_its_iterations():
     assert b[9:] == pytest.approx(a[9:], rel=1e-6)
 
 
+def test_a_worker_nic_straggler_slows_its_own_pushes_and_pulls_in_its_window():
+    """A worker's ``bandwidth_factor`` in the PS arena: that worker becomes a group of its own
+    whose pushes and pulls run at its NIC's reduced rate in the window only (each worker has
+    its own NIC here, unlike a ring); the others' transfers keep the cluster's rate, and the
+    synchronous rounds make everyone wait for it. Before the window nothing changes (TicTac's
+    fixed order, and both runs with every worker a group of its own: how workers are grouped
+    changes the server NICs' queues, see ``jitter_groups``, and a random order's draws)."""
+    window = {"worker": 3, "bandwidth_factor": 0.1, "from_iteration": 5, "until_iteration": 8}
+    _, base = run("tictac-tic", jitter_groups=8, iterations=10)
+    _, slowed = run("tictac-tic", stragglers=[window], jitter_groups=8, iterations=10)
+    a = [r["iteration_time_s"] for r in base.series]
+    b = [r["iteration_time_s"] for r in slowed.series]
+    assert b[:5] == a[:5]
+    for it in (5, 6, 7):
+        assert b[it] > 2 * a[it], it
+    # two iterations of settling (the queues drain), then the unperturbed times again
+    assert b[10:] == pytest.approx(a[10:], rel=1e-6)
+
+    def push_s(result, resource, it):
+        return sum(e - s for i, r, op, _, s, e, _ in result.timeline
+                   if i == it and r == resource and op == "push")  # fmt: skip
+
+    resources = {row[1] for row in slowed.timeline}
+    others = "uplink[w2]"
+    assert {"uplink[w3]", "downlink[w3]", others} <= resources
+    # the straggler's own uplink: 10x slower in the window, as fast as the others' outside it
+    assert push_s(slowed, "uplink[w3]", 6) > 5 * push_s(slowed, others, 6)
+    assert push_s(slowed, "uplink[w3]", 2) == pytest.approx(push_s(slowed, others, 2))
+
+
 # --- PSLD --------------------------------------------------------------------------------
 
 PSLD = {"ps": 4, "servers": 8, "iterations": 30, "warmup": 29}

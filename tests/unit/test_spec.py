@@ -148,6 +148,8 @@ def test_a_nic_straggler_round_trips_and_older_stragglers_keep_their_form():
     assert validate(nic.as_dict()) == nic
     old = validate(with_cluster(stragglers=[{"worker": 1, "slowdown": 2}]))
     assert "bandwidth_factor" not in old.as_dict()["cluster"]["stragglers"][0]
+    ps = validate(ps_cluster(stragglers=[{"worker": 1, "bandwidth_factor": 0.5}]))
+    assert ps.arena == "ps" and ps.cluster.stragglers[0].bandwidth_factor == 0.5
 
 
 def test_as_dict_carries_the_spec_version():
@@ -284,8 +286,13 @@ BAD_SPECS = [
         "cluster.stragglers[0].bandwidth_factor",
     ),
     (
-        "straggler-nic-in-the-ps-arena",
-        ps_cluster(stragglers=[{"worker": 0, "bandwidth_factor": 0.5}]),
+        "straggler-nic-in-the-ps-arena-on-loopback",
+        {
+            **ps_cluster(stragglers=[{"worker": 0, "bandwidth_factor": 0.5}], workers=2),
+            "mode": "real",
+            "workload": "vgg16-debug",
+            "real": {"network": "loopback"},
+        },
         "cluster.stragglers[0].bandwidth_factor",
     ),
     ("cpu-collectives-not-a-bool", with_cluster(cpu_collectives=1), "cluster.cpu_collectives"),
