@@ -19,9 +19,10 @@ them (``python -m runners calibrate`` / ``python -m runners fidelity``).
   / ``all_gather_cost``: gloo's reduce-scatter is a whole all-reduce, not the ring's half);
 - the parameter-server arena (``runners.real.probe.ps_overlap``, on the real PS transport with
   ``cluster.ps`` server processes beside the workers): per model, the compute slow-down while
-  the workers push and pull and a small push-and-pull's time while they compute (the PS
-  simulator's ``overlap_slowdown`` and ``latency_us``), and the servers' aggregation rate
-  (``server_agg_gbps``), under ``ps`` of each network;
+  the workers push and pull, the time a small message holds a link in a stream of pushes and
+  answers while they compute and while they idle (the PS simulator's ``overlap_slowdown`` and
+  ``latency_us``, busy or idle), and the servers' aggregation rate (``server_agg_gbps``), under
+  ``ps`` of each network;
 
 all written to ``workloads/profiles/testbeds/<label>.json``.
 
@@ -438,22 +439,28 @@ def matched_specs(
     computes: what an overlapped collective meets) or ``idle`` (the fit of all-reduces timed
     on otherwise idle ranks). A modelling choice, reported with the results. A PS system's
     twin gets the PS arena's own measurements instead (``ps`` of the network: its latency,
-    busy or idle in the same sense, slow-down and aggregation rate, with as many servers as
-    the probe had)."""
+    busy or idle in the same sense, slow-down and aggregation rate), and both twins as many
+    server processes and machines as the probe had."""
     point = network_point(testbed, nominal)
     if latency not in LATENCIES:
         raise ValueError(f"latency must be one of {', '.join(LATENCIES)} (got {latency!r})")
-    slowdown = _slowdown(point, model, testbed["label"])
-    if latency == "busy":
-        try:
-            latency_us = float(point["latency_busy_us"][model])
-        except KeyError:
-            raise CalibrationMissing(
-                f"calibration '{testbed['label']}' has no busy latency for {model}: run "
-                f"`python -m runners calibrate --label {testbed['label']}` again"
-            ) from None
+    ps = None
+    if registry.get(system).arena == "ps":  # the PS arena's own measurements
+        ps = _ps_point(point, model, testbed["label"])
+        slowdown = float(ps["overlap_slowdown"][model])
+        latency_us = float(ps[f"latency_{latency}_us"][model])
     else:
-        latency_us = float(point["latency_us"])
+        slowdown = _slowdown(point, model, testbed["label"])
+        if latency == "busy":
+            try:
+                latency_us = float(point["latency_busy_us"][model])
+            except KeyError:
+                raise CalibrationMissing(
+                    f"calibration '{testbed['label']}' has no busy latency for {model}: run "
+                    f"`python -m runners calibrate --label {testbed['label']}` again"
+                ) from None
+        else:
+            latency_us = float(point["latency_us"])
     workers = int(testbed["workers"])
     real_cluster: dict[str, Any] = {"workers": workers}
     if nominal is not None:
@@ -484,14 +491,13 @@ def matched_specs(
         "iterations": iterations,
         "warmup_iterations": 3,
     }
-    if registry.get(system).arena == "ps":
-        ps = _ps_point(point, model, testbed["label"])
-        real_cluster["ps"] = sim["cluster"]["ps"] = int(ps["servers"])
-        sim["cluster"].update(
-            latency_us=float(ps[f"latency_{latency}_us"][model]),
-            overlap_slowdown=float(ps["overlap_slowdown"][model]),
-            server_agg_gbps=float(ps["server_agg_gbps"]),
-        )
+    if ps is not None:
+        # The probe's layout: its server processes, as many server machines (PSLD, which may
+        # scale out to every machine, then starts no more processes than the probe had).
+        servers = int(ps["servers"])
+        for cluster in (real_cluster, sim["cluster"]):
+            cluster.update(ps=servers, servers=servers)
+        sim["cluster"]["server_agg_gbps"] = float(ps["server_agg_gbps"])
     else:
         sim["cluster"].update(
             # measured where the calibration has them; older ones: the ring's 0.5 each
@@ -518,8 +524,9 @@ def fidelity(
     so that a slow spell of a shared machine falls on several configurations' runs rather than
     on all of one's. The real iteration time is the median of the runs' (each the mean of its
     measured iterations); the row keeps every run's (``real_runs_s``), and says whether the
-    simulator's prediction lies within their range (``sim_within_runs``). ``on_config`` gets
-    each row once its last run is done."""
+    simulator's prediction lies within their range (``sim_within_runs``; None with one run).
+    ``wall_s`` is the configuration's real runs' wall time, all rounds together.
+    ``on_config`` gets each row once its last run is done."""
     from .execute import simulate
     from .real import launch
 
@@ -575,7 +582,10 @@ def fidelity(
                     r.metrics["iteration_time_median_s"] for r in runs[k]
                 ),
                 "sim_iteration_s": predicted,
-                "sim_within_runs": min(times) <= predicted <= max(times),
+                # within the real runs' range (None with one run: no range to be in)
+                "sim_within_runs": (
+                    min(times) <= predicted <= max(times) if len(times) > 1 else None
+                ),
                 "ape_pct": 100.0 * abs(predicted - measured) / measured,
                 "real_compute_s": statistics.median(r.metrics["compute_time_s"] for r in runs[k]),
                 "sim_compute_s": sim.metrics["compute_time_s"],

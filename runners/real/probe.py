@@ -18,6 +18,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,13 +120,15 @@ def ps_overlap(
     each in its own namespace, shaped to ``bandwidth_gbps``). Every worker times forward +
     backward of ``model`` alone, then while its channel pushes to the servers in turn, each
     push answered by the server (a pull of the same size). A server sums each push into its
-    key, steps the key once every worker's push is in (SGD) and answers with it. Four
-    launches:
+    key, steps the key (SGD) after as many pushes as there are workers and answers with it.
+    Four launches:
 
-    - 1 MiB pushes, one unanswered per server: the compute slow-down and the servers'
-      aggregation rate (the simulator's ``cluster.server_agg_gbps``: a round of ``n`` pushes
-      of ``S`` bytes costs ``n * S / rate``);
-    - 4 KiB pushes, one unanswered per server, while the worker computes and while it idles:
+    - 1 MiB pushes, as many unanswered as there are servers: the compute slow-down and the
+      servers' aggregation rate (the median time of summing one push into the key; the
+      simulator's ``cluster.server_agg_gbps``: a round of ``n`` pushes of ``S`` bytes costs
+      ``n * S / rate``);
+    - 4 KiB pushes, as many unanswered as there are servers, while the worker computes and
+      while it idles:
       the 10 %-trimmed mean time between answers, how long a small message holds a worker's
       link when messages follow each other (the simulator's per-transfer ``latency_us``,
       ``busy`` or ``idle`` as ``fidelity --latency`` chooses);
@@ -317,11 +320,10 @@ def _split(sizes: list[int], repeats: int) -> list[list[float]]:
     return rows
 
 
-def _overlap(model_name: str, steps: int, rank: int) -> list[float]:
-    import threading
-
+def _timed_steps(model_name: str, rank: int, workers: int) -> Callable[[int], list[float]]:
+    """``timed(n)``: the times of ``n`` forward + backward passes of ``model_name`` (its real
+    loss, the default batch of synthetic data for ``rank`` of ``workers``), in seconds."""
     import torch
-    import torch.distributed as dist
 
     import workloads
     from workloads import data
@@ -332,8 +334,7 @@ def _overlap(model_name: str, steps: int, rank: int) -> list[float]:
     model.train()
     loss_fn = data.loss_fn(model_name)
     batch_size = workloads.load_profile(model_name).default_batch_size
-    world = dist.get_world_size()
-    inputs, targets = data.batch(model_name, "synthetic", batch_size, 0, rank, world, 0)
+    inputs, targets = data.batch(model_name, "synthetic", batch_size, 0, rank, workers, 0)
 
     def timed(n: int) -> list[float]:
         out = []
@@ -344,6 +345,16 @@ def _overlap(model_name: str, steps: int, rank: int) -> list[float]:
             out.append(time.perf_counter() - start)
         return out
 
+    return timed
+
+
+def _overlap(model_name: str, steps: int, rank: int) -> list[float]:
+    import threading
+
+    import torch
+    import torch.distributed as dist
+
+    timed = _timed_steps(model_name, rank, dist.get_world_size())
     timed(3)
     dist.barrier()
     alone = statistics.median(timed(steps))
@@ -398,7 +409,7 @@ def _ps_overlap(
     import torch
     import torch.distributed as dist
 
-    from .ps import PULL, PUSH, Channel
+    from .ps import _DATA, PULL, PUSH, Channel
 
     world = dist.get_world_size()
     servers = list(range(workers, world))
@@ -418,14 +429,14 @@ def _ps_overlap(
                 return
             start = time.perf_counter()
             grad.add_(payload)
+            agg.append(time.perf_counter() - start)  # the sum alone: what the rate is of
             pushes += 1
-            if pushes == workers:  # a round: step the key, as the PS servers' SGD
+            if pushes == workers:  # as many pushes as workers: step the key (SGD)
                 key.add_(grad, alpha=-0.01 / workers)
                 grad.zero_()
                 pushes = 0
-            agg.append(time.perf_counter() - start)
-            with cv:
-                channel.post((h[2],), h[4], PULL, h[1], h[2], payload=key.clone())
+            with cv:  # data order, in arrival order (STOP, queued last, goes after it)
+                channel.post((_DATA, 0), h[4], PULL, h[1], h[2], payload=key.clone())
 
         channel = Channel(rank, table, cv, serve)
         dist.barrier()
@@ -441,25 +452,7 @@ def _ps_overlap(
         per_byte = statistics.median(agg) / (4 * elements) if agg else 0.0
         return [_slowest(0.0), _slowest(0.0), _slowest(0.0), _slowest(per_byte)]
 
-    import workloads
-    from workloads import data
-    from workloads.models import build_model
-
-    torch.manual_seed(0)
-    model = build_model(model_name)
-    model.train()
-    loss_fn = data.loss_fn(model_name)
-    batch_size = workloads.load_profile(model_name).default_batch_size
-    inputs, targets = data.batch(model_name, "synthetic", batch_size, 0, rank, workers, 0)
-
-    def timed(n: int) -> list[float]:
-        out = []
-        for _ in range(n):
-            start = time.perf_counter()
-            model.zero_grad(set_to_none=True)
-            loss_fn(model(inputs), targets).backward()
-            out.append(time.perf_counter() - start)
-        return out
+    timed = _timed_steps(model_name, rank, workers)
 
     answered: set[int] = set()
 
@@ -479,15 +472,16 @@ def _ps_overlap(
     gaps: list[float] = []
 
     def traffic() -> None:
-        """Keep ``window`` pushes unanswered (to the servers in turn); ``gaps``: the time
-        between successive answers, shared among the answers that came together."""
+        """Keep ``window`` pushes unanswered, sent to the servers in turn (answers may come
+        back out of order, so a server may hold two for a while); ``gaps``: the time between
+        successive answers, shared among the answers that came together."""
         sent = seen = 0
         last = time.perf_counter()
         while not stop.is_set():
             with cv:
                 while sent - len(answered) < window:
                     server = servers[sent % len(servers)]
-                    channel.post((sent,), server, PUSH, 0, sent, payload=push)
+                    channel.post((_DATA, sent), server, PUSH, 0, sent, payload=push)
                     sent += 1
                 while len(answered) == seen and channel.error is None:
                     cv.wait(0.5)

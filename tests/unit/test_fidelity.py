@@ -150,9 +150,14 @@ def test_a_ps_system_s_twins_get_the_ps_arena_s_measurements():
     assert (c.latency_us, c.overlap_slowdown, c.server_agg_gbps) == (3500.0, 0.8, 38.0)
     assert c.bandwidth_gbps == 0.94  # the network's fit, as for every system
     assert real_spec.cluster.ps == c.ps == 3
+    assert real_spec.cluster.servers == c.servers == 3  # PSLD starts no more processes
     # an all-reduce system at the same network keeps the all-reduce measurements
     _, wfbp = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, measured)
     assert (wfbp["cluster"]["latency_us"], wfbp["cluster"]["overlap_slowdown"]) == (900.0, 0.4)
+    # a PS twin needs none of the all-reduce measurements
+    for key in ("overlap_slowdown", "latency_busy_us"):
+        del measured["network"][1][key]
+    assert validate(fidelity.matched_specs("p3", "vgg16-debug", 1.0, measured)[1])
 
 
 def test_a_ps_system_without_the_ps_measurement_says_what_to_run():
