@@ -306,29 +306,33 @@ def _transition(run_id: int, sources: tuple[str, ...], target: str, **fields: An
 def launch_run(run_id: int) -> bool:
     """Start a queued run on this host with its executor if a slot (and the GPUs it asks
     for) are free. Idempotent: only one host and one worker can move it out of queued."""
-    running = Run.objects.filter(_this_host(), state=Run.RUNNING)
-    if running.count() >= settings.MAX_PARALLEL_RUNS:
-        return False  # the reconciler launches it when a slot frees up
-    # A real run trains on this machine's cores and network: it runs alone, so that no other
-    # run disturbs the times it measures (and it disturbs no simulation's). So does one node
-    # of a real run over several hosts.
-    if running.filter(spec__mode="real").exists() or _node_here():
-        return False
-    run = Run.objects.filter(pk=run_id, state=Run.QUEUED).first()
-    if run is None or (running.exists() and run.spec.get("mode") == "real"):
-        return False
-    if not _transition(
-        run_id,
-        (Run.QUEUED,),
-        Run.RUNNING,
-        started_at=timezone.now(),
-        pid=None,
-        pid_start_ticks=None,
-        handle="",
-        host=settings.HOST_NAME,
-        executor=settings.EXECUTOR,
-    ):
-        return False
+    with transaction.atomic():
+        # This host's row locked while it checks that it is free and takes the run: a launch
+        # elsewhere choosing it as a peer (``_reserve_peers``) waits, then sees the run.
+        _lock_hosts(Q(name=settings.HOST_NAME))
+        running = Run.objects.filter(_this_host(), state=Run.RUNNING)
+        if running.count() >= settings.MAX_PARALLEL_RUNS:
+            return False  # the reconciler launches it when a slot frees up
+        # A real run trains on this machine's cores and network: it runs alone, so that no
+        # other run disturbs the times it measures (and it disturbs no simulation's). So does
+        # one node of a real run over several hosts.
+        if running.filter(spec__mode="real").exists() or _node_here():
+            return False
+        run = Run.objects.filter(pk=run_id, state=Run.QUEUED).first()
+        if run is None or (running.exists() and run.spec.get("mode") == "real"):
+            return False
+        if not _transition(
+            run_id,
+            (Run.QUEUED,),
+            Run.RUNNING,
+            started_at=timezone.now(),
+            pid=None,
+            pid_start_ticks=None,
+            handle="",
+            host=settings.HOST_NAME,
+            executor=settings.EXECUTOR,
+        ):
+            return False
     # Only the one actor that moved the run claims its GPUs (claims belong to the run, so a
     # loser releasing "its" claims would release the winner's).
     gpus = _claim_gpus(run)
@@ -341,17 +345,16 @@ def launch_run(run_id: int) -> bool:
     if nodes > 1 and run.executor == "slurm":  # one batch job over the nodes (--nodes)
         resources = dataclasses.replace(resources, nodes=nodes)
         nodes = 1
-    if nodes > 1:  # node 0 here; the others on as many free hosts
-        peers = _peer_hosts(run, nodes - 1)
-        if peers is None:
-            log.info("run %s waits for %d more free hosts", run_id, nodes - 1)
-            _release_gpus(run)
-            _transition(run_id, (Run.RUNNING,), Run.QUEUED, started_at=None, host="")
-            return False
     executor = executor_for(run.executor)
     try:
-        if nodes > 1:
-            resources = _first_node(run, peers, resources)
+        if nodes > 1:  # node 0 here; the others on as many free hosts
+            reserved = _reserve_peers(run, nodes - 1, resources)
+            if reserved is None:
+                log.info("run %s waits for %d more free hosts", run_id, nodes - 1)
+                _release_gpus(run)
+                _transition(run_id, (Run.RUNNING,), Run.QUEUED, started_at=None, host="")
+                return False
+            resources = reserved
         _prepare_home(run)
         handle = executor.launch(run.home, run.pk, resources)
     except Exception as err:  # could not even start: the run fails with the reason
@@ -393,12 +396,36 @@ def _exit_code(status: executors.Status) -> int | None:
     return status.exit_code if status.state == "exited" else -1
 
 
+def _lock_hosts(which: Q) -> None:
+    """(Inside a transaction.) Lock the rows of the hosts ``which`` selects until it ends: on
+    PostgreSQL ``SELECT ... FOR UPDATE``, in name order (two launches that lock several hosts
+    cannot deadlock: they take them in the same order); on SQLite a no-op, since the lab's
+    transactions are IMMEDIATE and hold the database's write lock from their start."""
+    from lab.hosts.models import Host
+
+    list(Host.objects.select_for_update().filter(which).order_by("name").values_list("pk"))
+
+
+def _reserve_peers(
+    run: Run, count: int, resources: executors.Resources
+) -> executors.Resources | None:
+    """Choose ``count`` peers for ``run``'s other nodes and record the nodes on them
+    (``_first_node``) in one transaction that first locks every active host: two hosts
+    launching runs over several hosts at the same moment cannot pick the same peer (the
+    second waits and then sees the first one's nodes), nor can a peer take a run of its own
+    meanwhile (``launch_run`` locks its host while it takes one). Node 0's resources, or None
+    when there are not that many free hosts now."""
+    with transaction.atomic():
+        _lock_hosts(Q(active=True))
+        peers = _peer_hosts(run, count)
+        return None if peers is None else _first_node(run, peers, resources)
+
+
 def _peer_hosts(run: Run, count: int) -> list[Any] | None:
     """``count`` live hosts besides this one with nothing running (a real run needs its host
     alone), not Slurm (its own batch jobs), and with the GPUs the run asks for free: where a
-    run's other nodes go. None when there are not that many now (the run waits). Two hosts
-    launching at the same moment may pick the same peer; the peer then refuses the second
-    node, which fails that run with the reason (not locked: rare, and visible)."""
+    run's other nodes go. None when there are not that many now (the run waits). Called with
+    the hosts locked (``_reserve_peers``); the peer still refuses a node when it is busy."""
     from lab.hosts import ledger
 
     if not _many_hosts_possible():
