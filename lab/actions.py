@@ -415,10 +415,11 @@ def _reserve_peers(
     second waits and then sees the first one's nodes), nor can a peer take a run of its own
     meanwhile (``launch_run`` locks its host while it takes one). Node 0's resources, or None
     when there are not that many free hosts now."""
+    rendezvous = _rendezvous(run)  # before the locks: it may resolve a name or probe ports
     with transaction.atomic():
         _lock_hosts(Q(active=True))
         peers = _peer_hosts(run, count)
-        return None if peers is None else _first_node(run, peers, resources)
+        return None if peers is None else _first_node(run, peers, resources, rendezvous)
 
 
 def _peer_hosts(run: Run, count: int) -> list[Any] | None:
@@ -476,11 +477,10 @@ def _node_env(run: Run, count: int, rank: int, rendezvous: str) -> dict[str, str
     }
 
 
-def _first_node(run: Run, peers: list[Any], resources: executors.Resources) -> executors.Resources:
-    """Record the run's other nodes on ``peers`` and return node 0's resources. Node 0 hosts
-    the rendezvous: at this host's address and a free port (the nodes on the hosts' network),
-    or, when node 0 is a container and ``LAB_NODE_NETWORK`` names a Docker network, at its
-    container's name on that network."""
+def _rendezvous(run: Run) -> tuple[str, str]:
+    """Where node 0 hosts the rendezvous, and the nodes' network: this host's address and a
+    free port (the nodes on the hosts' network), or, when node 0 is a container and
+    ``LAB_NODE_NETWORK`` names a Docker network, its container's name on that network."""
     from lab.hosts import ledger
     from lab.hosts.models import Host
     from runners.executors.docker import container_name
@@ -489,15 +489,22 @@ def _first_node(run: Run, peers: list[Any], resources: executors.Resources) -> e
     if network == "host":
         me = Host.objects.filter(name=settings.HOST_NAME).first()
         address = me.address if me and me.address else ledger.host_address()
-        rendezvous = f"{address}:{_free_port()}"
-    else:
-        rendezvous = f"{container_name(run.pk, run.home.resolve())}:{RENDEZVOUS_PORTS[0]}"
+        return f"{address}:{_free_port()}", network
+    return f"{container_name(run.pk, run.home.resolve())}:{RENDEZVOUS_PORTS[0]}", network
+
+
+def _first_node(
+    run: Run, peers: list[Any], resources: executors.Resources, rendezvous: tuple[str, str]
+) -> executors.Resources:
+    """Record the run's other nodes on ``peers`` and return node 0's resources, with the
+    rendezvous (address, network) of ``_rendezvous``."""
+    address, network = rendezvous
     RunNode.objects.bulk_create(
         RunNode(run=run, attempt=run.attempt, rank=k, host=h.name, executor=h.executor,
-                rendezvous=rendezvous, network=network)
+                rendezvous=address, network=network)
         for k, h in enumerate(peers, start=1)
     )  # fmt: skip
-    env = {**resources.env, **_node_env(run, len(peers) + 1, 0, rendezvous)}
+    env = {**resources.env, **_node_env(run, len(peers) + 1, 0, address)}
     return dataclasses.replace(resources, env=env, network=network)
 
 
