@@ -24,8 +24,10 @@ def test_a_member_checks_a_claim_and_sees_verdict_figure_and_runs(page, portal):
     verdict = page.locator("tr#comm-claim .result.sim .verdict")
     verdict.wait_for(state="visible", timeout=120_000)
     assert verdict.inner_text() in ("reproduced", "partial", "not-reproduced")
+    # The figure is drawn after the verdict is recorded (the worker's first matplotlib import
+    # can take tens of seconds on a loaded 2-core machine: once over 30 s in CI).
     figure = page.locator("tr#comm-claim img.claim-figure")
-    figure.wait_for(state="visible")
+    figure.wait_for(state="visible", timeout=120_000)
     page.wait_for_function(
         "(() => { const i = document.querySelector('tr#comm-claim img.claim-figure');"
         " return i && i.complete && i.naturalWidth > 0; })()"
