@@ -53,7 +53,7 @@ from typing import Any
 import workloads
 
 from . import registry
-from .spec import CommCluster, validate
+from .spec import CommCluster, RunSpec, validate
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTBEDS_DIR = ROOT / "workloads" / "profiles" / "testbeds"
@@ -106,7 +106,7 @@ def calibrate(
     else:
         say(f"network: loopback only ({tb.can_shape()})")
     for nominal in points:
-        say(f"network: {'loopback' if nominal is None else f'{nominal:g} Gbit/s shaped'}")
+        say(f"network: {_where(nominal)}")
         rows, alpha, bandwidth, remeasured = _probe_network(workers, nominal, threads, say)
         split_rows, rs_cost, ag_cost = _probe_split(workers, nominal, threads, say)
         slowdown, busy_latency = {}, {}
@@ -143,9 +143,7 @@ def calibrate(
             "bandwidth from the sizes >= 1 MiB, latency from the smaller ones "
             "(runners.real.probe.fit_alpha_beta); overlap slow-down per model: forward + "
             "backward timed alone and while a thread keeps 1 MiB all-reduces going "
-            "(runners.real.probe.overlap); split collectives: reduce-scatter and all-gather "
-            "times over the all-reduce's of the same tensor, median over 256 KiB-4 MiB "
-            "(runners.real.probe.split); " + PS_METHOD
+            "(runners.real.probe.overlap); " + SPLIT_METHOD + "; " + PS_METHOD
         ),
         "host": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
@@ -266,26 +264,53 @@ def _rewrite(doc: dict[str, Any], label: str) -> None:
     tmp_path.rename(path)
 
 
+def _where(nominal: float | None) -> str:
+    return "loopback" if nominal is None else f"{nominal:g} Gbit/s shaped"
+
+
+def _add_to_calibration(
+    label: str,
+    progress: Callable[[str], None] | None,
+    measure: Callable[[dict[str, Any], int, int, Callable[[str], None]], None],
+    method: str,
+    marker: str,
+    date_key: str,
+) -> dict[str, Any]:
+    """Add a measurement to calibration ``label`` at each of its networks (``measure(point,
+    workers, threads, say)`` updates the network's entry), leaving the others as they are;
+    ``method`` is appended to the calibration's method unless it names ``marker`` already,
+    ``date_key`` dated today."""
+    say = progress or (lambda message: None)
+    doc = load_testbed(label)
+    workers, threads = int(doc["workers"]), int(doc["threads"])
+    for point in doc["network"]:
+        say(f"network: {_where(point['nominal_gbps'])}")
+        measure(point, workers, threads, say)
+    if marker not in doc["method"]:
+        doc["method"] += "; " + method
+    doc[date_key] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    _rewrite(doc, label)
+    return doc
+
+
+SPLIT_METHOD = (
+    "split collectives: reduce-scatter and all-gather times over the all-reduce's of the same "
+    "tensor, median over 256 KiB-4 MiB (runners.real.probe.split)"
+)
+
+
 def calibrate_split(
     label: str = DEFAULT_LABEL, progress: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
     """Add the split collectives' costs to calibration ``label`` (measured at each of its
     networks), leaving its other measurements as they are (``calibrate --split-only``)."""
-    say = progress or (lambda message: None)
-    doc = load_testbed(label)
-    workers, threads = int(doc["workers"]), int(doc["threads"])
-    for point in doc["network"]:
-        nominal = point["nominal_gbps"]
-        say(f"network: {'loopback' if nominal is None else f'{nominal:g} Gbit/s shaped'}")
-        point.update(_split_entry(*_probe_split(workers, nominal, threads, say)))
-    if "split collectives" not in doc["method"]:
-        doc["method"] += (
-            "; split collectives: reduce-scatter and all-gather times over the all-reduce's of "
-            "the same tensor, median over 256 KiB-4 MiB (runners.real.probe.split)"
-        )
-    doc["split_date"] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
-    _rewrite(doc, label)
-    return doc
+
+    def measure(point: dict[str, Any], workers: int, threads: int, say: Any) -> None:
+        point.update(_split_entry(*_probe_split(workers, point["nominal_gbps"], threads, say)))
+
+    return _add_to_calibration(
+        label, progress, measure, SPLIT_METHOD, "split collectives", "split_date"
+    )
 
 
 def calibrate_ps(
@@ -294,19 +319,12 @@ def calibrate_ps(
     """Add the PS arena's measurements to calibration ``label`` (at each of its networks, for
     each of its models), leaving its other measurements as they are (``calibrate
     --ps-only``)."""
-    say = progress or (lambda message: None)
-    doc = load_testbed(label)
-    workers, threads = int(doc["workers"]), int(doc["threads"])
-    models = tuple(doc["profiles"])
-    for point in doc["network"]:
-        nominal = point["nominal_gbps"]
-        say(f"network: {'loopback' if nominal is None else f'{nominal:g} Gbit/s shaped'}")
-        point["ps"] = _probe_ps(models, workers, nominal, threads, say)
-    if "PS arena" not in doc["method"]:
-        doc["method"] += "; " + PS_METHOD
-    doc["ps_date"] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
-    _rewrite(doc, label)
-    return doc
+    models = tuple(load_testbed(label)["profiles"])
+
+    def measure(point: dict[str, Any], workers: int, threads: int, say: Any) -> None:
+        point["ps"] = _probe_ps(models, workers, point["nominal_gbps"], threads, say)
+
+    return _add_to_calibration(label, progress, measure, PS_METHOD, "PS arena", "ps_date")
 
 
 def _measure_concurrently(model: str, label: str, workers: int, threads: int, repeats: int) -> Path:
@@ -550,52 +568,55 @@ def fidelity(
             say(f"round {round_ + 1}/{repeats} of the real runs")
         for k, ((model, nominal, system), real_spec, sim_spec) in enumerate(checked):
             started = time.perf_counter()
-            real = None
-            for _attempt in range(2):  # a failed run is reported with the result, tried again
-                with tempfile.TemporaryDirectory(prefix="lab-fidelity-") as tmp:
-                    try:
-                        real = launch.run(real_spec, Path(tmp))
-                        break
-                    except launch.RealRunError as err:
-                        launch.log.warning("%s/%s failed, %s", system, model, err)
-                        failures[k].append(str(err).splitlines()[0])
-            if real is None:
-                raise launch.RealRunError(
-                    f"{system}/{model}: both attempts failed: {failures[k][-2:]}"
-                )
-            runs[k].append(real)
+            runs[k].append(_real_run(real_spec, f"{system}/{model}", failures[k]))
             walls[k] += time.perf_counter() - started
-            if round_ < repeats - 1:
-                continue
-            sim = simulate(sim_spec)
-            times = [r.metrics["iteration_time_s"] for r in runs[k]]
-            measured = statistics.median(times)
-            predicted = sim.metrics["iteration_time_s"]
-            row = {
-                "system": system,
-                "workload": model,
-                "bandwidth_gbps": nominal,
-                "network": real.network.kind,
-                "real_iteration_s": measured,
-                "real_runs_s": times,
-                "real_iteration_median_s": statistics.median(
-                    r.metrics["iteration_time_median_s"] for r in runs[k]
-                ),
-                "sim_iteration_s": predicted,
-                # within the real runs' range (None with one run: no range to be in)
-                "sim_within_runs": (
-                    min(times) <= predicted <= max(times) if len(times) > 1 else None
-                ),
-                "ape_pct": 100.0 * abs(predicted - measured) / measured,
-                "real_compute_s": statistics.median(r.metrics["compute_time_s"] for r in runs[k]),
-                "sim_compute_s": sim.metrics["compute_time_s"],
-                "wall_s": walls[k],
-                "failed_attempts": failures[k],
-            }
-            configs.append(row)
-            if on_config is not None:
-                on_config(row)
+            if round_ == repeats - 1:
+                row = _row(system, model, nominal, runs[k], simulate(sim_spec))
+                row.update(wall_s=walls[k], failed_attempts=failures[k])
+                configs.append(row)
+                if on_config is not None:
+                    on_config(row)
     return report(configs, label, latency)
+
+
+def _real_run(spec: RunSpec, name: str, failures: list[str]) -> Any:
+    """One real run of ``spec``; a failed one is noted in ``failures`` and tried once more."""
+    from .real import launch
+
+    for _attempt in range(2):
+        with tempfile.TemporaryDirectory(prefix="lab-fidelity-") as tmp:
+            try:
+                return launch.run(spec, Path(tmp))
+            except launch.RealRunError as err:
+                launch.log.warning("%s failed, %s", name, err)
+                failures.append(str(err).splitlines()[0])
+    raise launch.RealRunError(f"{name}: both attempts failed: {failures[-2:]}")
+
+
+def _row(
+    system: str, model: str, nominal: float | None, runs: list[Any], sim: Any
+) -> dict[str, Any]:
+    """A configuration's row: its real runs (their median scored) beside the simulation."""
+    times = [r.metrics["iteration_time_s"] for r in runs]
+    measured = statistics.median(times)
+    predicted = sim.metrics["iteration_time_s"]
+    return {
+        "system": system,
+        "workload": model,
+        "bandwidth_gbps": nominal,
+        "network": runs[-1].network.kind,
+        "real_iteration_s": measured,
+        "real_runs_s": times,
+        "real_iteration_median_s": statistics.median(
+            r.metrics["iteration_time_median_s"] for r in runs
+        ),
+        "sim_iteration_s": predicted,
+        # within the real runs' range (None with one run: no range to be in)
+        "sim_within_runs": min(times) <= predicted <= max(times) if len(times) > 1 else None,
+        "ape_pct": 100.0 * abs(predicted - measured) / measured,
+        "real_compute_s": statistics.median(r.metrics["compute_time_s"] for r in runs),
+        "sim_compute_s": sim.metrics["compute_time_s"],
+    }
 
 
 def report(configs: list[dict[str, Any]], label: str, latency: str = "busy") -> dict[str, Any]:

@@ -454,12 +454,12 @@ def _ps_overlap(
 
     timed = _timed_steps(model_name, rank, workers)
 
-    answered: set[int] = set()
+    answered = 0  # answers received (under ``cv``)
 
     def on_answer(h: list[int], payload: torch.Tensor | None, _s: float, _e: float) -> None:
+        nonlocal answered
         with cv:
-            if h[0] == PULL:
-                answered.add(h[2])
+            answered += h[0] == PULL
             cv.notify_all()
 
     channel = Channel(rank, table, cv, on_answer)
@@ -479,13 +479,13 @@ def _ps_overlap(
         last = time.perf_counter()
         while not stop.is_set():
             with cv:
-                while sent - len(answered) < window:
+                while sent - answered < window:
                     server = servers[sent % len(servers)]
                     channel.post((_DATA, sent), server, PUSH, 0, sent, payload=push)
                     sent += 1
-                while len(answered) == seen and channel.error is None:
+                while answered == seen and channel.error is None:
                     cv.wait(0.5)
-                now, got, seen = time.perf_counter(), len(answered) - seen, len(answered)
+                now, got, seen = time.perf_counter(), answered - seen, answered
             channel.failed()
             gaps.extend([(now - last) / got] * got)
             last = now

@@ -300,3 +300,40 @@ class PostgresServer:
     def close(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "stop")
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def run_json_script(env: dict[str, str], module: str, *args: object, timeout: float) -> Any:
+    """Run ``python -m module args`` from the project root with ``env``; its stdout as JSON
+    (the concurrency tests' scripts, with Django set up on the test's database)."""
+    out = subprocess.run(
+        [PY, "-m", module, *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout)
+
+
+def fork_at_once(target: Any, arguments: list[tuple[Any, ...]]) -> list[Any]:
+    """(In a script with Django set up.) One forked process per ``arguments`` entry, each
+    calling ``target(*args, barrier, results)``: every process opens its own database
+    connection, waits at the barrier so that all act at the same moment, and puts one result
+    on the queue. The results, in the order they came."""
+    import multiprocessing
+
+    from django.db import connections
+
+    connections.close_all()  # children must not share this process's connection
+    fork = multiprocessing.get_context("fork")
+    barrier = fork.Barrier(len(arguments))
+    results = fork.Queue()
+    procs = [fork.Process(target=target, args=(*a, barrier, results)) for a in arguments]
+    for proc in procs:
+        proc.start()
+    outcome = [results.get(timeout=60) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=30)
+    return outcome

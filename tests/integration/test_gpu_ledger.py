@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.stack import ROOT, PostgresServer
+from tests.integration.stack import ROOT, PostgresServer, fork_at_once, run_json_script
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 
@@ -64,16 +64,7 @@ def pg_env(tmp_path_factory) -> Iterator[dict[str, str]]:
 def race(env: dict[str, str], hosts: str, claimers: int, count: int) -> list[dict[str, Any]]:
     """Run the claimers' script: ROUNDS rounds of ``claimers`` forked processes, each claiming
     ``count`` GPUs for its own run at the same moment; one result list per round."""
-    out = subprocess.run(
-        [PY, "-m", SCRIPT, hosts, str(claimers), str(count), str(ROUNDS)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout)
+    return run_json_script(env, SCRIPT, hosts, claimers, count, ROUNDS, timeout=120)
 
 
 def assert_no_gpu_twice(rounds: list[dict[str, Any]], succeeded: int) -> None:
@@ -157,21 +148,8 @@ def _claim(run_id: int, count: int, barrier: Any, results: Any) -> None:
 
 def _race(hosts: str, claimers: int, count: int) -> dict[str, Any]:
     """One round: fresh ledger, ``claimers`` processes forked from here, the claims after."""
-    import multiprocessing
-
-    from django.db import connections
-
     runs = _setup(hosts, claimers)
-    connections.close_all()  # children must not share this process's connection
-    fork = multiprocessing.get_context("fork")
-    barrier = fork.Barrier(claimers)
-    results = fork.Queue()
-    procs = [fork.Process(target=_claim, args=(r, count, barrier, results)) for r in runs]
-    for p in procs:
-        p.start()
-    outcome = [results.get(timeout=60) for _ in procs]
-    for p in procs:
-        p.join(timeout=30)
+    outcome = fork_at_once(_claim, [(r, count) for r in runs])
     return {"results": outcome, "claims": _report()}
 
 

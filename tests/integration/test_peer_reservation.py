@@ -15,19 +15,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import traceback
 from typing import Any
 
 import pytest
 
-from tests.integration.stack import ROOT
+from tests.integration.stack import fork_at_once, run_json_script
 from tests.integration.test_gpu_ledger import pg_env  # noqa: F401 (the fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 
-PY = sys.executable
 SCRIPT = "tests.integration.test_peer_reservation"
 ROUNDS = 5
 LAUNCHERS = ("host-a", "host-b", "host-c")  # each launches one run over 2 hosts
@@ -36,16 +34,7 @@ PEERS = ("host-p", "host-q")  # the only free hosts besides them
 
 def test_two_launches_at_once_get_two_different_peers_and_a_third_waits(pg_env):  # noqa: F811
     env = {**pg_env, "REDIS_URL": "redis://127.0.0.1:1/0"}  # hosts need a shared broker
-    out = subprocess.run(
-        [PY, "-m", SCRIPT, str(len(LAUNCHERS)), str(ROUNDS)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    rounds = json.loads(out.stdout)
+    rounds = run_json_script(env, SCRIPT, len(LAUNCHERS), ROUNDS, timeout=180)
     assert len(rounds) == ROUNDS
     for results in rounds:
         crashed = [r for r in results if "crash" in r]
@@ -119,22 +108,7 @@ def _launch(run_id: int, host: str, barrier: Any, results: Any) -> None:
 
 
 def _race(launchers: int) -> list[dict[str, Any]]:
-    import multiprocessing
-
-    from django.db import connections
-
-    runs = _setup(launchers)
-    connections.close_all()  # children must not share this process's connection
-    fork = multiprocessing.get_context("fork")
-    barrier = fork.Barrier(launchers)
-    results = fork.Queue()
-    procs = [fork.Process(target=_launch, args=(r, h, barrier, results)) for r, h in runs]
-    for p in procs:
-        p.start()
-    outcome = [results.get(timeout=60) for _ in procs]
-    for p in procs:
-        p.join(timeout=30)
-    return outcome
+    return fork_at_once(_launch, _setup(launchers))
 
 
 if __name__ == "__main__":
