@@ -79,7 +79,9 @@ def test_beat_starts_a_night_that_ends_with_verdicts_history_and_a_webhook(fresh
         nights: list[dict] = []
         while time.monotonic() < deadline:
             nights = json.loads(stack.manage("shell", "-v", "0", "-c", READ_NIGHTS))
-            if nights and nights[0]["state"] == "done" and _Hook.received:
+            # ``notified`` is saved after the webhook answered: wait for both, or the night
+            # read before the POST arrived may still show ``{}``.
+            if nights and nights[0]["state"] == "done" and nights[0]["notified"]:
                 break
             time.sleep(3)
         else:
