@@ -306,10 +306,19 @@ def _transition(run_id: int, sources: tuple[str, ...], target: str, **fields: An
 def launch_run(run_id: int) -> bool:
     """Start a queued run on this host with its executor if a slot (and the GPUs it asks
     for) are free. Idempotent: only one host and one worker can move it out of queued."""
+    queued = Run.objects.filter(pk=run_id, state=Run.QUEUED).first()
+    # A run over several hosts (not one Slurm batch job) needs free peers as well.
+    many = queued is not None and _nodes_of(queued) > 1 and settings.EXECUTOR != "slurm"
     with transaction.atomic():
         # This host's row locked while it checks that it is free and takes the run: a launch
-        # elsewhere choosing it as a peer (``_reserve_peers``) waits, then sees the run.
-        _lock_hosts(Q(name=settings.HOST_NAME))
+        # elsewhere choosing it as a peer (``_reserve_peers``) waits, then sees the run. A run
+        # over several hosts locks every active host (name order, as ``_reserve_peers``) and
+        # takes the run only if enough peers are free: two hosts launching such runs at once
+        # then cannot both take theirs, each see the other busy and both give up (again and
+        # again, at every reconcile); the second waits and finds the first one's run.
+        _lock_hosts(
+            Q(active=True) | Q(name=settings.HOST_NAME) if many else Q(name=settings.HOST_NAME)
+        )
         running = Run.objects.filter(_this_host(), state=Run.RUNNING)
         if running.count() >= settings.MAX_PARALLEL_RUNS:
             return False  # the reconciler launches it when a slot frees up
@@ -320,6 +329,9 @@ def launch_run(run_id: int) -> bool:
             return False
         run = Run.objects.filter(pk=run_id, state=Run.QUEUED).first()
         if run is None or (running.exists() and run.spec.get("mode") == "real"):
+            return False
+        if many and _peer_hosts(run, _nodes_of(run) - 1) is None:
+            log.info("run %s waits for %d more free hosts", run_id, _nodes_of(run) - 1)
             return False
         if not _transition(
             run_id,
