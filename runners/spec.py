@@ -107,7 +107,22 @@ class CommCluster:
     testbed, instead of GPU (NCCL). It changes Horovod: its background loop performs CPU
     collectives itself (``PerformOperation`` in ``RunLoopOnce``, horovod/common/operations.cc),
     so a cycle starts only once the previous cycle's all-reduces are done, and then at once;
-    GPU collectives finish on a finalizer thread and the cycles go on. ``fidelity`` sets it."""
+    GPU collectives finish on a finalizer thread and the cycles go on. ``fidelity`` sets it.
+
+    ``busy_latency_us`` and ``overlap_comm_slowdown`` (all-reduce arena; the counterpart of
+    ``overlap_slowdown``): while a compute op runs, a collective progresses at the rate of a
+    network with this latency (None: ``latency_us``) and its bandwidth divided by ``1 +
+    overlap_comm_slowdown``; while the ranks idle, at the plain network's rate (integrated over
+    the collective's span). On our CPU testbed the collectives' threads share the cores with
+    training; ``python -m runners calibrate`` measures both and ``fidelity --latency split``
+    simulates with them. A reconstruction of that contention, labelled as such; the planning
+    oracle of searching policies (PACE, ByteScheduler) ignores it, and ``negotiation``.
+
+    ``negotiation`` (all-reduce arena): plans that reorder by priority (ByteScheduler, PACE,
+    DeAR, priority delayed all-reduce) agree on each dispatch decision across the ranks with
+    one small collective, as the lab's real engine does (like Horovod's coordinator); a
+    decision then waits that collective's time. Off: decisions are free (the papers' model).
+    ``fidelity`` sets it."""
 
     workers: int = 8
     bandwidth_gbps: float = 10.0
@@ -119,6 +134,9 @@ class CommCluster:
     reduce_scatter_cost: float = 0.5  # all-reduce arena: of an all-reduce's time (ring: 0.5)
     all_gather_cost: float = 0.5
     cpu_collectives: bool = False  # all-reduce arena: collectives on CPU (gloo), see below
+    busy_latency_us: float | None = None  # all-reduce arena: while computing (None: latency_us)
+    overlap_comm_slowdown: float = 0.0  # all-reduce arena: bytes slower while computing
+    negotiation: bool = False  # all-reduce arena: reordering plans negotiate each decision
     stragglers: tuple[Straggler, ...] = ()
     ps: int = 4
     servers: int = 8
@@ -195,6 +213,18 @@ _REAL_RULES: dict[str, tuple[type, Any, str]] = {
 }
 
 
+SPLIT_COST_MAX = 4.0  # reduce_scatter_cost / all_gather_cost: of an all-reduce, at most
+
+# Cluster fields the all-reduce arena alone uses (other arenas refuse them unless default).
+ALLREDUCE_ONLY_FIELDS = (
+    "reduce_scatter_cost",
+    "all_gather_cost",
+    "cpu_collectives",
+    "busy_latency_us",
+    "overlap_comm_slowdown",
+    "negotiation",
+)
+
 # Fields left out of ``RunSpec.as_dict`` at their default: added after results were recorded,
 # so the resolved spec (and the run key hashed from it) of a run that does not set them is
 # the same as before they existed. ``validate`` fills the default back in.
@@ -203,6 +233,9 @@ _OMITTED_AT_DEFAULT = {
     "reduce_scatter_cost": CommCluster.reduce_scatter_cost,
     "all_gather_cost": CommCluster.all_gather_cost,
     "cpu_collectives": CommCluster.cpu_collectives,
+    "busy_latency_us": CommCluster.busy_latency_us,
+    "overlap_comm_slowdown": CommCluster.overlap_comm_slowdown,
+    "negotiation": CommCluster.negotiation,
 }
 _TOP_OMITTED_AT_DEFAULT = {"timeline_iterations": 2}
 
@@ -273,13 +306,13 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
     ),
     "reduce_scatter_cost": (
         float,
-        lambda v: 0 < v <= 4,
+        lambda v: 0 < v <= SPLIT_COST_MAX,
         "a number in (0, 4] (a reduce-scatter's time as a fraction of an all-reduce of the same "
         "tensor: 0.5 on a ring, about 1 with gloo; `python -m runners calibrate` measures it)",
     ),
     "all_gather_cost": (
         float,
-        lambda v: 0 < v <= 4,
+        lambda v: 0 < v <= SPLIT_COST_MAX,
         "a number in (0, 4] (an all-gather's time as a fraction of an all-reduce of the same "
         "tensor: 0.5 on a ring; `python -m runners calibrate` measures it)",
     ),
@@ -288,6 +321,24 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         lambda v: True,
         "true or false (the collectives run on CPU, gloo or MPI: Horovod's cycles then wait "
         "for them)",
+    ),
+    "busy_latency_us": (
+        float,
+        lambda v: 0 <= v <= 1e6,
+        "a number >= 0 (microseconds per message of a collective while the ranks compute; "
+        "left out: latency_us)",
+    ),
+    "overlap_comm_slowdown": (
+        float,
+        lambda v: 0 <= v <= 10,
+        "a number in [0, 10] (how much slower a collective moves its bytes while the ranks "
+        "compute)",
+    ),
+    "negotiation": (
+        bool,
+        lambda v: True,
+        "true or false (plans that reorder by priority agree on each dispatch decision with "
+        "one small collective, as the lab's real engine and Horovod's coordinator do)",
     ),
     "ps": (int, lambda v: 1 <= v <= 10_000, "an integer between 1 and 10000 (PS processes)"),
     "servers": (int, lambda v: 1 <= v <= 10_000, "an integer between 1 and 10000 (PS machines)"),
@@ -380,7 +431,7 @@ def validate_comm(raw: dict[str, Any], entry: registry.Entry) -> RunSpec:
             f"used by the parameter-server arena only: '{entry.name}' is in the"
             f" '{entry.arena}' arena (leave it out or set it to 1; got {cluster.jitter_groups})",
         )
-    for key in ("reduce_scatter_cost", "all_gather_cost", "cpu_collectives"):
+    for key in ALLREDUCE_ONLY_FIELDS:
         if getattr(cluster, key) != getattr(CommCluster, key) and entry.arena != "allreduce":
             raise SpecError(
                 f"cluster.{key}",

@@ -43,9 +43,7 @@ CLUSTER_KEYS = (
     "compute_jitter_cv",
     "overlap_slowdown",
     "stragglers",
-    "reduce_scatter_cost",
-    "all_gather_cost",
-    "cpu_collectives",
+    *run_spec.ALLREDUCE_ONLY_FIELDS,
     "ps",
     "servers",
     "server_bandwidth_gbps",
@@ -54,7 +52,7 @@ CLUSTER_KEYS = (
     "jitter_groups",
 )
 # Cluster fields the all-reduce arena alone uses (the spec refuses them elsewhere).
-ALLREDUCE_ONLY = ("reduce_scatter_cost", "all_gather_cost", "cpu_collectives")
+ALLREDUCE_ONLY = run_spec.ALLREDUCE_ONLY_FIELDS
 STRAGGLER_HELP = (
     "worker:slowdown, or worker:slowdown:bandwidth_factor for a slow NIC too, optionally "
     "@from-until iterations (until exclusive, open-ended if left out); "
@@ -214,6 +212,26 @@ class ExperimentForm(_ClusterArenaFields):
         initial=_DEFAULTS.cpu_collectives,
         help_text="Horovod's background loop then performs them itself: a cycle waits for the "
         "previous cycle's all-reduces (unticked: NCCL on GPU)",
+    )
+    cluster_busy_latency_us = forms.FloatField(
+        label="latency while computing (µs)",
+        required=False,
+        help_text="per message of a collective while the ranks compute; empty = the latency "
+        "above (python -m runners calibrate measures it on CPU testbeds)",
+    )
+    cluster_overlap_comm_slowdown = forms.FloatField(
+        label="communication slow-down while computing",
+        required=False,
+        initial=_DEFAULTS.overlap_comm_slowdown,
+        help_text="while the ranks compute, a collective moves its bytes 1 + this times slower "
+        "(0 = none)",
+    )
+    cluster_negotiation = forms.BooleanField(
+        label="negotiate dispatch decisions",
+        required=False,
+        initial=_DEFAULTS.negotiation,
+        help_text="plans that reorder by priority agree on each decision with one small "
+        "collective, as the lab's real engine does (unticked: decisions are free)",
     )
     cluster_ps = forms.IntegerField(label="parameter servers", required=False, initial=_DEFAULTS.ps)
     cluster_servers = forms.IntegerField(

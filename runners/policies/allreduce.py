@@ -75,6 +75,19 @@ class CommPlan:
     info: tuple[tuple[str, float], ...] = ()  # numbers the policy chose (reported as metrics)
 
 
+def is_fifo(plan: CommPlan) -> bool:
+    """Whether the plan sends first-ready first (no reordering): priorities never decrease in
+    the expected release order (groups released from the output side), no dependent tasks.
+    Such plans need no negotiation: the lab's real engine (``runners.real.engine``)
+    negotiates every dispatch decision of the others, and so does the simulator with
+    ``cluster.negotiation``."""
+    if any(t.after >= 0 for t in plan.tasks):
+        return False
+    order = sorted(range(len(plan.tasks)), key=lambda i: (-min(plan.tasks[i].layers), i))
+    prios = [plan.tasks[i].priority for i in order]
+    return all(a <= b for a, b in zip(prios, prios[1:], strict=False))
+
+
 class AllReducePolicy(Protocol):
     def plan(self, problem: CommProblem) -> CommPlan: ...
 

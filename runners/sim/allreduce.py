@@ -65,6 +65,22 @@ def network_for(spec: RunSpec) -> RingAllReduce:
     )
 
 
+def busy_network_for(spec: RunSpec) -> RingAllReduce | None:
+    """The collectives' cost while the ranks compute (``cluster.busy_latency_us`` and
+    ``overlap_comm_slowdown``), or None when the spec sets neither (one cost throughout)."""
+    c = spec.cluster
+    if c.busy_latency_us is None and not c.overlap_comm_slowdown:
+        return None
+    latency = c.latency_us if c.busy_latency_us is None else c.busy_latency_us
+    return RingAllReduce.from_gbps(
+        c.workers,
+        c.bandwidth_gbps / (1.0 + c.overlap_comm_slowdown),
+        latency,
+        c.reduce_scatter_cost,
+        c.all_gather_cost,
+    )
+
+
 def oracle_setup(setup: ComputeSetup) -> ComputeSetup:
     """The conditions a planning policy evaluates candidates under: no jitter, one warm-up and
     one measured iteration, the straggler factors of the first iterations."""
@@ -128,13 +144,20 @@ def _problem(spec: RunSpec, setup: ComputeSetup, network: RingAllReduce, oracle)
     )
 
 
-def run(spec: RunSpec, layers: tuple[LayerTimes, ...] | None = None) -> SimResult:
+def run(
+    spec: RunSpec, layers: tuple[LayerTimes, ...] | None = None, plan: CommPlan | None = None
+) -> SimResult:
+    """Simulate ``spec``; ``plan`` replaces the policy's (``fidelity`` gives the plan a real
+    run executed, which its own spec planned)."""
     setup = compute_setup(spec, layers)
     network = network_for(spec)
-    plan = plan_for(spec, setup, network)
+    if plan is None:
+        plan = plan_for(spec, setup, network)
     if spec.cluster.cpu_collectives and plan.fusion_cycle_s > 0:
         plan = dataclasses.replace(plan, fusion_cycle_blocks=True)  # Horovod on CPU
-    result = simulate(setup, network, plan)
+    result = simulate(
+        setup, network, plan, busy_network_for(spec), negotiate=spec.cluster.negotiation
+    )
     for key, value in plan_info(plan).items():
         result.metrics[f"plan.{key}"] = value
         result.units[f"plan.{key}"] = ""

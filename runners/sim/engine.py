@@ -163,8 +163,12 @@ class ComputeJob:
     ``network_busy(g)`` and ``comm_time(it)``; call ``wake(g)`` / ``wake_all()`` when a
     synchronisation completes. The compute handlers bind the hooks when they are built
     (``_bind_compute``, from ``__init__``): a subclass that sets a hook on the instance
-    afterwards calls ``_bind_compute()`` again.
+    afterwards calls ``_bind_compute()`` again. ``compute_watch`` (None, or a callable set
+    before ``__init__`` binds the handlers) is called whenever a group's op starts or ends
+    (an arena whose network depends on whether the ranks compute).
     """
+
+    compute_watch: Any = None
 
     # Run forward ops whose turn is certain back to back in one event (``_run_forward``): the
     # same results as op by op, except that when events tie to the instant (identical groups
@@ -277,6 +281,7 @@ class ComputeJob:
         batch = self.batch_forward and not gamma
         params_ready, gradient_ready = self.params_ready, self.gradient_ready
         network_busy = self.network_busy
+        watch = self.compute_watch
 
         def try_compute(g: int) -> None:
             if busy[g]:
@@ -315,6 +320,8 @@ class ComputeJob:
             if gamma and network_busy(g):
                 duration *= 1.0 + gamma
             busy[g] = True
+            if watch is not None:
+                watch()
             now = loop.now
             heappush(evq, (now + duration, next(evseq), compute_done, (g, it, op, layer, now)))
 
@@ -350,10 +357,14 @@ class ComputeJob:
                     break
             fwd_done[g] = done
             busy[g] = True
+            if watch is not None:
+                watch()
             heappush(evq, (now, next(evseq), forward_done, (g,)))
 
         def forward_done(g: int) -> None:
             busy[g] = False
+            if watch is not None:
+                watch()
             if fwd_done[g] == n:
                 bwd_next[g] = n - 1
             try_compute(g)
@@ -361,6 +372,8 @@ class ComputeJob:
         def compute_done(g: int, it: int, op: int, layer: int, start: float) -> None:
             now = loop.now
             busy[g] = False
+            if watch is not None:
+                watch()
             compute_s[g][it] += now - start
             recorded = tl_from <= it < tl_to
             if op < n:

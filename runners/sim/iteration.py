@@ -16,35 +16,101 @@ and the delay:
   task may overshoot, as in ByteScheduler). A task on the channel is never preempted:
   preemption happens at task (= chunk) boundaries;
 * the forward of layer i in iteration t+1 may start once layer i of iteration ``t - delay``
-  is synchronised (cross-barrier) or once every layer of it is (global barrier).
+  is synchronised (cross-barrier) or once every layer of it is (global barrier);
+* with a ``busy_network`` (CPU collectives sharing the cores with training: ``cluster.
+  busy_latency_us`` / ``overlap_comm_slowdown``), a collective progresses at the busy
+  network's rate (1 / its time on that network) while a compute op runs and at the idle
+  network's otherwise, integrated over its span: one that overlaps computation throughout
+  takes the busy network's time, one on idle ranks the idle network's (a reconstruction of
+  how the collectives' CPU threads share the cores with training, labelled as such);
+* with ``negotiate`` (``cluster.negotiation``: the lab's real engine), a plan that reorders by
+  priority (not ``is_fifo``) agrees on each dispatch decision across the ranks, as Horovod's
+  coordinator does: a *round* starts when tasks are waiting and credit is left, takes one
+  small collective's time (16 bytes, on its own channel beside the gradients'; on the busy
+  network when a compute op runs or can start at that instant, decided at the round's
+  start), and hands to the queue only the tasks that were ready when it
+  started; then the best of the queue go to the channel while credit remains, and the next
+  round starts if tasks are still waiting.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..policies.allreduce import CommPlan
+from ..policies.allreduce import CommPlan, is_fifo
 from .engine import ComputeJob, ComputeSetup, LayerTimes, SimResult
 from .network import RingAllReduce
 
 __all__ = ["ComputeSetup", "LayerTimes", "SimResult", "simulate"]
 
 
-def simulate(setup: ComputeSetup, network: RingAllReduce, plan: CommPlan) -> SimResult:
-    """Run the job for warm-up + measured iterations (+1 to time the last interval)."""
-    job = _AllReduceJob(setup, network, plan)
+def simulate(
+    setup: ComputeSetup,
+    network: RingAllReduce,
+    plan: CommPlan,
+    busy_network: RingAllReduce | None = None,
+    negotiate: bool = False,
+) -> SimResult:
+    """Run the job for warm-up + measured iterations (+1 to time the last interval).
+    ``busy_network``: the collectives' cost while the ranks compute (None: ``network``'s);
+    ``negotiate``: dispatch decisions of non-FIFO plans cost a negotiation round."""
+    job = _AllReduceJob(setup, network, plan, busy_network, negotiate)
     job.start()
     job.loop.run()
     return job.result()
 
 
+@dataclass(slots=True)
+class _Timed:
+    """A collective on the channel whose rate follows the compute: the share of its work
+    ``left`` (1 = all) since ``since``, at the busy network's rate while ``computing``."""
+
+    it: int
+    members: tuple[int, ...]
+    size: int
+    start: float
+    since: float
+    computing: bool
+    idle_s: float  # its whole time on the idle network
+    busy_s: float  # and on the busy one
+    left: float = 1.0
+
+    def duration(self) -> float:
+        """Its whole time at the current rate."""
+        return self.busy_s if self.computing else self.idle_s
+
+
 class _AllReduceJob(ComputeJob):
-    def __init__(self, setup: ComputeSetup, network: RingAllReduce, plan: CommPlan) -> None:
+    def __init__(
+        self,
+        setup: ComputeSetup,
+        network: RingAllReduce,
+        plan: CommPlan,
+        busy_network: RingAllReduce | None = None,
+        negotiate: bool = False,
+    ) -> None:
+        if busy_network is not None:
+            self.compute_watch = self._compute_changed
         super().__init__(setup)
         self.network = network
+        self.busy_network = busy_network
+        # The collective on the channel when its rate depends on the compute (busy_network);
+        # its end event carries ``channel_token`` (stale once re-timed).
+        self.current: _Timed | None = None
+        self.channel_token = 0
+        self.recheck_due = False
+        # Negotiation rounds (Horovod-style fusion cycles are not negotiated here).
+        self.negotiate = negotiate and plan.fusion_cycle_s <= 0 and not is_fifo(plan)
+        if self.negotiate:  # the instance's dispatch (the default path stays a plain call)
+            self._dispatch = self._negotiated_dispatch  # type: ignore[method-assign]
+        self.unadmitted: list[tuple[int, int, int, int, tuple[int, ...]]] = []
+        self.round_running = False
+        self.rounds: dict[int, int] = {}  # negotiation rounds per iteration (as the engine
+        self.last_ready_it = 0  # counts them: the iteration of the last task admitted)
         self.plan = plan
         n = self.n_layers
         self.tasks = plan.tasks
@@ -64,6 +130,11 @@ class _AllReduceJob(ComputeJob):
         if missing:
             raise ValueError(f"plan leaves layers unsynchronised: {missing[:3]}")
         self.durations_s = [network.time_s(t.size_bytes, t.op) for t in plan.tasks]
+        self.busy_durations_s = (
+            None
+            if busy_network is None
+            else [busy_network.time_s(t.size_bytes, t.op) for t in plan.tasks]
+        )
         self.n_members = [len(t.layers) if t.after < 0 else 0 for t in plan.tasks]
         self.n_tasks_of_layer = [len(ts) for ts in self.tasks_of_layer]
         # Per-iteration state, created lazily.
@@ -134,8 +205,13 @@ class _AllReduceJob(ComputeJob):
                 self.loop.at(max(tick, self.loop.now), self._fusion_tick)
             return
         prio = self.tasks[task_id].priority
-        heapq.heappush(self.ready, (it, prio, self.seq, it, (task_id,)))
+        entry = (it, prio, self.seq, it, (task_id,))
         self.seq += 1
+        if self.negotiate:
+            self.unadmitted.append(entry)  # admitted by the next negotiation round
+            self.last_ready_it = it
+        else:
+            heapq.heappush(self.ready, entry)
 
     def _fusion_tick(self) -> None:
         """Horovod's cycle: fuse what became ready, in ready order, up to the threshold. With
@@ -170,10 +246,48 @@ class _AllReduceJob(ComputeJob):
         self.seq += 1
 
     def _dispatch(self) -> None:
+        """Hand the best ready tasks to the channel while credit remains (with negotiation,
+        ``_negotiated_dispatch`` replaces this on the instance)."""
         ready = self.ready
         while ready and self.credit_left > 0:
             *_, it, members = heapq.heappop(ready)
             size = sum(self.tasks[m].size_bytes for m in members)
+            self.credit_left -= size
+            self.channel.append((it, members, size))
+        self._try_channel()
+
+    def _negotiated_dispatch(self) -> None:
+        self._try_channel()  # tasks already handed over go on
+        if self.round_running or self.credit_left <= 0 or not (self.unadmitted or self.ready):
+            return
+        self.round_running = True
+        network = self.busy_network if self._busy_now() else self.network
+        # What the ranks agree on is what they had when the round started: the tasks ready
+        # then, and the credit left then (bytes completed during the round count next round).
+        self.loop.after(
+            network.time_s(16), self._round_done, len(self.unadmitted), self.credit_left
+        )
+
+    def _round_done(self, admitted: int, credit: float) -> None:
+        self.round_running = False
+        it = self.unadmitted[admitted - 1][0] if admitted else self.last_ready_it
+        self.rounds[it] = self.rounds.get(it, 0) + 1
+        for entry in self.unadmitted[:admitted]:
+            heapq.heappush(self.ready, entry)
+        del self.unadmitted[:admitted]
+        self._issue(credit)
+        self._negotiated_dispatch()
+
+    def _busy_now(self) -> bool:
+        return self.busy_network is not None and self._computing()
+
+    def _issue(self, budget: float) -> None:
+        """``_dispatch`` with the credit a negotiation round agreed on (``budget``)."""
+        ready = self.ready
+        while ready and budget > 0:
+            *_, it, members = heapq.heappop(ready)
+            size = sum(self.tasks[m].size_bytes for m in members)
+            budget -= size
             self.credit_left -= size
             self.channel.append((it, members, size))
         self._try_channel()
@@ -184,14 +298,86 @@ class _AllReduceJob(ComputeJob):
         it, members, size = self.channel[self.channel_head]
         self.channel_head += 1
         slow = self.link_factors[it] if it < len(self.link_factors) else 1.0
+        self.channel_busy = True
+        if self.busy_durations_s is not None:
+            self._start_timed(it, members, size, slow)
+            return
+        # ``_duration`` for the plain network, inlined: once per collective on the hot path
         if slow != 1.0:
             duration = self.network.time_s(size, self.tasks[members[0]].op, slow)
         elif len(members) == 1:
             duration = self.durations_s[members[0]]
         else:
             duration = self.network.time_s(size, self.tasks[members[0]].op)
-        self.channel_busy = True
         self.loop.after(duration, self._task_done, it, members, size, self.loop.now)
+
+    def _start_timed(self, it: int, members: tuple[int, ...], size: int, slow: float) -> None:
+        """Put a collective on the channel whose rate follows the compute (busy network)."""
+        assert self.busy_network is not None and self.busy_durations_s is not None
+        now = self.loop.now
+        idle = self._duration(self.network, self.durations_s, members, size, slow)
+        busy = self._duration(self.busy_network, self.busy_durations_s, members, size, slow)
+        computing = any(self.busy)
+        self.current = _Timed(it, members, size, now, now, computing, idle, busy)
+        self.channel_token += 1
+        self.loop.after(busy if computing else idle, self._channel_end, self.channel_token)
+
+    def _duration(
+        self,
+        network: RingAllReduce,
+        durations: list[float],
+        members: tuple[int, ...],
+        size: int,
+        slow: float,
+    ) -> float:
+        if slow != 1.0:
+            return network.time_s(size, self.tasks[members[0]].op, slow)
+        if len(members) == 1:
+            return durations[members[0]]
+        return network.time_s(size, self.tasks[members[0]].op)
+
+    def _channel_end(self, token: int) -> None:
+        if token != self.channel_token or self.current is None:
+            return  # re-timed since
+        cur, self.current = self.current, None
+        self._task_done(cur.it, cur.members, cur.size, cur.start)
+
+    def _compute_changed(self) -> None:
+        """(``compute_watch``.) An op started or ended: re-time the collective on the channel
+        once everything due at this instant has happened (an op that ends and the next that
+        starts at once change nothing)."""
+        if self.current is not None and not self.recheck_due:
+            self.recheck_due = True
+            self.loop.after(0.0, self._recheck)
+
+    def _recheck(self) -> None:
+        self.recheck_due = False
+        cur = self.current
+        if cur is None:
+            return
+        computing = any(self.busy)
+        if computing == cur.computing:
+            return
+        now = self.loop.now
+        was = cur.duration()
+        if was > 0:  # (a collective of no bytes on one worker takes no time either way)
+            cur.left = max(0.0, cur.left - (now - cur.since) / was)
+        cur.since, cur.computing = now, computing
+        self.channel_token += 1
+        rest = cur.left * cur.duration()
+        self.loop.after(rest, self._channel_end, self.channel_token)
+
+    def _computing(self) -> bool:
+        """Whether a group computes now: an op running, in the middle of a backward pass, or
+        a forward op able to start (its parameters in) at this instant (events due now may
+        not have started it yet)."""
+        for g in range(self.n_groups):
+            if self.busy[g] or self.bwd_next[g] >= 0:
+                return True
+            it = self.iteration[g]
+            if it < self.n_iter and any(self.params_ready(g, it, lay) for lay in self.avail[g]):
+                return True
+        return False
 
     def _task_done(self, it: int, members: tuple[int, ...], size: int, start: float) -> None:
         now = self.loop.now
@@ -227,4 +413,9 @@ class _AllReduceJob(ComputeJob):
         self.wake_all()
 
     def result(self) -> SimResult:
-        return self.base_result()
+        if not self.negotiate:
+            return self.base_result()
+        first = self.setup.warmup_iterations
+        measured = range(first, first + self.setup.iterations)
+        per_iteration = sum(self.rounds.get(it, 0) for it in measured) / len(measured)
+        return self.base_result({"negotiations_per_iteration": (per_iteration, "")})

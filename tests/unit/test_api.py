@@ -176,11 +176,18 @@ def test_a_nic_straggler_reaches_the_run_spec_and_an_incomplete_one_is_refused(c
 
 def test_the_all_reduce_only_cluster_fields_are_refused_for_a_ps_system(client, token):
     body = {**BODY, "system": "horovod", "baselines": ["wfbp"], "params": {}}
-    body["cluster"] = {"workers": 4, "cpu_collectives": True, "reduce_scatter_cost": 1.0}
+    body["cluster"] = {
+        "workers": 4,
+        "cpu_collectives": True,
+        "reduce_scatter_cost": 1.0,
+        "busy_latency_us": 800.0,
+        "negotiation": True,
+    }
     response = post(client, "/api/experiments/", body, token)
     assert response.status_code == 201, response.json()
     spec = Run.objects.filter(system="horovod").first().spec["cluster"]
     assert spec["cpu_collectives"] is True and spec["reduce_scatter_cost"] == 1.0
+    assert spec["busy_latency_us"] == 800.0 and spec["negotiation"] is True
     ps = {**body, "system": "ps-default", "baselines": ["byteps"]}
     response = post(client, "/api/experiments/", ps, token)
     assert response.status_code == 400

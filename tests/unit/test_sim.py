@@ -6,10 +6,13 @@ import pytest
 
 import workloads
 from runners import registry
+from runners.policies.allreduce import CommPlan, CommTask
 from runners.sim.core import EventLoop
+from runners.sim.engine import ComputeSetup, LayerTimes, WorkerGroup
+from runners.sim.iteration import simulate as iteration_simulate
 from runners.sim.network import RingAllReduce
 from runners.spec import CommCluster
-from tests.unit.simruns import run
+from tests.unit.simruns import run, run_layers
 
 ALLREDUCE_ENTRIES = [e.name for e in registry.entries("allreduce")]
 WORKLOADS = ["resnet50", "vgg16"]
@@ -210,6 +213,147 @@ def test_horovod_on_cpu_collectives_starts_a_cycle_only_once_the_last_one_is_don
     _, wfbp = run("wfbp", "resnet50", **kw)
     _, same = run("wfbp", "resnet50", cpu_collectives=True, **kw)
     assert same.metrics == wfbp.metrics, "only Horovod's cycles change"
+
+
+def _network_rows(result, it):
+    return sorted(
+        (r for r in result.timeline if r[1] == "network" and r[0] == it), key=lambda r: r[4]
+    )
+
+
+def test_a_collective_pays_the_busy_network_while_the_ranks_compute_and_the_idle_one_after():
+    """``busy_latency_us`` / ``overlap_comm_slowdown``: WFBP's collectives that start during
+    the backward pass (more of it to run) take the busy network's time, the last one (after
+    the backward pass, the next forward held by the barrier) the idle network's."""
+    layers = tuple(
+        LayerTimes(f"l{i}", fwd_s=0.002, bwd_s=0.010, grad_bytes=100_000) for i in range(4)
+    )
+    kw = {"workers": 2, "bandwidth_gbps": 1.0, "latency_us": 100.0, "iterations": 3}
+    busy_kw = {"busy_latency_us": 1000.0, "overlap_comm_slowdown": 1.0}
+    _, plain = run_layers("wfbp", layers, **kw)
+    _, split = run_layers("wfbp", layers, **kw, **busy_kw)
+    idle = RingAllReduce.from_gbps(2, 1.0, 100.0).time_s(100_000)
+    busy = RingAllReduce.from_gbps(2, 0.5, 1000.0).time_s(100_000)
+    assert busy > 2 * idle
+    rows = _network_rows(split, 3)
+    backward_end = max(r[5] for r in split.timeline if r[0] == 3 and r[2] == "backward")
+    durations = [r[5] - r[4] for r in rows]
+    assert [r[4] < backward_end for r in rows] == [True, True, True, False]
+    assert durations == pytest.approx([busy, busy, busy, idle], rel=1e-9)
+    assert all(r[5] - r[4] == pytest.approx(idle) for r in _network_rows(plain, 3))
+    assert split.metrics["comm_time_s"] > plain.metrics["comm_time_s"]
+
+
+def test_a_collective_that_outlasts_the_computation_goes_on_at_the_idle_rate():
+    """The rate is integrated over the collective's span: busy while the last backward op
+    runs, idle after it."""
+    layers = (
+        LayerTimes("l0", fwd_s=0.001, bwd_s=0.002, grad_bytes=1_000),
+        LayerTimes("l1", fwd_s=0.001, bwd_s=0.010, grad_bytes=1_000_000),
+    )
+    kw = {"workers": 2, "bandwidth_gbps": 1.0, "latency_us": 100.0, "iterations": 3}
+    _, split = run_layers("wfbp", layers, **kw, busy_latency_us=1000.0, overlap_comm_slowdown=1.0)
+    idle = RingAllReduce.from_gbps(2, 1.0, 100.0).time_s(1_000_000)
+    busy = RingAllReduce.from_gbps(2, 0.5, 1000.0).time_s(1_000_000)
+    first = _network_rows(split, 3)[0]
+    assert first[3] == "l1"
+    overlap = 0.002  # l0's backward runs beside it
+    expected = overlap + (1 - overlap / busy) * idle
+    assert first[5] - first[4] == pytest.approx(expected, rel=1e-9)
+    assert idle < expected < busy
+
+
+def test_negotiation_makes_each_decision_of_a_reordering_plan_wait_a_small_collective():
+    """``negotiation``: PACE (credit of one task, priority order) agrees on every dispatch
+    with a 16-byte collective, so each all-reduce starts at least that long after the one
+    before it ended; FIFO plans (WFBP) do not negotiate and are unchanged."""
+    kw = {"workers": 2, "bandwidth_gbps": 1.0, "latency_us": 500.0, "iterations": 3}
+    _, free = run("pace", "resnet50", **kw)
+    _, negotiated = run("pace", "resnet50", negotiation=True, **kw)
+    round_s = RingAllReduce.from_gbps(2, 1.0, 500.0).time_s(16)
+    rows = sorted((r for r in negotiated.timeline if r[1] == "network"), key=lambda r: r[4])
+    gaps = [b[4] - a[5] for a, b in zip(rows, rows[1:], strict=False)]
+    assert min(gaps) >= round_s * (1 - 1e-9)
+    assert negotiated.metrics["iteration_time_s"] > free.metrics["iteration_time_s"]
+    assert negotiated.metrics["negotiations_per_iteration"] >= 1
+    assert "negotiations_per_iteration" not in free.metrics
+    _, wfbp = run("wfbp", "resnet50", **kw)
+    _, same = run("wfbp", "resnet50", negotiation=True, **kw)
+    assert same.metrics == wfbp.metrics, "a FIFO plan needs no negotiation"
+
+
+def _two_layer_job(credit: float, bytes_each: int = 1000):
+    """Two layers (backward 1 ms each: l1's gradient first) and a plan that sends l0 first
+    (priority 0): not FIFO, so it negotiates."""
+    layers = (
+        LayerTimes("l0", fwd_s=0.001, bwd_s=0.001, grad_bytes=bytes_each),
+        LayerTimes("l1", fwd_s=0.001, bwd_s=0.001, grad_bytes=bytes_each),
+    )
+    setup = ComputeSetup(
+        layers=layers, groups=(WorkerGroup((0, 1)),), iterations=2, warmup_iterations=1,
+        batch_size=1,
+    )  # fmt: skip
+    plan = CommPlan(
+        tasks=(CommTask((0,), bytes_each, priority=0), CommTask((1,), bytes_each, priority=1)),
+        credit_bytes=credit,
+        cross_barrier=False,
+    )
+    return setup, plan
+
+
+def test_a_negotiation_round_admits_only_the_tasks_ready_when_it_started():
+    """l1's gradient starts a 2 ms round at the end of its backward; l0's, ready 1 ms into
+    it, waits for the next round although it has the higher priority."""
+    setup, plan = _two_layer_job(credit=float("inf"))
+    network = RingAllReduce.from_gbps(2, 1.0, 1000.0)
+    result = iteration_simulate(setup, network, plan, negotiate=True)
+    round_s = network.time_s(16)
+    rows = {r[3]: r for r in result.timeline if r[1] == "network" and r[0] == 1}
+    l1_ready = max(
+        r[5] for r in result.timeline if r[0] == 1 and r[3] == "l1" and r[2] == "backward"
+    )
+    assert rows["l1"][4] == pytest.approx(l1_ready + round_s)
+    assert rows["l0"][4] >= l1_ready + 2 * round_s - 1e-12  # the second round
+    free = iteration_simulate(setup, network, plan)
+    first = min((r for r in free.timeline if r[1] == "network" and r[0] == 1), key=lambda r: r[4])
+    assert first[3] == "l1"  # without rounds l1 goes at once too (the channel was free)
+    assert result.metrics["negotiations_per_iteration"] == 2
+
+
+def test_credit_freed_during_a_round_counts_only_at_the_next_round():
+    """A round hands over only the credit left when it started, as the real engine counts
+    completions at the round's start: with room for one task then, one goes, even if the
+    collective on the wire finished during the round."""
+    from runners.sim.iteration import _AllReduceJob
+
+    setup, plan = _two_layer_job(credit=1500.0)
+    job = _AllReduceJob(setup, RingAllReduce.from_gbps(2, 1.0, 100.0), plan, negotiate=True)
+    job.channel_busy = True  # something on the wire: the hand-over is what is checked
+    job.unadmitted = [(1, 0, 0, 1, (0,)), (1, 1, 1, 1, (1,))]
+    job.credit_left = 1500.0  # freed during the round
+    job._round_done(admitted=2, credit=500.0)  # agreed at its start
+    assert [members for _, members, _ in job.channel] == [(0,)]
+    assert job.credit_left == 500.0 and len(job.ready) == 1
+
+
+def test_two_groups_re_time_a_collective_when_either_computes():
+    """A straggler makes two groups; the collective is busy while either group computes."""
+    layers = (
+        LayerTimes("l0", fwd_s=0.001, bwd_s=0.002, grad_bytes=1_000),
+        LayerTimes("l1", fwd_s=0.001, bwd_s=0.010, grad_bytes=1_000_000),
+    )
+    kw = {"workers": 2, "bandwidth_gbps": 1.0, "latency_us": 100.0, "iterations": 3}
+    busy = {"busy_latency_us": 1000.0, "overlap_comm_slowdown": 1.0}
+    slow = [{"worker": 1, "slowdown": 1.5}]
+    _, result = run_layers("wfbp", layers, **kw, **busy, stragglers=slow)
+    assert len(result.groups) == 2
+    idle_s = RingAllReduce.from_gbps(2, 1.0, 100.0).time_s(1_000_000)
+    busy_s = RingAllReduce.from_gbps(2, 0.5, 1000.0).time_s(1_000_000)
+    first = _network_rows(result, 3)[0]
+    # l1's collective starts when the slower group's l1 backward ends (the ring waits for
+    # both); that group's l0 backward (3 ms) runs beside it, then both groups idle
+    overlap = 0.002 * 1.5
+    assert first[5] - first[4] == pytest.approx(overlap + (1 - overlap / busy_s) * idle_s)
 
 
 def test_ring_allreduce_from_gbps_converts_bits_and_microseconds():

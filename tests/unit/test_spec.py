@@ -132,6 +132,13 @@ def test_as_dict_leaves_the_split_collective_costs_out_at_the_ring_s():
     assert "reduce_scatter_cost" not in validate(MINIMAL).as_dict()["cluster"]
     assert "cpu_collectives" not in validate(MINIMAL).as_dict()["cluster"]
     assert validate(with_cluster(cpu_collectives=True)).as_dict()["cluster"]["cpu_collectives"]
+    for key in ("busy_latency_us", "overlap_comm_slowdown", "negotiation"):
+        assert key not in validate(MINIMAL).as_dict()["cluster"]
+    split = validate(
+        with_cluster(busy_latency_us=900.0, overlap_comm_slowdown=0.3, negotiation=True)
+    )
+    assert split.cluster.busy_latency_us == 900.0 and split.cluster.negotiation
+    assert validate(split.as_dict()) == split
     spec = validate(with_cluster(reduce_scatter_cost=1.0, all_gather_cost=0.5))
     assert spec.as_dict()["cluster"]["reduce_scatter_cost"] == 1.0
     assert "all_gather_cost" not in spec.as_dict()["cluster"]
@@ -301,6 +308,19 @@ BAD_SPECS = [
         ps_cluster(cpu_collectives=True),
         "cluster.cpu_collectives",
     ),
+    ("busy-latency-negative", with_cluster(busy_latency_us=-1), "cluster.busy_latency_us"),
+    (
+        "comm-slowdown-too-large",
+        with_cluster(overlap_comm_slowdown=11),
+        "cluster.overlap_comm_slowdown",
+    ),
+    ("negotiation-not-a-bool", with_cluster(negotiation="yes"), "cluster.negotiation"),
+    (
+        "busy-latency-in-the-ps-arena",
+        ps_cluster(busy_latency_us=500.0),
+        "cluster.busy_latency_us",
+    ),
+    ("negotiation-in-the-ps-arena", ps_cluster(negotiation=True), "cluster.negotiation"),
     (
         "reduce-scatter-cost-in-the-ps-arena",
         ps_cluster(reduce_scatter_cost=1.0),
