@@ -47,7 +47,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..policies.allreduce import CommPlan
+from ..policies.allreduce import CommPlan, is_fifo
 
 APPROXIMATIONS = ("stale", "local-correct", "extrapolate")
 
@@ -256,17 +256,6 @@ def write_record(job_dir: Path, name: str, rank: int, result: dict[str, Any]) ->
     tmp.rename(job_dir / f"{name}.json")
 
 
-def is_fifo(plan: CommPlan) -> bool:
-    """Whether the plan sends first-ready first (no reordering): priorities never decrease in
-    the expected release order (groups released from the output side), no dependent tasks.
-    Such plans need no negotiation."""
-    if any(t.after >= 0 for t in plan.tasks):
-        return False
-    order = sorted(range(len(plan.tasks)), key=lambda i: (-min(plan.tasks[i].layers), i))
-    prios = [plan.tasks[i].priority for i in order]
-    return all(a <= b for a, b in zip(prios, prios[1:], strict=False))
-
-
 class _Iteration:
     """Per-iteration state: readiness counters, buffers, synchronisation flags."""
 
@@ -283,6 +272,7 @@ class _Iteration:
         self.local: list[torch.Tensor | None] = [None] * len(engine.groups)
         self.comm_s = 0.0
         self.wait_s = 0.0
+        self.fwd_wait_s = 0.0  # in the forward's parameter hooks (not compute)
         self.negotiations = 0
 
 
@@ -398,7 +388,12 @@ class Engine:
         st = self._iters.get(it)
         if st is None:
             return self._stats.get(it, {})
-        return {"comm_s": st.comm_s, "wait_s": st.wait_s, "negotiations": st.negotiations}
+        return {
+            "comm_s": st.comm_s,
+            "wait_s": st.wait_s,
+            "fwd_wait_s": st.fwd_wait_s,
+            "negotiations": st.negotiations,
+        }
 
     def _pre_forward(self, layer: int):
         def hook(module: nn.Module, args: Any) -> None:
@@ -406,8 +401,12 @@ class Engine:
             if st is None:
                 return
             if self.cross_barrier:
+                start = time.perf_counter()
                 self._update(layer, st.it - 1 - self.delay)
-            self._fwd_start = time.perf_counter()
+                self._fwd_start = time.perf_counter()
+                st.fwd_wait_s += self._fwd_start - start
+            else:
+                self._fwd_start = time.perf_counter()
 
         return hook
 

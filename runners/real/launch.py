@@ -709,7 +709,11 @@ def _results(spec: RunSpec, ranks: list[dict[str, Any]], network: Network) -> Re
     for i in range(n):
         rows = [r["iterations"][i] for r in ranks]
         it_s = max(row["iteration_time_s"] for row in rows)
-        compute = statistics.fmean(row["forward_s"] + row["backward_s"] for row in rows)
+        # Forward + backward, less the forward's waits for synchronised parameters (the
+        # lab's engines' pre-forward hooks; DDP and Horovod wait inside backward and step).
+        compute = statistics.fmean(
+            row["forward_s"] + row["backward_s"] - row.get("fwd_wait_s", 0.0) for row in rows
+        )
         entry = {
             "iteration": rows[0]["iteration"],
             "warmup": rows[0]["warmup"],

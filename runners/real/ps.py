@@ -694,7 +694,7 @@ class PSWorker:
         """Start iteration ``it`` (its forward comes next)."""
         self.channel.failed()
         self._it = it
-        self._stats[it] = {"up": 0.0, "down": 0.0, "wait": 0.0}
+        self._stats[it] = {"up": 0.0, "down": 0.0, "wait": 0.0, "fwd_wait": 0.0}
         self._begins.append(time.perf_counter())
         self._left = [len(ps) for ps in self.binding.params]
         if self.controller is not None:
@@ -725,15 +725,26 @@ class PSWorker:
     def stats(self, it: int) -> dict[str, float]:
         """Iteration ``it``'s communication time (the busier of push and pull), exposed wait."""
         st = self._stats.get(it, {"up": 0.0, "down": 0.0, "wait": 0.0})
-        return {"comm_s": max(st["up"], st["down"]), "wait_s": st["wait"], "negotiations": 0}
+        return {
+            "comm_s": max(st["up"], st["down"]),
+            "wait_s": st["wait"],
+            "fwd_wait_s": st.get("fwd_wait", 0.0),
+            "negotiations": 0,
+        }
 
     def _pre_forward(self, layer: int):
         def hook(module: nn.Module, args: Any) -> None:
             if self._it < 0:
                 return
             if self.cross_barrier:
+                start = time.perf_counter()
                 self._apply(layer, self._it - 1)
-            self._fwd_start = time.perf_counter()
+                self._fwd_start = time.perf_counter()
+                st = self._stats.get(self._it)
+                if st is not None:  # waiting for pulls, and writing them in: not compute
+                    st["fwd_wait"] += self._fwd_start - start
+            else:
+                self._fwd_start = time.perf_counter()
 
         return hook
 
