@@ -142,6 +142,13 @@ def _parser() -> argparse.ArgumentParser:
         "servers' aggregation rate, on the real PS transport) at each network of an existing "
         "calibration, keeping its other measurements",
     )
+    p.add_argument(
+        "--overlap-only",
+        action="store_true",
+        help="only measure the all-reduce arena's interference (compute slow-down, small "
+        "all-reduces' latency while computing and while idle, large ones' slow-down while "
+        "computing) at each network of an existing calibration, keeping its other measurements",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_calibrate)
     p = sub.add_parser(
@@ -167,10 +174,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--latency",
         choices=fidelity.LATENCIES,
-        default="busy",
+        default=fidelity.DEFAULT_LATENCY,
         help="the simulator's latency: a small all-reduce's (PS arena: a small message's) "
-        "time while the ranks compute (busy, default: what overlapped communication meets) "
-        "or on idle ranks (idle)",
+        "time while the ranks compute (busy: what overlapped communication meets), on idle "
+        "ranks (idle), or each collective the one of the state it meets, busy while a compute "
+        "op runs and idle otherwise, with large collectives' slow-down while computing (split, "
+        "the default; the PS arena: idle)",
     )
     p.add_argument(
         "--json",
@@ -411,11 +420,20 @@ def _calibrate(args: argparse.Namespace) -> int:
         print(f"invalid arguments: {err}", file=sys.stderr)
         return 2
     say = lambda message: print(f"[calibrate] {message}", file=sys.stderr, flush=True)  # noqa: E731
-    if args.split_only and args.ps_only:
-        print("invalid arguments: --split-only/--ps-only: choose one", file=sys.stderr)
+    only = {
+        fidelity.calibrate_split: args.split_only,
+        fidelity.calibrate_ps: args.ps_only,
+        fidelity.calibrate_overlap: args.overlap_only,
+    }
+    chosen = [add for add, asked in only.items() if asked]
+    if len(chosen) > 1:
+        print(
+            "invalid arguments: --split-only/--ps-only/--overlap-only: choose one",
+            file=sys.stderr,
+        )
         return 2
-    if args.split_only or args.ps_only:
-        add = fidelity.calibrate_split if args.split_only else fidelity.calibrate_ps
+    if chosen:
+        add = chosen[0]
         try:
             doc = add(args.label, progress=say)
         except fidelity.CalibrationMissing as err:

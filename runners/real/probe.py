@@ -6,10 +6,13 @@ runners.real.probe JOB_DIR`` under torchrun) that time all-reduces of each size 
 ``repeats`` after a warm-up) and returns ``[(bytes, seconds), ...]``; ``fit_alpha_beta`` turns
 them into the simulator's ring all-reduce parameters. ``overlap(model, ...)`` measures how much
 a model's forward + backward slows down while the rank's network is busy (the simulator's
-``cluster.overlap_slowdown``); ``split`` times reduce-scatter and all-gather against the
-all-reduce (the simulator's ``cluster.reduce_scatter_cost`` / ``all_gather_cost``);
-``ps_overlap`` is the parameter-server arena's counterpart of ``overlap``, with server
-processes beside the workers. ``runners.fidelity.calibrate`` uses all five.
+``cluster.overlap_slowdown``) and the other way round, small all-reduces' latency and large
+ones' slow-down while the rank computes against while it idles (``cluster.busy_latency_us``,
+``latency_us`` and ``overlap_comm_slowdown`` of ``fidelity --latency split``); ``split``
+times reduce-scatter and all-gather against the all-reduce (the simulator's
+``cluster.reduce_scatter_cost`` / ``all_gather_cost``); ``ps_overlap`` is the
+parameter-server arena's counterpart of ``overlap``, with server processes beside the
+workers. ``runners.fidelity.calibrate`` uses all five.
 """
 
 from __future__ import annotations
@@ -72,6 +75,16 @@ def split_costs(rows: list[tuple[int, float, float, float]]) -> tuple[float, flo
     return rs, ag
 
 
+@dataclass(frozen=True)
+class OverlapProbe:
+    """What ``overlap`` measures (every value the slowest rank's; latencies per ring step)."""
+
+    slowdown: float  # forward + backward while 1 MiB all-reduces go, over alone, minus 1 (>= 0)
+    latency_busy_s: float  # a 4 KiB all-reduce back to back while the rank computes
+    latency_idle_s: float  # the same while the rank idles
+    comm_slowdown: float  # a 1 MiB all-reduce's time while computing over idle, minus 1 (>= 0)
+
+
 def overlap(
     model: str,
     workers: int,
@@ -79,18 +92,26 @@ def overlap(
     work: Path,
     steps: int = 15,
     threads: int = 1,
-) -> tuple[float, float]:
+) -> OverlapProbe:
     """How computing and communicating slow each other down on this machine: every rank
     times forward + backward of ``model`` (its real loss, the default batch) ``steps`` times
     alone, then as many times while a thread of its own keeps 1 MiB all-reduces going, then
-    again while the thread times 4 KiB all-reduces. Returns ``(slow-down, busy latency)``:
-    ``median(busy) / median(alone) - 1`` (at least 0), and the 10 %-trimmed mean time of a
-    4 KiB all-reduce while the rank computes, per ring step (``/ 2(n-1)``), in seconds (the
-    slowest rank's values)."""
-    alone, busy, small = _launch(
+    again while the thread keeps 4 KiB all-reduces going; then the same thread keeps each size
+    going as long while the rank idles. The slow-down is ``median(busy) / median(alone) - 1``;
+    the all-reduce times are 10 %-trimmed means of back-to-back collectives (what a stream of
+    them pays), the 4 KiB ones per ring step (``/ 2(n-1)``), the 1 MiB ones as the ratio of
+    their time while computing to their time while idle (the simulator's
+    ``overlap_comm_slowdown``)."""
+    alone, busy, small_busy, big_busy, big_idle, small_idle = _launch(
         {"overlap_model": model, "steps": steps}, workers, bandwidth_gbps, work, threads
     )
-    return max(0.0, busy / alone - 1.0), small / (2 * (workers - 1))
+    steps_per = 2 * (workers - 1)
+    return OverlapProbe(
+        slowdown=max(0.0, busy / alone - 1.0),
+        latency_busy_s=small_busy / steps_per,
+        latency_idle_s=small_idle / steps_per,
+        comm_slowdown=max(0.0, big_busy / big_idle - 1.0),
+    )
 
 
 @dataclass(frozen=True)
@@ -360,9 +381,9 @@ def _overlap(model_name: str, steps: int, rank: int) -> list[float]:
     alone = statistics.median(timed(steps))
     group = dist.new_group(backend="gloo")
 
-    def while_computing(elements: int) -> tuple[float, float]:
-        """Median forward + backward time while a thread keeps all-reduces of ``elements``
-        floats going, and the median of those all-reduces' times."""
+    def traffic_while(elements: int, work: Callable[[], Any]) -> tuple[Any, float]:
+        """What ``work()`` returns, run while a thread keeps all-reduces of ``elements``
+        floats going back to back, and the 10 %-trimmed mean of those all-reduces' times."""
         stop = threading.Event()
         buf = torch.ones(elements)
         times: list[float] = []
@@ -381,14 +402,23 @@ def _overlap(model_name: str, steps: int, rank: int) -> list[float]:
         dist.barrier()
         thread = threading.Thread(target=traffic, daemon=True)
         thread.start()
-        compute = statistics.median(timed(steps))
+        result = work()
         stop.set()
         thread.join()
-        return compute, _trimmed_mean(times[1:-1] or times)
+        return result, _trimmed_mean(times[1:-1] or times)
 
-    busy, _ = while_computing(1 << 18)  # 1 MiB
-    _, small = while_computing(1024)  # 4 KiB
-    return [_slowest(alone), _slowest(busy), _slowest(small)]
+    def computing() -> float:
+        return statistics.median(timed(steps))
+
+    busy, big_busy = traffic_while(1 << 18, computing)  # 1 MiB
+    _, small_busy = traffic_while(1024, computing)  # 4 KiB
+
+    def idling() -> None:  # as long as the rank computed, and at least a second
+        time.sleep(max(steps * alone, 1.0))
+
+    _, big_idle = traffic_while(1 << 18, idling)
+    _, small_idle = traffic_while(1024, idling)
+    return [_slowest(v) for v in (alone, busy, small_busy, big_busy, big_idle, small_idle)]
 
 
 def _ps_overlap(

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+import workloads
 from runners import cli, fidelity
 from runners.real import probe
 from runners.sim.network import RingAllReduce
@@ -24,6 +25,8 @@ TESTBED = {
             "latency_us": 80.0,
             "overlap_slowdown": {"vgg16-debug": 0.2},
             "latency_busy_us": {"vgg16-debug": 700.0},
+            "latency_idle_us": {"vgg16-debug": 300.0},
+            "comm_slowdown": {"vgg16-debug": 1.5},
         },
         {
             "nominal_gbps": 1.0,
@@ -31,6 +34,8 @@ TESTBED = {
             "latency_us": 120.0,
             "overlap_slowdown": {"vgg16-debug": 0.4},
             "latency_busy_us": {"vgg16-debug": 900.0},
+            "latency_idle_us": {"vgg16-debug": 400.0},
+            "comm_slowdown": {"vgg16-debug": 0.2},
         },
     ],
 }
@@ -97,7 +102,9 @@ def test_calibrate_measures_again_once_when_times_do_not_grow(monkeypatch):
 
 
 def test_matched_specs_share_the_configuration_and_use_the_calibration():
-    real, sim = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, TESTBED, iterations=7)
+    real, sim = fidelity.matched_specs(
+        "wfbp", "vgg16-debug", 1.0, TESTBED, iterations=7, latency="busy"
+    )
     real_spec, sim_spec = validate(real), validate(sim)
     assert real_spec.mode == "real" and sim_spec.mode == "sim"
     assert real_spec.cluster.bandwidth_gbps == 1.0  # the shaper's nominal rate
@@ -142,7 +149,7 @@ def test_a_ps_system_s_twins_get_the_ps_arena_s_measurements():
     all-reduce-only fields."""
     measured = json.loads(json.dumps(TESTBED))
     measured["network"][1].update(reduce_scatter_cost=1.02, all_gather_cost=0.57, ps=PS_POINT)
-    real, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, measured)
+    real, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, measured, latency="busy")
     real_spec, sim_spec = validate(real), validate(sim)
     assert sim_spec.arena == "ps" and not sim_spec.cluster.cpu_collectives
     assert sim_spec.cluster.reduce_scatter_cost == 0.5
@@ -152,7 +159,7 @@ def test_a_ps_system_s_twins_get_the_ps_arena_s_measurements():
     assert real_spec.cluster.ps == c.ps == 3
     assert real_spec.cluster.servers == c.servers == 3  # PSLD starts no more processes
     # an all-reduce system at the same network keeps the all-reduce measurements
-    _, wfbp = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, measured)
+    _, wfbp = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, measured, latency="busy")
     assert (wfbp["cluster"]["latency_us"], wfbp["cluster"]["overlap_slowdown"]) == (900.0, 0.4)
     # a PS twin needs none of the all-reduce measurements
     for key in ("overlap_slowdown", "latency_busy_us"):
@@ -199,10 +206,80 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
     assert shaped["latency_busy_us"] == TESTBED["network"][1]["latency_busy_us"], "kept"
     assert "PS arena" in stored["method"] and stored["ps_date"]
     assert not list(tmp_path.glob("*.tmp"))
-    _, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, stored)
+    _, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, stored, latency="busy")
     assert validate(sim).cluster.latency_us == 4000.0
-    _, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, stored, latency="idle")
-    assert validate(sim).cluster.latency_us == 500.0
+    for latency in ("idle", "split"):  # the PS simulator has one latency: split is the idle
+        _, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, stored, latency=latency)
+        assert validate(sim).cluster.latency_us == 500.0
+
+
+def test_calibrate_overlap_only_measures_the_interference_again_and_split_uses_it(
+    tmp_path, monkeypatch
+):
+    """``calibrate --overlap-only`` stores per model the compute slow-down, the busy and idle
+    latencies and the large all-reduces' slow-down; ``--latency split`` gives the twin the
+    idle latency, the busy one while computing and the slow-down (a calibration without them
+    is refused with the command to run)."""
+    monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
+    method = f"m; {fidelity._OLD_OVERLAP_METHOD}; split"  # what an older calibration says
+    doc = {**TESTBED, "method": method, "profiles": {"vgg16-debug": "vgg16-debug@cpu"}}
+    doc = json.loads(json.dumps(doc))
+    for point in doc["network"]:  # a calibration from before the idle measurement
+        del point["latency_idle_us"], point["comm_slowdown"]
+    (tmp_path / "cpu.json").write_text(json.dumps(doc))
+    with pytest.raises(fidelity.CalibrationMissing, match="--overlap-only"):
+        fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, doc)
+    seen = []
+    idle = [4e-4, 9e-4, 1e-4, 4.5e-4, 3e-4]  # the five probes of a network swing: the median
+
+    def fake_overlap(model, workers, nominal, work, threads):
+        seen.append((model, workers, nominal))
+        return probe.OverlapProbe(
+            slowdown=0.25,
+            latency_busy_s=1e-3 * (1 + (nominal or 0)),
+            latency_idle_s=idle[(len(seen) - 1) % 5],
+            comm_slowdown=0.5,
+        )
+
+    monkeypatch.setattr(probe, "overlap", fake_overlap)
+    assert cli.main(["calibrate", "--label", "cpu", "--overlap-only", "--json"]) == 0
+    rounds = fidelity.OVERLAP_ROUNDS
+    assert seen == [("vgg16-debug", 2, None)] * rounds + [("vgg16-debug", 2, 1.0)] * rounds
+    stored = json.loads((tmp_path / "cpu.json").read_text())
+    shaped = stored["network"][1]
+    assert shaped["overlap_slowdown"] == {"vgg16-debug": 0.25}
+    assert shaped["latency_busy_us"] == {"vgg16-debug": 2000.0}
+    assert shaped["latency_idle_us"] == {"vgg16-debug": 400.0}
+    assert shaped["comm_slowdown"] == {"vgg16-debug": 0.5}
+    assert shaped["latency_us"] == 120.0, "the alpha-beta fit is kept"
+    assert "latency_idle_us" in stored["method"] and stored["overlap_date"]
+    assert stored["method"].startswith("m; split; overlap per model"), "the old text replaced"
+    _, sim = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, stored)  # split, the default
+    c = validate(sim).cluster
+    assert (c.latency_us, c.busy_latency_us, c.overlap_comm_slowdown) == (400.0, 2000.0, 0.5)
+    assert c.negotiation, "the real engine negotiates reordering plans"
+    _, busy = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, stored, latency="busy")
+    c = validate(busy).cluster
+    assert (c.latency_us, c.busy_latency_us, c.overlap_comm_slowdown) == (2000.0, None, 0.0)
+
+
+def test_the_twin_simulates_the_plan_the_real_run_executed(monkeypatch):
+    """A searching policy plans under its spec's conditions: the real spec's (no calibration)
+    may give another plan than the twin's; the twin runs the real run's."""
+    from runners.policies.allreduce import CommPlan, CommTask
+    from runners.real import launch
+
+    real, sim = fidelity.matched_specs("pace", "vgg16-debug", 1.0, TESTBED)
+    real_spec, sim_spec = validate(real), validate(sim)
+    n = len(workloads.load_profile("vgg16-debug").layers)
+    one = CommPlan(
+        tasks=(CommTask(layers=tuple(range(n)), size_bytes=4 << 20, priority=0),),
+        credit_bytes=float("inf"),
+        cross_barrier=False,
+    )
+    monkeypatch.setattr(launch, "_plan", lambda spec: one if spec == real_spec else None)
+    twin = fidelity._twin(real_spec, sim_spec)
+    assert {r[6] for r in twin.timeline if r[1] == "network"} == {4 << 20}
 
 
 def test_calibrate_refuses_both_only_flags(capsys):
@@ -225,7 +302,7 @@ def test_calibrate_split_only_adds_the_costs_and_keeps_the_rest(tmp_path, monkey
     (tmp_path / "cpu.json").write_text(json.dumps({**TESTBED, "method": "m"}))
     seen = []
 
-    def fake_split(workers, nominal, work, threads):
+    def fake_split(workers, nominal, work, threads, repeats):
         seen.append(nominal)
         return [(1 << 20, 8e-3, 8e-3 * (1 + (nominal or 0)), 4e-3)]
 
@@ -240,6 +317,27 @@ def test_calibrate_split_only_adds_the_costs_and_keeps_the_rest(tmp_path, monkey
     assert shaped["latency_busy_us"] == TESTBED["network"][1]["latency_busy_us"], "kept"
     assert "split collectives" in stored["method"]
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_an_impossible_split_cost_is_measured_again_then_refused(monkeypatch):
+    """A reduce-scatter at 4.2 all-reduces (a disturbed probe on a loaded machine; the
+    simulator takes at most 4) is measured once more with twice the repeats; twice fails
+    with what to do, instead of a calibration fidelity would refuse."""
+    calls = []
+    answers = [[(1 << 20, 8e-3, 8e-3 * 4.2, 4e-3)], [(1 << 20, 8e-3, 8e-3, 4e-3)]]
+
+    def fake_split(workers, nominal, work, threads, repeats):
+        calls.append(repeats)
+        return answers[min(len(calls) - 1, len(answers) - 1)]
+
+    monkeypatch.setattr(probe, "split", fake_split)
+    _, rs, ag = fidelity._probe_split(2, None, 1, lambda m: None)
+    assert (calls, rs, ag) == ([11, 22], 1.0, 0.5)
+    calls.clear()
+    answers[1] = answers[0]
+    with pytest.raises(fidelity.CalibrationError, match="loopback.*quieter machine"):
+        fidelity._probe_split(2, None, 1, lambda m: None)
+    assert calls == [11, 22]
 
 
 def test_a_missing_calibration_point_says_what_to_run():
@@ -307,7 +405,7 @@ def test_fidelity_json_ends_with_the_report(monkeypatch, capsys):
     rows = [_row("wfbp", 0.04, 0.04 * (1 + i / 100), workload="vgg16-debug") for i in range(3)]
 
     def fake(label, systems, models, bandwidths, iterations, on_config=None, **options):
-        assert options == {"latency": "busy", "repeats": 1, "progress": options["progress"]}
+        assert options == {"latency": "split", "repeats": 1, "progress": options["progress"]}
         for row in rows:
             on_config(row)
         return fidelity.report(rows, label)
@@ -329,7 +427,6 @@ def test_repeated_real_runs_go_in_rounds_and_their_median_is_scored(monkeypatch)
     says how far the runs spread and whether the simulator lies within them."""
     from types import SimpleNamespace
 
-    from runners import execute
     from runners.real import launch
 
     monkeypatch.setattr(fidelity, "load_testbed", lambda label: TESTBED)
@@ -342,12 +439,14 @@ def test_repeated_real_runs_go_in_rounds_and_their_median_is_scored(monkeypatch)
         metrics = {"iteration_time_s": t, "iteration_time_median_s": t, "compute_time_s": 0.01}
         return SimpleNamespace(metrics=metrics, network=SimpleNamespace(kind="shaped"))
 
-    def fake_simulate(spec):
-        t = {"wfbp": 0.035, "ddp": 0.070}[spec.system]
+    def fake_twin(real_spec, sim_spec):
+        assert real_spec.system == sim_spec.system and real_spec.mode == "real"
+        t = {"wfbp": 0.035, "ddp": 0.070}[sim_spec.system]
+        t *= sim_spec.cluster.latency_us / 400.0  # split's (the idle 400 us) gives t itself
         return SimpleNamespace(metrics={"iteration_time_s": t, "compute_time_s": 0.01})
 
     monkeypatch.setattr(launch, "run", fake_run)
-    monkeypatch.setattr(execute, "simulate", fake_simulate)
+    monkeypatch.setattr(fidelity, "_twin", fake_twin)
     rows = []
     result = fidelity.fidelity(
         "cpu", ("wfbp", "ddp"), ("vgg16-debug",), (1.0,), 5, on_config=rows.append, repeats=3
@@ -360,6 +459,14 @@ def test_repeated_real_runs_go_in_rounds_and_their_median_is_scored(monkeypatch)
     assert wfbp["sim_within_runs"] and not ddp["sim_within_runs"]
     assert wfbp["ape_pct"] == pytest.approx(100 * 0.001 / 0.036)
     assert result["repeats"] == 3 and result["sim_within_runs"] == 1
+    # the same real runs against every latency model's twins (busy: 900 us, idle: the fit's 120)
+    by = result["mape_by_latency"]
+    assert by["split"] == pytest.approx(result["mape_pct"])
+    busy_wfbp = 100 * abs(0.035 * 900 / 400 - 0.036) / 0.036
+    busy_ddp = 100 * abs(0.070 * 900 / 400 - 0.050) / 0.050
+    assert by["busy"] == pytest.approx((busy_wfbp + busy_ddp) / 2)
+    assert set(by) == {"busy", "idle", "split"}
+    assert "the other latency models: busy" in fidelity.format_report(result)
     # ranges over medians: 0.010 / 0.036 and 0.016 / 0.050; their median
     assert result["real_spread_pct"] == pytest.approx(100 * (0.010 / 0.036 + 0.016 / 0.050) / 2)
     assert "within their range in 1 of 2" in fidelity.format_report(result)
