@@ -146,8 +146,9 @@ def _parser() -> argparse.ArgumentParser:
         "--overlap-only",
         action="store_true",
         help="only measure the all-reduce arena's interference (compute slow-down, small "
-        "all-reduces' latency while computing and while idle, large ones' slow-down while "
-        "computing) at each network of an existing calibration, keeping its other measurements",
+        "all-reduces' latency while computing and while idle, also through the lab's engine, "
+        "large ones' slow-down while computing) at each network of an existing calibration, "
+        "keeping its other measurements",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_calibrate)
@@ -178,8 +179,9 @@ def _parser() -> argparse.ArgumentParser:
         help="the simulator's latency: a small all-reduce's (PS arena: a small message's) "
         "time while the ranks compute (busy: what overlapped communication meets), on idle "
         "ranks (idle), or each collective the one of the state it meets, busy while a compute "
-        "op runs and idle otherwise, with large collectives' slow-down while computing (split, "
-        "the default; the PS arena: idle)",
+        "op runs and idle otherwise, with large collectives' slow-down while computing "
+        "(split), or as split with the idle ranks' latency measured through the lab's engine "
+        "(engine, the default; the PS arena: idle for both)",
     )
     p.add_argument(
         "--json",

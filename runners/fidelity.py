@@ -298,12 +298,12 @@ def _add_to_calibration(
     method: str,
     marker: str,
     date_key: str,
-    superseded: str = "",
+    superseded: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Add a measurement to calibration ``label`` at each of its networks (``measure(point,
     workers, threads, models, say)`` updates the network's entry), leaving the others as they are;
     ``method`` is appended to the calibration's method unless it names ``marker`` already
-    (``superseded``: an older text of it, taken out), ``date_key`` dated today."""
+    (``superseded``: older texts of it, taken out), ``date_key`` dated today."""
     say = progress or (lambda message: None)
     doc = load_testbed(label)
     workers, threads = int(doc["workers"]), int(doc["threads"])
@@ -311,9 +311,12 @@ def _add_to_calibration(
     for point in doc["network"]:
         say(f"network: {_where(point['nominal_gbps'])}")
         measure(point, workers, threads, models, say)
-    if superseded:
-        doc["method"] = doc["method"].replace(superseded + "; ", "")
     if marker not in doc["method"]:
+        for old in superseded:  # (one may be the start of ``method``: only when it is absent)
+            text = doc["method"]
+            if text.endswith("; " + old):
+                text = text[: -len(old) - 2]
+            doc["method"] = text.replace(old + "; ", "")
         doc["method"] += "; " + method
     doc[date_key] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     _rewrite(doc, label)
@@ -326,7 +329,8 @@ OVERLAP_METHOD = (
     "timed alone and while a thread keeps 1 MiB all-reduces going; 10 %-trimmed means of "
     "back-to-back 4 KiB all-reduces per ring step while the rank computes (latency_busy_us) "
     "and while it idles (latency_idle_us); the 1 MiB all-reduces' time while computing over "
-    "idle, minus 1 (comm_slowdown)"
+    "idle, minus 1 (comm_slowdown); 4 KiB all-reduces issued by the lab's engine on idle "
+    "ranks, a synthetic model's stream (latency_engine_us)"
 )
 
 
@@ -359,6 +363,7 @@ def _probe_overlap(
         "latency_busy_us": ("latency_busy_s", 1e6, 3),
         "latency_idle_us": ("latency_idle_s", 1e6, 3),
         "comm_slowdown": ("comm_slowdown", 1.0, 4),
+        "latency_engine_us": ("latency_engine_s", 1e6, 3),
     }
     return {
         key: {
@@ -384,16 +389,18 @@ def calibrate_overlap(
         progress,
         measure,
         OVERLAP_METHOD,
-        "latency_idle_us",
+        "latency_engine_us",
         "overlap_date",
-        superseded=_OLD_OVERLAP_METHOD,
+        superseded=_OLD_OVERLAP_METHODS,
     )
 
 
-# What calibrations before ``latency_idle_us`` said of their overlap measurement.
-_OLD_OVERLAP_METHOD = (
+# What calibrations before ``latency_idle_us``, then before ``latency_engine_us``, said of
+# their overlap measurement.
+_OLD_OVERLAP_METHODS = (
     "overlap slow-down per model: forward + backward timed alone and while a thread keeps "
-    "1 MiB all-reduces going (runners.real.probe.overlap)"
+    "1 MiB all-reduces going (runners.real.probe.overlap)",
+    OVERLAP_METHOD.split("; 4 KiB all-reduces issued by")[0],
 )
 
 
@@ -544,8 +551,10 @@ def _ps_point(point: dict[str, Any], model: str, label: str) -> dict[str, Any]:
     return ps
 
 
-LATENCIES = ("busy", "idle", "split")
-DEFAULT_LATENCY = "split"
+LATENCIES = ("busy", "idle", "split", "engine")
+DEFAULT_LATENCY = "engine"
+# Where each split model takes the latency of collectives on idle ranks from.
+_IDLE_LATENCY = {"split": "latency_idle_us", "engine": "latency_engine_us"}
 
 
 def _measured(point: dict[str, Any], key: str, model: str, label: str) -> float:
@@ -576,10 +585,14 @@ def matched_specs(
     one and large all-reduces' measured slow-down, ``cluster.busy_latency_us`` and
     ``overlap_comm_slowdown``, which the simulator applies to the bytes alone: an
     approximation, as the probe's ratio is of whole 1 MiB all-reduces, their bytes dominating
-    on the shaped networks). A modelling choice, reported with the results. A PS
+    on the shaped networks) or ``engine`` (the default: as ``split``, but the idle ranks'
+    latency is that of the same small all-reduces issued by the lab's real engine, as
+    training runs issue them, ``latency_engine_us``: the engine's thread hand-offs included).
+    A modelling choice, reported with the results. A PS
     system's twin gets the PS arena's own measurements instead (``ps`` of the network: its
-    latency, busy or idle in the same sense, and ``split`` there is the idle one, as the PS
-    simulator has one latency; slow-down and aggregation rate), and both twins as many
+    latency, busy or idle in the same sense, and ``split`` and ``engine`` there are the idle
+    one, as the PS simulator has one latency and the PS transport is not the all-reduce
+    engine; slow-down and aggregation rate), and both twins as many
     server processes and machines as the probe had. An all-reduce twin negotiates its
     reordering plans' decisions as the real engine does (``cluster.negotiation``)."""
     point = network_point(testbed, nominal)
@@ -591,7 +604,7 @@ def matched_specs(
     if registry.get(system).arena == "ps":  # the PS arena's own measurements
         ps = _ps_point(point, model, label)
         slowdown = float(ps["overlap_slowdown"][model])
-        kind = "idle" if latency == "split" else latency
+        kind = "busy" if latency == "busy" else "idle"
         latency_us = float(ps[f"latency_{kind}_us"][model])
     else:
         slowdown = _slowdown(point, model, label)
@@ -600,8 +613,8 @@ def matched_specs(
         else:
             busy_us = _measured(point, "latency_busy_us", model, label)
             latency_us = busy_us
-            if latency == "split":
-                latency_us = _measured(point, "latency_idle_us", model, label)
+            if latency in _IDLE_LATENCY:
+                latency_us = _measured(point, _IDLE_LATENCY[latency], model, label)
                 interference = {
                     "busy_latency_us": busy_us,
                     "overlap_comm_slowdown": _measured(point, "comm_slowdown", model, label),

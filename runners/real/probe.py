@@ -83,6 +83,7 @@ class OverlapProbe:
     latency_busy_s: float  # a 4 KiB all-reduce back to back while the rank computes
     latency_idle_s: float  # the same while the rank idles
     comm_slowdown: float  # a 1 MiB all-reduce's time while computing over idle, minus 1 (>= 0)
+    latency_engine_s: float  # a 4 KiB all-reduce in a stream through the lab's engine, idle
 
 
 def overlap(
@@ -101,8 +102,11 @@ def overlap(
     the all-reduce times are 10 %-trimmed means of back-to-back collectives (what a stream of
     them pays), the 4 KiB ones per ring step (``/ 2(n-1)``), the 1 MiB ones as the ratio of
     their time while computing to their time while idle (the simulator's
-    ``overlap_comm_slowdown``)."""
-    alone, busy, small_busy, big_busy, big_idle, small_idle = _launch(
+    ``overlap_comm_slowdown``). Last, ``latency_engine_s``: the same 4 KiB all-reduces on idle
+    ranks, but issued by the lab's real engine (``_engine_stream``), as training runs issue
+    them: asynchronous, from its communication thread, each completion handed back to the
+    waiting threads (per ring step, 10 %-trimmed mean)."""
+    alone, busy, small_busy, big_busy, big_idle, small_idle, engine = _launch(
         {"overlap_model": model, "steps": steps}, workers, bandwidth_gbps, work, threads
     )
     steps_per = 2 * (workers - 1)
@@ -111,6 +115,7 @@ def overlap(
         latency_busy_s=small_busy / steps_per,
         latency_idle_s=small_idle / steps_per,
         comm_slowdown=max(0.0, big_busy / big_idle - 1.0),
+        latency_engine_s=engine / steps_per,
     )
 
 
@@ -418,7 +423,53 @@ def _overlap(model_name: str, steps: int, rank: int) -> list[float]:
 
     _, big_idle = traffic_while(1 << 18, idling)
     _, small_idle = traffic_while(1024, idling)
-    return [_slowest(v) for v in (alone, busy, small_busy, big_busy, big_idle, small_idle)]
+    engine = _engine_stream()
+    values = (alone, busy, small_busy, big_busy, big_idle, small_idle, engine)
+    return [_slowest(v) for v in values]
+
+
+ENGINE_LAYERS = 32  # the synthetic model's layers, each one 4 KiB all-reduce
+ENGINE_ITERATIONS = 20  # measured, after 3 warm-up iterations
+
+
+def _engine_stream(layers: int = ENGINE_LAYERS, iterations: int = ENGINE_ITERATIONS) -> float:
+    """(Every rank.) The 10 %-trimmed mean time of a 4 KiB all-reduce in a stream issued by
+    the lab's engine (``runners.real.engine.Engine``, the code training runs use) on idle
+    ranks: a synthetic model of ``layers`` bias-free 32 x 32 linear layers (1,024 values each)
+    whose forward and backward take almost no time, one all-reduce per layer released as its
+    gradient is ready (a first-ready-first plan, global barrier), the main thread waiting for
+    them before the next iteration. A collective's time is the engine's own record of it: from
+    its issue, or the end of the one before it if that was later, to its completion as the
+    engine's threads learn of it. Not a model of training: the same collectives as the idle
+    probe's, through the engine's path (its thread hand-offs cost here, on shared cores)."""
+    import torch
+    from torch import nn
+
+    from ..policies.allreduce import CommPlan, CommTask
+    from .engine import Engine, bind_layers
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(32, 32, bias=False) for _ in range(layers)])
+    binding = bind_layers(model, [str(i) for i in range(layers)])
+    tasks = tuple(
+        CommTask(layers=(i,), size_bytes=binding.numel(i) * 4, priority=layers - 1 - i)
+        for i in range(layers)
+    )
+    plan = CommPlan(tasks=tasks, credit_bytes=float("inf"), cross_barrier=False)
+    warmup = 3
+    times: list[float] = []
+
+    def record(it: int, resource: str, _op: str, _layer: str, start: float, end: float, _b: int):
+        if resource == "network" and it >= warmup:
+            times.append(end - start)
+
+    engine = Engine(model, binding, plan, lr=1e-3, record=record)
+    inputs = torch.randn(8, 32)
+    for it in range(warmup + iterations):
+        engine.begin(it)
+        model(inputs).square().mean().backward()
+    engine.finish()
+    return _trimmed_mean(times)
 
 
 def _ps_overlap(

@@ -46,6 +46,8 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
         assert point["latency_busy_us"][MODEL] > 0
         # back-to-back 4 KiB all-reduces on idle ranks cross two processes' threads: not free
         assert point["latency_idle_us"][MODEL] > 10
+        # the same all-reduces issued by the lab's engine (a synthetic model's stream)
+        assert point["latency_engine_us"][MODEL] > 10
         assert point["comm_slowdown"][MODEL] >= 0
         assert [row["bytes"] for row in point["allreduce"]] == sorted(
             row["bytes"] for row in point["allreduce"]
@@ -68,7 +70,7 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
 
     systems = "wfbp,ddp,ps-default"
     argv = ["fidelity", "--label", label, "--systems", systems, "--models", MODEL]
-    argv += ["--latency", "split"]
+    argv += ["--latency", "engine"]
     assert cli.main([*argv, "--bandwidths", "0.5,loopback", "--iterations", "5", "--json"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 7  # six configurations, then the report
@@ -84,7 +86,8 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
         assert r["ape_pct"] == pytest.approx(expected)
     assert report["mape_pct"] == pytest.approx(sum(r["ape_pct"] for r in rows) / 6)
     assert not report["meets_target"]  # 6 configurations are fewer than the 12 it needs
-    assert report["latency"] == "split"
+    assert report["latency"] == "engine"
+    assert set(report["mape_by_latency"]) == set(fidelity.LATENCIES)
     by = {(r["system"], r["bandwidth_gbps"]): r for r in rows}
     (speedup,) = [
         s for s in report["speedups"]

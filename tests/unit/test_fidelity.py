@@ -27,6 +27,7 @@ TESTBED = {
             "latency_busy_us": {"vgg16-debug": 700.0},
             "latency_idle_us": {"vgg16-debug": 300.0},
             "comm_slowdown": {"vgg16-debug": 1.5},
+            "latency_engine_us": {"vgg16-debug": 550.0},
         },
         {
             "nominal_gbps": 1.0,
@@ -36,6 +37,7 @@ TESTBED = {
             "latency_busy_us": {"vgg16-debug": 900.0},
             "latency_idle_us": {"vgg16-debug": 400.0},
             "comm_slowdown": {"vgg16-debug": 0.2},
+            "latency_engine_us": {"vgg16-debug": 650.0},
         },
     ],
 }
@@ -208,7 +210,7 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
     assert not list(tmp_path.glob("*.tmp"))
     _, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, stored, latency="busy")
     assert validate(sim).cluster.latency_us == 4000.0
-    for latency in ("idle", "split"):  # the PS simulator has one latency: split is the idle
+    for latency in ("idle", "split", "engine"):  # the PS simulator has one latency: the idle
         _, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, stored, latency=latency)
         assert validate(sim).cluster.latency_us == 500.0
 
@@ -217,15 +219,16 @@ def test_calibrate_overlap_only_measures_the_interference_again_and_split_uses_i
     tmp_path, monkeypatch
 ):
     """``calibrate --overlap-only`` stores per model the compute slow-down, the busy and idle
-    latencies and the large all-reduces' slow-down; ``--latency split`` gives the twin the
-    idle latency, the busy one while computing and the slow-down (a calibration without them
-    is refused with the command to run)."""
+    latencies (the idle one also through the engine) and the large all-reduces' slow-down;
+    ``--latency engine`` (the default) gives the twin the engine's idle latency, the busy one
+    while computing and the slow-down, ``--latency split`` the same with the plain idle
+    latency (a calibration without them is refused with the command to run)."""
     monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
-    method = f"m; {fidelity._OLD_OVERLAP_METHOD}; split"  # what an older calibration says
+    method = f"m; {fidelity._OLD_OVERLAP_METHODS[0]}; split"  # what an older calibration says
     doc = {**TESTBED, "method": method, "profiles": {"vgg16-debug": "vgg16-debug@cpu"}}
     doc = json.loads(json.dumps(doc))
     for point in doc["network"]:  # a calibration from before the idle measurement
-        del point["latency_idle_us"], point["comm_slowdown"]
+        del point["latency_idle_us"], point["comm_slowdown"], point["latency_engine_us"]
     (tmp_path / "cpu.json").write_text(json.dumps(doc))
     with pytest.raises(fidelity.CalibrationMissing, match="--overlap-only"):
         fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, doc)
@@ -239,6 +242,7 @@ def test_calibrate_overlap_only_measures_the_interference_again_and_split_uses_i
             latency_busy_s=1e-3 * (1 + (nominal or 0)),
             latency_idle_s=idle[(len(seen) - 1) % 5],
             comm_slowdown=0.5,
+            latency_engine_s=3 * idle[(len(seen) - 1) % 5],
         )
 
     monkeypatch.setattr(probe, "overlap", fake_overlap)
@@ -251,16 +255,36 @@ def test_calibrate_overlap_only_measures_the_interference_again_and_split_uses_i
     assert shaped["latency_busy_us"] == {"vgg16-debug": 2000.0}
     assert shaped["latency_idle_us"] == {"vgg16-debug": 400.0}
     assert shaped["comm_slowdown"] == {"vgg16-debug": 0.5}
+    assert shaped["latency_engine_us"] == {"vgg16-debug": 1200.0}
     assert shaped["latency_us"] == 120.0, "the alpha-beta fit is kept"
-    assert "latency_idle_us" in stored["method"] and stored["overlap_date"]
+    assert "latency_engine_us" in stored["method"] and stored["overlap_date"]
     assert stored["method"].startswith("m; split; overlap per model"), "the old text replaced"
-    _, sim = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, stored)  # split, the default
+    assert stored["method"].count("overlap per model") == 1
+    _, sim = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, stored)  # engine, the default
     c = validate(sim).cluster
-    assert (c.latency_us, c.busy_latency_us, c.overlap_comm_slowdown) == (400.0, 2000.0, 0.5)
+    assert (c.latency_us, c.busy_latency_us, c.overlap_comm_slowdown) == (1200.0, 2000.0, 0.5)
     assert c.negotiation, "the real engine negotiates reordering plans"
+    _, split = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, stored, latency="split")
+    c = validate(split).cluster
+    assert (c.latency_us, c.busy_latency_us, c.overlap_comm_slowdown) == (400.0, 2000.0, 0.5)
     _, busy = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, stored, latency="busy")
     c = validate(busy).cluster
     assert (c.latency_us, c.busy_latency_us, c.overlap_comm_slowdown) == (2000.0, None, 0.0)
+
+
+def test_overlap_only_replaces_the_previous_method_text_once(tmp_path, monkeypatch):
+    """A calibration whose method ends with the overlap text from before the engine's latency
+    gets the new text in its place; measuring again leaves one copy."""
+    monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
+    doc = {**TESTBED, "method": f"m; {fidelity._OLD_OVERLAP_METHODS[1]}"}
+    doc["profiles"] = {"vgg16-debug": "vgg16-debug@cpu"}
+    (tmp_path / "cpu.json").write_text(json.dumps(doc))
+    fake = probe.OverlapProbe(0.1, 1e-3, 4e-4, 0.2, 8e-4)
+    monkeypatch.setattr(probe, "overlap", lambda *args, **kwargs: fake)
+    for _ in range(2):
+        stored = fidelity.calibrate_overlap("cpu")
+        assert stored["method"] == f"m; {fidelity.OVERLAP_METHOD}"
+    assert stored["network"][0]["latency_engine_us"] == {"vgg16-debug": 800.0}
 
 
 def test_the_twin_simulates_the_plan_the_real_run_executed(monkeypatch):
@@ -405,7 +429,7 @@ def test_fidelity_json_ends_with_the_report(monkeypatch, capsys):
     rows = [_row("wfbp", 0.04, 0.04 * (1 + i / 100), workload="vgg16-debug") for i in range(3)]
 
     def fake(label, systems, models, bandwidths, iterations, on_config=None, **options):
-        assert options == {"latency": "split", "repeats": 1, "progress": options["progress"]}
+        assert options == {"latency": "engine", "repeats": 1, "progress": options["progress"]}
         for row in rows:
             on_config(row)
         return fidelity.report(rows, label)
@@ -449,8 +473,9 @@ def test_repeated_real_runs_go_in_rounds_and_their_median_is_scored(monkeypatch)
     monkeypatch.setattr(fidelity, "_twin", fake_twin)
     rows = []
     result = fidelity.fidelity(
-        "cpu", ("wfbp", "ddp"), ("vgg16-debug",), (1.0,), 5, on_config=rows.append, repeats=3
-    )
+        "cpu", ("wfbp", "ddp"), ("vgg16-debug",), (1.0,), 5, on_config=rows.append, repeats=3,
+        latency="split",
+    )  # fmt: skip
     assert order == ["wfbp", "ddp"] * 3  # rounds, not one configuration's runs back to back
     wfbp, ddp = result["configs"]
     assert rows == result["configs"]
@@ -465,7 +490,8 @@ def test_repeated_real_runs_go_in_rounds_and_their_median_is_scored(monkeypatch)
     busy_wfbp = 100 * abs(0.035 * 900 / 400 - 0.036) / 0.036
     busy_ddp = 100 * abs(0.070 * 900 / 400 - 0.050) / 0.050
     assert by["busy"] == pytest.approx((busy_wfbp + busy_ddp) / 2)
-    assert set(by) == {"busy", "idle", "split"}
+    assert set(by) == {"busy", "idle", "split", "engine"}
+    assert by["engine"] > by["split"]  # the engine's idle latency (650 us) is further off
     assert "the other latency models: busy" in fidelity.format_report(result)
     # ranges over medians: 0.010 / 0.036 and 0.016 / 0.050; their median
     assert result["real_spread_pct"] == pytest.approx(100 * (0.010 / 0.036 + 0.016 / 0.050) / 2)
