@@ -594,7 +594,9 @@ def matched_specs(
     one, as the PS simulator has one latency and the PS transport is not the all-reduce
     engine; slow-down and aggregation rate), and both twins as many
     server processes and machines as the probe had. An all-reduce twin negotiates its
-    reordering plans' decisions as the real engine does (``cluster.negotiation``)."""
+    reordering plans' decisions as the real engine does (``cluster.negotiation``) and, on a
+    shaped network, has its NICs' token bucket (``cluster.link_burst_bytes``: the depth
+    ``runners.real.testbed`` gives ``tc tbf``, in payload bytes; not fitted)."""
     point = network_point(testbed, nominal)
     if latency not in LATENCIES:
         raise ValueError(f"latency must be one of {', '.join(LATENCIES)} (got {latency!r})")
@@ -664,7 +666,17 @@ def matched_specs(
             negotiation=True,  # the real engine negotiates reordering plans' decisions
             **interference,
         )
+        if nominal is not None:  # the shaper's token bucket, in payload bytes
+            sim["cluster"]["link_burst_bytes"] = _payload_burst(nominal, point["bandwidth_gbps"])
     return real, sim
+
+
+def _payload_burst(nominal_gbps: float, fitted_gbps: float) -> int:
+    """The testbed's token bucket (``tc tbf`` counts frames, headers included) in the payload
+    bytes the simulator counts: its depth times the fitted bandwidth's share of the nominal."""
+    from .real import testbed as tb
+
+    return int(tb.burst_bytes(nominal_gbps) * min(1.0, fitted_gbps / nominal_gbps))
 
 
 def fidelity(

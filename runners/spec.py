@@ -122,7 +122,14 @@ class CommCluster:
     DeAR, priority delayed all-reduce) agree on each dispatch decision across the ranks with
     one small collective, as the lab's real engine does (like Horovod's coordinator); a
     decision then waits that collective's time. Off: decisions are free (the papers' model).
-    ``fidelity`` sets it."""
+    ``fidelity`` sets it.
+
+    ``link_burst_bytes`` (all-reduce arena): the NICs are shaped by a token bucket of this
+    depth (payload bytes) filled at the bandwidth, as ``tc tbf`` shapes the emulated testbed's:
+    a collective's bytes up to the tokens gathered while the links idled pass at once, the rest
+    at the bandwidth. 0 (the default): links that always run at the bandwidth. ``fidelity``
+    sets the testbed's burst (``runners.real.testbed.tbf_args``): 256 KiB, 8 ms at 0.25 Gbit/s.
+    """
 
     workers: int = 8
     bandwidth_gbps: float = 10.0
@@ -137,6 +144,7 @@ class CommCluster:
     busy_latency_us: float | None = None  # all-reduce arena: while computing (None: latency_us)
     overlap_comm_slowdown: float = 0.0  # all-reduce arena: bytes slower while computing
     negotiation: bool = False  # all-reduce arena: reordering plans negotiate each decision
+    link_burst_bytes: int = 0  # all-reduce arena: the NICs' token bucket (tc tbf), 0 = none
     stragglers: tuple[Straggler, ...] = ()
     ps: int = 4
     servers: int = 8
@@ -223,6 +231,7 @@ ALLREDUCE_ONLY_FIELDS = (
     "busy_latency_us",
     "overlap_comm_slowdown",
     "negotiation",
+    "link_burst_bytes",
 )
 
 # Fields left out of ``RunSpec.as_dict`` at their default: added after results were recorded,
@@ -236,6 +245,7 @@ _OMITTED_AT_DEFAULT = {
     "busy_latency_us": CommCluster.busy_latency_us,
     "overlap_comm_slowdown": CommCluster.overlap_comm_slowdown,
     "negotiation": CommCluster.negotiation,
+    "link_burst_bytes": CommCluster.link_burst_bytes,
 }
 _TOP_OMITTED_AT_DEFAULT = {"timeline_iterations": 2}
 
@@ -339,6 +349,11 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         lambda v: True,
         "true or false (plans that reorder by priority agree on each dispatch decision with "
         "one small collective, as the lab's real engine and Horovod's coordinator do)",
+    ),
+    "link_burst_bytes": (
+        int,
+        lambda v: 0 <= v <= 1 << 40,
+        "an integer >= 0 (bytes a NIC's token bucket holds, as tc tbf's burst; 0 = no bucket)",
     ),
     "ps": (int, lambda v: 1 <= v <= 10_000, "an integer between 1 and 10000 (PS processes)"),
     "servers": (int, lambda v: 1 <= v <= 10_000, "an integer between 1 and 10000 (PS machines)"),

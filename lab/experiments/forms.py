@@ -233,6 +233,14 @@ class ExperimentForm(_ClusterArenaFields):
         help_text="plans that reorder by priority agree on each decision with one small "
         "collective, as the lab's real engine does (unticked: decisions are free)",
     )
+    cluster_link_burst_bytes = forms.IntegerField(
+        label="NIC token bucket (bytes)",
+        required=False,
+        min_value=0,
+        initial=_DEFAULTS.link_burst_bytes,
+        help_text="after the links idle, up to this many bytes of a collective pass at once, "
+        "as tc tbf's burst shapes the emulated testbed (0 = links always at the bandwidth)",
+    )
     cluster_ps = forms.IntegerField(label="parameter servers", required=False, initial=_DEFAULTS.ps)
     cluster_servers = forms.IntegerField(
         label="server machines",

@@ -107,16 +107,21 @@ def kill_inside(namespace: str) -> None:
             continue
 
 
+def burst_bytes(gbps: float) -> int:
+    """The depth of the token bucket shaping a NIC at ``gbps`` Gbit/s: a millisecond of its
+    rate, and at least ``MIN_BURST_BYTES`` (the simulator's ``cluster.link_burst_bytes``
+    models it)."""
+    return max(MIN_BURST_BYTES, int(gbps * 1e9 / 8 / 1000))
+
+
 def tbf_args(gbps: float) -> list[str]:
     """``tc`` arguments of a token bucket at ``gbps`` Gbit/s."""
-    rate_bytes = gbps * 1e9 / 8
-    burst = max(MIN_BURST_BYTES, int(rate_bytes / 1000))
     return [
         "tbf",
         "rate",
         f"{int(gbps * 1e9)}bit",
         "burst",
-        str(burst),
+        str(burst_bytes(gbps)),
         "latency",
         f"{QUEUE_LATENCY_MS}ms",
     ]

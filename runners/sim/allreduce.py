@@ -156,7 +156,12 @@ def run(
     if spec.cluster.cpu_collectives and plan.fusion_cycle_s > 0:
         plan = dataclasses.replace(plan, fusion_cycle_blocks=True)  # Horovod on CPU
     result = simulate(
-        setup, network, plan, busy_network_for(spec), negotiate=spec.cluster.negotiation
+        setup,
+        network,
+        plan,
+        busy_network_for(spec),
+        negotiate=spec.cluster.negotiation,
+        burst_bytes=spec.cluster.link_burst_bytes,
     )
     for key, value in plan_info(plan).items():
         result.metrics[f"plan.{key}"] = value

@@ -30,7 +30,14 @@ and the delay:
   network when a compute op runs or can start at that instant, decided at the round's
   start), and hands to the queue only the tasks that were ready when it
   started; then the best of the queue go to the channel while credit remains, and the next
-  round starts if tasks are still waiting.
+  round starts if tasks are still waiting;
+* with ``burst_bytes`` (``cluster.link_burst_bytes``: the NICs shaped by a token bucket, as
+  ``tc tbf`` shapes the emulated testbed's), each NIC's bucket fills at the bandwidth up to
+  that many bytes while the channel is empty; a collective's bytes per link (``2(n-1)/n`` of
+  its size for an all-reduce, times its cost for a split collective) up to the tokens pass at
+  once, only the rest at the bandwidth (its latency unchanged). The bucket is not refilled
+  during a collective (it would be drained as it fills) and refills at the plain bandwidth
+  (a NIC straggler's lower rate is not taken into account).
 """
 
 from __future__ import annotations
@@ -54,11 +61,13 @@ def simulate(
     plan: CommPlan,
     busy_network: RingAllReduce | None = None,
     negotiate: bool = False,
+    burst_bytes: int = 0,
 ) -> SimResult:
     """Run the job for warm-up + measured iterations (+1 to time the last interval).
     ``busy_network``: the collectives' cost while the ranks compute (None: ``network``'s);
-    ``negotiate``: dispatch decisions of non-FIFO plans cost a negotiation round."""
-    job = _AllReduceJob(setup, network, plan, busy_network, negotiate)
+    ``negotiate``: dispatch decisions of non-FIFO plans cost a negotiation round;
+    ``burst_bytes``: the NICs' token bucket (0: none)."""
+    job = _AllReduceJob(setup, network, plan, busy_network, negotiate, burst_bytes)
     job.start()
     job.loop.run()
     return job.result()
@@ -92,6 +101,7 @@ class _AllReduceJob(ComputeJob):
         plan: CommPlan,
         busy_network: RingAllReduce | None = None,
         negotiate: bool = False,
+        burst_bytes: int = 0,
     ) -> None:
         if busy_network is not None:
             self.compute_watch = self._compute_changed
@@ -156,6 +166,11 @@ class _AllReduceJob(ComputeJob):
         self.delay = plan.delay
         self.cross_barrier = plan.cross_barrier
         self.link_factors = setup.link_factors  # NIC stragglers: the ring's slowest link
+        # The NICs' token bucket: its tokens (bytes per link) when the channel last emptied,
+        # and when (None while a collective is on it).
+        self.burst = float(burst_bytes)
+        self.tokens = self.burst
+        self.tokens_at: float | None = 0.0
 
     def _state(self, it: int) -> None:
         self.grad_groups[it] = [0] * self.n_layers
@@ -299,6 +314,9 @@ class _AllReduceJob(ComputeJob):
         self.channel_head += 1
         slow = self.link_factors[it] if it < len(self.link_factors) else 1.0
         self.channel_busy = True
+        if self.burst > 0:
+            self._start_burst(it, members, size, slow)
+            return
         if self.busy_durations_s is not None:
             self._start_timed(it, members, size, slow)
             return
@@ -311,12 +329,41 @@ class _AllReduceJob(ComputeJob):
             duration = self.network.time_s(size, self.tasks[members[0]].op)
         self.loop.after(duration, self._task_done, it, members, size, self.loop.now)
 
+    def _start_burst(self, it: int, members: tuple[int, ...], size: int, slow: float) -> None:
+        """Put a collective on the channel through the NICs' token bucket: it takes the time
+        of a collective whose bytes per link are what the tokens do not cover."""
+        now = self.loop.now
+        assert self.tokens_at is not None
+        net = self.network
+        tokens = min(self.burst, self.tokens + (now - self.tokens_at) * net.bandwidth_bytes_per_s)
+        op = self.tasks[members[0]].op
+        n = net.workers
+        share = 2 * (n - 1) / n if n > 1 else 0.0  # of the size, per link (all-reduce)
+        if op != "allreduce":
+            share *= net.reduce_scatter_cost if op == "reduce_scatter" else net.all_gather_cost
+        used = min(tokens, share * size)
+        self.tokens, self.tokens_at = tokens - used, None
+        # Its whole time less the bytes the tokens cover (the latency stays).
+        idle = net.time_s(size, op, slow) - used / (net.bandwidth_bytes_per_s * slow)
+        if self.busy_network is None:
+            self.loop.after(max(0.0, idle), self._task_done, it, members, size, now)
+            return
+        busy_net = self.busy_network
+        busy = busy_net.time_s(size, op, slow) - used / (busy_net.bandwidth_bytes_per_s * slow)
+        self._put_timed(it, members, size, max(0.0, idle), max(0.0, busy))
+
     def _start_timed(self, it: int, members: tuple[int, ...], size: int, slow: float) -> None:
         """Put a collective on the channel whose rate follows the compute (busy network)."""
         assert self.busy_network is not None and self.busy_durations_s is not None
-        now = self.loop.now
         idle = self._duration(self.network, self.durations_s, members, size, slow)
         busy = self._duration(self.busy_network, self.busy_durations_s, members, size, slow)
+        self._put_timed(it, members, size, idle, busy)
+
+    def _put_timed(
+        self, it: int, members: tuple[int, ...], size: int, idle: float, busy: float
+    ) -> None:
+        """The collective on the channel, ``idle`` / ``busy`` long at either rate."""
+        now = self.loop.now
         computing = any(self.busy)
         self.current = _Timed(it, members, size, now, now, computing, idle, busy)
         self.channel_token += 1
@@ -382,6 +429,8 @@ class _AllReduceJob(ComputeJob):
     def _task_done(self, it: int, members: tuple[int, ...], size: int, start: float) -> None:
         now = self.loop.now
         self.channel_busy = False
+        if self.burst > 0:
+            self.tokens_at = now  # the bucket fills again from here
         self.comm_s[it] += now - start
         tasks = self.tasks
         self.credit_left = min(self.credit_left + size, self.plan.credit_bytes)

@@ -182,12 +182,14 @@ def test_the_all_reduce_only_cluster_fields_are_refused_for_a_ps_system(client, 
         "reduce_scatter_cost": 1.0,
         "busy_latency_us": 800.0,
         "negotiation": True,
+        "link_burst_bytes": 262144,
     }
     response = post(client, "/api/experiments/", body, token)
     assert response.status_code == 201, response.json()
     spec = Run.objects.filter(system="horovod").first().spec["cluster"]
     assert spec["cpu_collectives"] is True and spec["reduce_scatter_cost"] == 1.0
     assert spec["busy_latency_us"] == 800.0 and spec["negotiation"] is True
+    assert spec["link_burst_bytes"] == 262144
     ps = {**body, "system": "ps-default", "baselines": ["byteps"]}
     response = post(client, "/api/experiments/", ps, token)
     assert response.status_code == 400

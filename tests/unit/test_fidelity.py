@@ -122,6 +122,10 @@ def test_matched_specs_share_the_configuration_and_use_the_calibration():
     loop_real, loop_sim = fidelity.matched_specs("ddp", "vgg16-debug", None, TESTBED)
     assert loop_real["real"]["network"] == "loopback"
     assert loop_sim["cluster"]["bandwidth_gbps"] == 12.0
+    # the shaper's token bucket (256 KiB of frames at 1 Gbit/s) in payload bytes; none on
+    # loopback
+    assert c.link_burst_bytes == int(262144 * 0.94)
+    assert "link_burst_bytes" not in loop_sim["cluster"]
 
 
 def test_the_simulator_gets_the_measured_split_collectives_where_the_calibration_has_them():

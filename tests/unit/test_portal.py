@@ -228,18 +228,20 @@ def test_the_collective_fields_reach_all_reduce_runs_and_are_dropped_elsewhere(b
         "cluster_busy_latency_us": "900",
         "cluster_overlap_comm_slowdown": "0.3",
         "cluster_negotiation": "on",
+        "cluster_link_burst_bytes": "262144",
     }
     assert browser.post(reverse("experiment-new"), form).status_code == 302
     cluster = Experiment.objects.get().runs.first().spec["cluster"]
     assert cluster["reduce_scatter_cost"] == 1.0 and cluster["cpu_collectives"] is True
     assert cluster["busy_latency_us"] == 900.0 and cluster["overlap_comm_slowdown"] == 0.3
-    assert cluster["negotiation"] is True
+    assert cluster["negotiation"] is True and cluster["link_burst_bytes"] == 262144
     ps = {**form, "system": "ps-default", "baselines": ["byteps"], "params": "{}"}
     assert browser.post(reverse("experiment-new"), ps).status_code == 302
     run = Experiment.objects.order_by("-pk").first().runs.first()
     assert "cpu_collectives" not in run.spec["cluster"]
     assert "reduce_scatter_cost" not in run.spec["cluster"]
     assert "busy_latency_us" not in run.spec["cluster"] and "negotiation" not in run.spec["cluster"]
+    assert "link_burst_bytes" not in run.spec["cluster"]
 
 
 def test_the_form_preselects_the_baselines_of_the_systems_arena(browser):

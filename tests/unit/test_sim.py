@@ -263,6 +263,47 @@ def test_a_collective_that_outlasts_the_computation_goes_on_at_the_idle_rate():
     assert idle < expected < busy
 
 
+def test_the_links_token_bucket_lets_a_burst_through_after_an_idle_spell():
+    """``link_burst_bytes``: a collective that starts after the links idled long enough gets
+    up to the bucket's bytes through at once (its latency stays); one that starts as the
+    previous one ends finds the bucket empty; an idle gap refills it at the bandwidth."""
+    burst = 50_000
+    bandwidth = 1e9 / 8  # bytes/s at 1 Gbit/s
+    kw = {"workers": 2, "bandwidth_gbps": 1.0, "latency_us": 100.0, "iterations": 3}
+    idle = RingAllReduce.from_gbps(2, 1.0, 100.0).time_s(100_000)
+
+    def durations(bwd_s, **more):
+        layers = tuple(
+            LayerTimes(f"l{i}", fwd_s=0.002, bwd_s=bwd_s, grad_bytes=100_000) for i in range(4)
+        )
+        _, result = run_layers("wfbp", layers, **kw, **more)
+        return [r[5] - r[4] for r in _network_rows(result, 3)]
+
+    # 10 ms of backward between collectives of about 1 ms: each finds the bucket full
+    assert durations(0.010) == pytest.approx([idle] * 4, rel=1e-9)
+    full = idle - burst / bandwidth
+    assert durations(0.010, link_burst_bytes=burst) == pytest.approx([full] * 4, rel=1e-9)
+    # backward ops of 0.1 ms: the collectives queue; the first drains the bucket
+    assert durations(0.0001, link_burst_bytes=burst) == pytest.approx(
+        [full, idle, idle, idle], rel=1e-9
+    )
+    # with the busy network (collectives during the backward pass): its time less the same
+    # bytes at its own rate
+    busy = RingAllReduce.from_gbps(2, 0.5, 1000.0).time_s(100_000)
+    busy_kw = {"busy_latency_us": 1000.0, "overlap_comm_slowdown": 1.0}
+    assert durations(0.010, link_burst_bytes=burst, **busy_kw) == pytest.approx(
+        [busy - burst / (bandwidth / 2)] * 3 + [full], rel=1e-9
+    )
+    # a bucket larger than a collective's bytes: the whole of them pass, the latency stays
+    assert durations(0.010, link_burst_bytes=10**6)[0] == pytest.approx(2 * 100e-6, rel=1e-9)
+    # 0.8 ms backward ops (a collective: 1 ms, 0.6 ms with a full bucket): the first leaves a
+    # 0.2 ms gap, which refills 25,000 bytes; the second ends as the third is ready (no gap)
+    assert idle == pytest.approx(1e-3) and full == pytest.approx(0.6e-3)
+    assert durations(0.0008, link_burst_bytes=burst) == pytest.approx(
+        [full, idle - 0.2e-3, idle, idle], rel=1e-9
+    )
+
+
 def test_negotiation_makes_each_decision_of_a_reordering_plan_wait_a_small_collective():
     """``negotiation``: PACE (credit of one task, priority order) agrees on every dispatch
     with a 16-byte collective, so each all-reduce starts at least that long after the one

@@ -132,8 +132,11 @@ def test_as_dict_leaves_the_split_collective_costs_out_at_the_ring_s():
     assert "reduce_scatter_cost" not in validate(MINIMAL).as_dict()["cluster"]
     assert "cpu_collectives" not in validate(MINIMAL).as_dict()["cluster"]
     assert validate(with_cluster(cpu_collectives=True)).as_dict()["cluster"]["cpu_collectives"]
-    for key in ("busy_latency_us", "overlap_comm_slowdown", "negotiation"):
+    for key in ("busy_latency_us", "overlap_comm_slowdown", "negotiation", "link_burst_bytes"):
         assert key not in validate(MINIMAL).as_dict()["cluster"]
+    bucket = validate(with_cluster(link_burst_bytes=262144))
+    assert bucket.as_dict()["cluster"]["link_burst_bytes"] == 262144
+    assert validate(bucket.as_dict()) == bucket
     split = validate(
         with_cluster(busy_latency_us=900.0, overlap_comm_slowdown=0.3, negotiation=True)
     )
@@ -321,6 +324,9 @@ BAD_SPECS = [
         "cluster.busy_latency_us",
     ),
     ("negotiation-in-the-ps-arena", ps_cluster(negotiation=True), "cluster.negotiation"),
+    ("burst-negative", with_cluster(link_burst_bytes=-1), "cluster.link_burst_bytes"),
+    ("burst-not-an-integer", with_cluster(link_burst_bytes=1.5), "cluster.link_burst_bytes"),
+    ("burst-in-the-ps-arena", ps_cluster(link_burst_bytes=1024), "cluster.link_burst_bytes"),
     (
         "reduce-scatter-cost-in-the-ps-arena",
         ps_cluster(reduce_scatter_cost=1.0),
