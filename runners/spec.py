@@ -121,8 +121,9 @@ class CommCluster:
     ``negotiation`` (all-reduce arena): plans that reorder by priority (ByteScheduler, PACE,
     DeAR, priority delayed all-reduce) agree on each dispatch decision across the ranks with
     one small collective, as the lab's real engine does (like Horovod's coordinator); a
-    decision then waits that collective's time. Off: decisions are free (the papers' model).
-    ``fidelity`` sets it.
+    decision then waits that collective's time. Horovod (fusion cycles) negotiates once per
+    cycle that has tensors to fuse, before fusing them (its coordinator). Off: decisions are
+    free (the papers' model). ``fidelity`` sets it.
 
     ``link_burst_bytes`` (all-reduce arena): the NICs are shaped by a token bucket of this
     depth (payload bytes) filled at the bandwidth, as ``tc tbf`` shapes the emulated testbed's:

@@ -30,7 +30,10 @@ and the delay:
   network when a compute op runs or can start at that instant, decided at the round's
   start), and hands to the queue only the tasks that were ready when it
   started; then the best of the queue go to the channel while credit remains, and the next
-  round starts if tasks are still waiting;
+  round starts if tasks are still waiting. A plan with fusion cycles (Horovod) negotiates
+  once per cycle instead: a cycle with tensors to fuse first agrees on those ready at its
+  tick (the same small collective; Horovod's coordinator, whose response cache still costs a
+  small all-reduce per cycle), then fuses them; a cycle due meanwhile waits for it;
 * with ``burst_bytes`` (``cluster.link_burst_bytes``: the NICs shaped by a token bucket, as
   ``tc tbf`` shapes the emulated testbed's), each NIC's bucket fills at the bandwidth up to
   that many bytes while the channel is empty; a collective's bytes per link (``2(n-1)/n`` of
@@ -113,8 +116,11 @@ class _AllReduceJob(ComputeJob):
         self.current: _Timed | None = None
         self.channel_token = 0
         self.recheck_due = False
-        # Negotiation rounds (Horovod-style fusion cycles are not negotiated here).
+        # Negotiation rounds of reordering plans (fusion cycles: ``negotiate_cycles``).
         self.negotiate = negotiate and plan.fusion_cycle_s <= 0 and not is_fifo(plan)
+        # Horovod's cycles: each one with tensors to fuse negotiates first (its coordinator).
+        self.negotiate_cycles = negotiate and plan.fusion_cycle_s > 0
+        self.cycle_negotiating = False
         if self.negotiate:  # the instance's dispatch (the default path stays a plain call)
             self._dispatch = self._negotiated_dispatch  # type: ignore[method-assign]
         self.unadmitted: list[tuple[int, int, int, int, tuple[int, ...]]] = []
@@ -231,16 +237,39 @@ class _AllReduceJob(ComputeJob):
     def _fusion_tick(self) -> None:
         """Horovod's cycle: fuse what became ready, in ready order, up to the threshold. With
         ``fusion_cycle_blocks`` a cycle waits until the previous cycle's all-reduces are done
-        (then starts at once: its cycle time has passed)."""
-        if self.plan.fusion_cycle_blocks and self._cycle_running():
+        (then starts at once: its cycle time has passed). With ``negotiate_cycles`` the cycle
+        first agrees on the tensors ready at its start (one small collective, Horovod's
+        coordinator), which the next cycle waits for too."""
+        if self.cycle_negotiating or (self.plan.fusion_cycle_blocks and self._cycle_running()):
             self.tick_waits = True
             return
         self.tick_scheduled = False
+        entries, self.pending = self.pending, []
+        if not entries:
+            return
+        if self.negotiate_cycles:
+            self.cycle_negotiating = True
+            network = self.busy_network if self._busy_now() else self.network
+            self.loop.after(network.time_s(16), self._cycle_negotiated, entries)
+            return
+        self._fuse(entries)
+
+    def _cycle_negotiated(self, entries: list[tuple[int, int]]) -> None:
+        self.cycle_negotiating = False
+        it = entries[-1][0]
+        self.rounds[it] = self.rounds.get(it, 0) + 1
+        self._fuse(entries)
+        if self.tick_waits and not (self.plan.fusion_cycle_blocks and self._cycle_running()):
+            self.tick_waits = False  # a cycle due during the negotiation starts now
+            self.loop.after(0.0, self._fusion_tick)
+
+    def _fuse(self, entries: list[tuple[int, int]]) -> None:
+        """Fuse a cycle's tensors (ready order) into buffers up to the threshold; dispatch."""
         threshold = self.plan.fusion_threshold_bytes
         buffer: list[int] = []
         size = 0
         buffer_it = -1
-        for it, task_id in self.pending:
+        for it, task_id in entries:
             task_size = self.tasks[task_id].size_bytes
             if buffer and (it != buffer_it or size + task_size > threshold):
                 self._push_fused(buffer_it, buffer)
@@ -250,7 +279,6 @@ class _AllReduceJob(ComputeJob):
             size += task_size
         if buffer:
             self._push_fused(buffer_it, buffer)
-        self.pending = []
         self._dispatch()
 
     def _cycle_running(self) -> bool:
@@ -462,7 +490,7 @@ class _AllReduceJob(ComputeJob):
         self.wake_all()
 
     def result(self) -> SimResult:
-        if not self.negotiate:
+        if not (self.negotiate or self.negotiate_cycles):
             return self.base_result()
         first = self.setup.warmup_iterations
         measured = range(first, first + self.setup.iterations)

@@ -323,6 +323,47 @@ def test_negotiation_makes_each_decision_of_a_reordering_plan_wait_a_small_colle
     assert same.metrics == wfbp.metrics, "a FIFO plan needs no negotiation"
 
 
+def _cycle_job(bwd_s: float, latency_s: float, negotiate: bool):
+    """Three layers (forward 1 ms, backward ``bwd_s`` each) under Horovod-style 1 ms cycles
+    on CPU collectives; the measured iteration's all-reduces (start, end) and the result."""
+    layers = tuple(LayerTimes(f"l{i}", fwd_s=0.001, bwd_s=bwd_s, grad_bytes=1000) for i in range(3))
+    setup = ComputeSetup(
+        layers=layers, groups=(WorkerGroup((0, 1)),), iterations=2, warmup_iterations=1,
+        batch_size=1,
+    )  # fmt: skip
+    plan = CommPlan(
+        tasks=tuple(CommTask((i,), 1000, priority=0) for i in range(3)),
+        credit_bytes=float("inf"),
+        cross_barrier=False,
+        fusion_threshold_bytes=64 << 20,
+        fusion_cycle_s=0.001,
+        fusion_cycle_blocks=True,
+    )
+    network = RingAllReduce(2, 1e9 / 8, latency_s)
+    result = iteration_simulate(setup, network, plan, negotiate=negotiate)
+    rows = sorted((r[4], r[5]) for r in result.timeline if r[1] == "network" and r[0] == 1)
+    return rows, result, network.time_s(16)
+
+
+def test_horovod_cycles_negotiate_once_each_before_fusing():
+    """With ``negotiation`` each Horovod cycle with tensors agrees on them first (its
+    coordinator): its fused all-reduce starts one small collective after the tick, and a
+    cycle due during a negotiation waits for it to end."""
+    # Gradients ready 4 ms apart, on cycle ticks: one cycle (one all-reduce) each.
+    free, plain, _ = _cycle_job(0.004, 100e-6, negotiate=False)
+    rows, negotiated, round_s = _cycle_job(0.004, 100e-6, negotiate=True)
+    assert len(rows) == len(free) == 3
+    for (start, _), (free_start, _) in zip(rows, free, strict=True):
+        assert start == pytest.approx(free_start + round_s, rel=1e-9)
+    assert negotiated.metrics["negotiations_per_iteration"] == 3
+    assert "negotiations_per_iteration" not in plain.metrics
+    # A 3 ms negotiation, gradients 1 ms apart: the first cycle takes l2's; l1's and l0's
+    # cycles fall in its negotiation and its all-reduce, and go as one cycle after them.
+    rows, _, round_s = _cycle_job(0.001, 1.5e-3, negotiate=True)
+    assert round_s > 0.003 and len(rows) == 2
+    assert rows[1][0] == pytest.approx(rows[0][1] + round_s, rel=1e-9)
+
+
 def _two_layer_job(credit: float, bytes_each: int = 1000):
     """Two layers (backward 1 ms each: l1's gradient first) and a plan that sends l0 first
     (priority 0): not FIFO, so it negotiates."""
