@@ -127,9 +127,10 @@ class CommCluster:
 
     ``link_burst_bytes`` (all-reduce arena): the NICs are shaped by a token bucket of this
     depth (payload bytes) filled at the bandwidth, as ``tc tbf`` shapes the emulated testbed's:
-    a collective's bytes up to the tokens gathered while the links idled pass at once, the rest
-    at the bandwidth. 0 (the default): links that always run at the bandwidth. ``fidelity``
-    sets the testbed's burst (``runners.real.testbed.tbf_args``): 256 KiB, 8 ms at 0.25 Gbit/s.
+    a collective's bytes up to the tokens gathered while the links did not send pass at once,
+    the rest at the bandwidth. 0 (the default): links that always run at the bandwidth.
+    ``fidelity`` sets the testbed's depth (``runners.real.testbed.burst_bytes``, 256 KiB of
+    frames) in payload bytes: about 250 KiB, 8.4 ms of traffic at 0.25 Gbit/s.
     """
 
     workers: int = 8

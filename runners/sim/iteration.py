@@ -38,9 +38,11 @@ and the delay:
   ``tc tbf`` shapes the emulated testbed's), each NIC's bucket fills at the bandwidth up to
   that many bytes while the channel is empty; a collective's bytes per link (``2(n-1)/n`` of
   its size for an all-reduce, times its cost for a split collective) up to the tokens pass at
-  once, only the rest at the bandwidth (its latency unchanged). The bucket is not refilled
-  during a collective (it would be drained as it fills) and refills at the plain bandwidth
-  (a NIC straggler's lower rate is not taken into account).
+  once, only the rest at the bandwidth (its latency, and on the busy network the CPU's share
+  of its bytes' time, unchanged). The bucket refills while the channel is empty and, during a
+  collective, for the part of its span in which the link does not send at the shaped rate
+  (its latency, the CPU's share), credited when it ends; always at the plain bandwidth (a NIC
+  straggler's lower rate is not taken into account).
 """
 
 from __future__ import annotations
@@ -177,6 +179,7 @@ class _AllReduceJob(ComputeJob):
         self.burst = float(burst_bytes)
         self.tokens = self.burst
         self.tokens_at: float | None = 0.0
+        self.sending_s = 0.0  # of the collective on the channel: its bytes at the shaped rate
 
     def _state(self, it: int) -> None:
         self.grad_groups[it] = [0] * self.n_layers
@@ -358,27 +361,26 @@ class _AllReduceJob(ComputeJob):
         self.loop.after(duration, self._task_done, it, members, size, self.loop.now)
 
     def _start_burst(self, it: int, members: tuple[int, ...], size: int, slow: float) -> None:
-        """Put a collective on the channel through the NICs' token bucket: it takes the time
-        of a collective whose bytes per link are what the tokens do not cover."""
+        """Put a collective on the channel through the NICs' token bucket: the bytes its
+        tokens cover take no time (what the shaper would have made them wait); the rest, its
+        latency and, on the busy network, the CPU's share of its bytes' time stay."""
         now = self.loop.now
         assert self.tokens_at is not None
         net = self.network
-        tokens = min(self.burst, self.tokens + (now - self.tokens_at) * net.bandwidth_bytes_per_s)
+        rate = net.bandwidth_bytes_per_s
+        tokens = min(self.burst, self.tokens + (now - self.tokens_at) * rate)
         op = self.tasks[members[0]].op
-        n = net.workers
-        share = 2 * (n - 1) / n if n > 1 else 0.0  # of the size, per link (all-reduce)
-        if op != "allreduce":
-            share *= net.reduce_scatter_cost if op == "reduce_scatter" else net.all_gather_cost
-        used = min(tokens, share * size)
+        per_link = net.link_bytes(size, op)
+        used = min(tokens, per_link)
         self.tokens, self.tokens_at = tokens - used, None
-        # Its whole time less the bytes the tokens cover (the latency stays).
-        idle = net.time_s(size, op, slow) - used / (net.bandwidth_bytes_per_s * slow)
+        saved = used / (rate * slow)
+        self.sending_s = (per_link - used) / (rate * slow)  # the link at the shaped rate
+        idle = max(0.0, net.time_s(size, op, slow) - saved)
         if self.busy_network is None:
-            self.loop.after(max(0.0, idle), self._task_done, it, members, size, now)
+            self.loop.after(idle, self._task_done, it, members, size, now)
             return
-        busy_net = self.busy_network
-        busy = busy_net.time_s(size, op, slow) - used / (busy_net.bandwidth_bytes_per_s * slow)
-        self._put_timed(it, members, size, max(0.0, idle), max(0.0, busy))
+        busy = max(0.0, self.busy_network.time_s(size, op, slow) - saved)
+        self._put_timed(it, members, size, idle, busy)
 
     def _start_timed(self, it: int, members: tuple[int, ...], size: int, slow: float) -> None:
         """Put a collective on the channel whose rate follows the compute (busy network)."""
@@ -458,7 +460,12 @@ class _AllReduceJob(ComputeJob):
         now = self.loop.now
         self.channel_busy = False
         if self.burst > 0:
-            self.tokens_at = now  # the bucket fills again from here
+            # The bucket filled while the link did not send at the shaped rate (the
+            # collective's latency, the CPU's share), and fills again from here.
+            rate = self.network.bandwidth_bytes_per_s
+            idle_link = max(0.0, now - start - self.sending_s)
+            self.tokens = min(self.burst, self.tokens + idle_link * rate)
+            self.tokens_at = now
         self.comm_s[it] += now - start
         tasks = self.tasks
         self.credit_left = min(self.credit_left + size, self.plan.credit_bytes)

@@ -50,6 +50,19 @@ class RingAllReduce:
         steps = n - 1  # the ring's half, computed as such (bit for bit as before the fields)
         return steps * self.latency_s + steps / n * size_bytes / self.bandwidth_bytes_per_s
 
+    def link_bytes(self, size_bytes: int, op: str = "allreduce") -> float:
+        """The bytes each rank's link carries in one collective: the bandwidth term of
+        ``time_s`` times the bandwidth (``2(n-1)/n`` of the size for an all-reduce, times its
+        cost for a split collective)."""
+        n = self.workers
+        if n <= 1 or size_bytes <= 0:
+            return 0.0
+        per_link = 2 * (n - 1) / n * size_bytes
+        if op == "allreduce":
+            return per_link
+        cost = {"reduce_scatter": self.reduce_scatter_cost, "all_gather": self.all_gather_cost}
+        return cost[op] * per_link
+
     @classmethod
     def from_gbps(
         cls,

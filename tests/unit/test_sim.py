@@ -265,43 +265,52 @@ def test_a_collective_that_outlasts_the_computation_goes_on_at_the_idle_rate():
 
 def test_the_links_token_bucket_lets_a_burst_through_after_an_idle_spell():
     """``link_burst_bytes``: a collective that starts after the links idled long enough gets
-    up to the bucket's bytes through at once (its latency stays); one that starts as the
-    previous one ends finds the bucket empty; an idle gap refills it at the bandwidth."""
+    up to the bucket's bytes through at once (its latency stays); the bucket refills at the
+    bandwidth while the channel is empty and while a collective's latency keeps the link
+    from sending."""
     burst = 50_000
     bandwidth = 1e9 / 8  # bytes/s at 1 Gbit/s
-    kw = {"workers": 2, "bandwidth_gbps": 1.0, "latency_us": 100.0, "iterations": 3}
-    idle = RingAllReduce.from_gbps(2, 1.0, 100.0).time_s(100_000)
 
-    def durations(bwd_s, **more):
+    def durations(bwd_s, latency_us=100.0, n_layers=4, grad_bytes=100_000, **more):
         layers = tuple(
-            LayerTimes(f"l{i}", fwd_s=0.002, bwd_s=bwd_s, grad_bytes=100_000) for i in range(4)
+            LayerTimes(f"l{i}", fwd_s=0.002, bwd_s=bwd_s, grad_bytes=grad_bytes)
+            for i in range(n_layers)
         )
+        kw = {"workers": 2, "bandwidth_gbps": 1.0, "latency_us": latency_us, "iterations": 3}
         _, result = run_layers("wfbp", layers, **kw, **more)
         return [r[5] - r[4] for r in _network_rows(result, 3)]
 
+    idle = RingAllReduce.from_gbps(2, 1.0, 100.0).time_s(100_000)
+    full = idle - burst / bandwidth  # 50,000 of its 100,000 bytes per link covered
+    assert idle == pytest.approx(1e-3) and full == pytest.approx(0.6e-3)
     # 10 ms of backward between collectives of about 1 ms: each finds the bucket full
     assert durations(0.010) == pytest.approx([idle] * 4, rel=1e-9)
-    full = idle - burst / bandwidth
     assert durations(0.010, link_burst_bytes=burst) == pytest.approx([full] * 4, rel=1e-9)
-    # backward ops of 0.1 ms: the collectives queue; the first drains the bucket
+    # backward ops of 0.1 ms: the collectives queue; the first drains the bucket, and each
+    # one's 0.2 ms of latency refills 25,000 bytes for the next
     assert durations(0.0001, link_burst_bytes=burst) == pytest.approx(
-        [full, idle, idle, idle], rel=1e-9
+        [full] + [idle - 0.2e-3] * 3, rel=1e-9
     )
-    # with the busy network (collectives during the backward pass): its time less the same
-    # bytes at its own rate
+    # no latency (0.8 ms a collective, 0.4 ms with a full bucket), 0.6 ms backward ops: a
+    # 0.2 ms gap refills 25,000 bytes; then the next is ready as one ends (no gap)
+    assert durations(0.0006, latency_us=0.0, link_burst_bytes=burst) == pytest.approx(
+        [0.4e-3, 0.6e-3, 0.8e-3, 0.8e-3], rel=1e-9
+    )
+    # a long queue of small collectives (4,000 bytes, 0.6 ms of latency: it refills 75,000):
+    # the bucket never runs dry, each takes its latency alone
+    stream = durations(1e-5, latency_us=300.0, n_layers=40, grad_bytes=4000,
+                       link_burst_bytes=burst)  # fmt: skip
+    assert len(stream) == 40 and stream == pytest.approx([600e-6] * 40, rel=1e-9)
+    # with the busy network (collectives during the backward pass): its time less what the
+    # shaper would have made the covered bytes wait (at the shaped rate: the CPU's share of
+    # their time stays)
     busy = RingAllReduce.from_gbps(2, 0.5, 1000.0).time_s(100_000)
     busy_kw = {"busy_latency_us": 1000.0, "overlap_comm_slowdown": 1.0}
     assert durations(0.010, link_burst_bytes=burst, **busy_kw) == pytest.approx(
-        [busy - burst / (bandwidth / 2)] * 3 + [full], rel=1e-9
+        [busy - burst / bandwidth] * 3 + [full], rel=1e-9
     )
     # a bucket larger than a collective's bytes: the whole of them pass, the latency stays
     assert durations(0.010, link_burst_bytes=10**6)[0] == pytest.approx(2 * 100e-6, rel=1e-9)
-    # 0.8 ms backward ops (a collective: 1 ms, 0.6 ms with a full bucket): the first leaves a
-    # 0.2 ms gap, which refills 25,000 bytes; the second ends as the third is ready (no gap)
-    assert idle == pytest.approx(1e-3) and full == pytest.approx(0.6e-3)
-    assert durations(0.0008, link_burst_bytes=burst) == pytest.approx(
-        [full, idle - 0.2e-3, idle, idle], rel=1e-9
-    )
 
 
 def test_negotiation_makes_each_decision_of_a_reordering_plan_wait_a_small_collective():
