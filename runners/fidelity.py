@@ -312,12 +312,12 @@ def _add_to_calibration(
         say(f"network: {_where(point['nominal_gbps'])}")
         measure(point, workers, threads, models, say)
     if marker not in doc["method"]:
-        for old in superseded:  # (one may be the start of ``method``: only when it is absent)
-            text = doc["method"]
-            if text.endswith("; " + old):
-                text = text[: -len(old) - 2]
-            doc["method"] = text.replace(old + "; ", "")
-        doc["method"] += "; " + method
+        # The older texts out, wherever they stand (one may be the start of ``method``: only
+        # when it is absent); the trailing "; " lets the last part go like the others.
+        text = doc["method"] + "; "
+        for old in superseded:
+            text = text.replace(old + "; ", "")
+        doc["method"] = text + method
     doc[date_key] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     _rewrite(doc, label)
     return doc

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -127,7 +128,7 @@ class _AllReduceJob(ComputeJob):
             self._dispatch = self._negotiated_dispatch  # type: ignore[method-assign]
         self.unadmitted: list[tuple[int, int, int, int, tuple[int, ...]]] = []
         self.round_running = False
-        self.rounds: dict[int, int] = {}  # negotiation rounds per iteration (as the engine
+        self.rounds: Counter[int] = Counter()  # negotiation rounds per iteration (as the engine
         self.last_ready_it = 0  # counts them: the iteration of the last task admitted)
         self.plan = plan
         n = self.n_layers
@@ -174,11 +175,11 @@ class _AllReduceJob(ComputeJob):
         self.delay = plan.delay
         self.cross_barrier = plan.cross_barrier
         self.link_factors = setup.link_factors  # NIC stragglers: the ring's slowest link
-        # The NICs' token bucket: its tokens (bytes per link) when the channel last emptied,
-        # and when (None while a collective is on it).
+        # The NICs' token bucket: its tokens (bytes per link) when the last collective ended,
+        # and when.
         self.burst = float(burst_bytes)
         self.tokens = self.burst
-        self.tokens_at: float | None = 0.0
+        self.tokens_at = 0.0
         self.sending_s = 0.0  # of the collective on the channel: its bytes at the shaped rate
 
     def _state(self, it: int) -> None:
@@ -252,15 +253,13 @@ class _AllReduceJob(ComputeJob):
             return
         if self.negotiate_cycles:
             self.cycle_negotiating = True
-            network = self.busy_network if self._busy_now() else self.network
-            self.loop.after(network.time_s(16), self._cycle_negotiated, entries)
+            self.loop.after(self._round_s(), self._cycle_negotiated, entries)
             return
         self._fuse(entries)
 
     def _cycle_negotiated(self, entries: list[tuple[int, int]]) -> None:
         self.cycle_negotiating = False
-        it = entries[-1][0]
-        self.rounds[it] = self.rounds.get(it, 0) + 1
+        self.rounds[entries[-1][0]] += 1
         self._fuse(entries)
         if self.tick_waits and not (self.plan.fusion_cycle_blocks and self._cycle_running()):
             self.tick_waits = False  # a cycle due during the negotiation starts now
@@ -294,41 +293,36 @@ class _AllReduceJob(ComputeJob):
     def _dispatch(self) -> None:
         """Hand the best ready tasks to the channel while credit remains (with negotiation,
         ``_negotiated_dispatch`` replaces this on the instance)."""
-        ready = self.ready
-        while ready and self.credit_left > 0:
-            *_, it, members = heapq.heappop(ready)
-            size = sum(self.tasks[m].size_bytes for m in members)
-            self.credit_left -= size
-            self.channel.append((it, members, size))
-        self._try_channel()
+        self._issue(self.credit_left)
 
     def _negotiated_dispatch(self) -> None:
         self._try_channel()  # tasks already handed over go on
         if self.round_running or self.credit_left <= 0 or not (self.unadmitted or self.ready):
             return
         self.round_running = True
-        network = self.busy_network if self._busy_now() else self.network
         # What the ranks agree on is what they had when the round started: the tasks ready
         # then, and the credit left then (bytes completed during the round count next round).
-        self.loop.after(
-            network.time_s(16), self._round_done, len(self.unadmitted), self.credit_left
-        )
+        self.loop.after(self._round_s(), self._round_done, len(self.unadmitted), self.credit_left)
 
     def _round_done(self, admitted: int, credit: float) -> None:
         self.round_running = False
-        it = self.unadmitted[admitted - 1][0] if admitted else self.last_ready_it
-        self.rounds[it] = self.rounds.get(it, 0) + 1
+        self.rounds[self.unadmitted[admitted - 1][0] if admitted else self.last_ready_it] += 1
         for entry in self.unadmitted[:admitted]:
             heapq.heappush(self.ready, entry)
         del self.unadmitted[:admitted]
         self._issue(credit)
         self._negotiated_dispatch()
 
-    def _busy_now(self) -> bool:
-        return self.busy_network is not None and self._computing()
+    def _round_s(self) -> float:
+        """A negotiation round's time: one small collective, on the busy network when a
+        compute op runs or can start now."""
+        busy = self.busy_network
+        network = busy if busy is not None and self._computing() else self.network
+        return network.time_s(16)
 
     def _issue(self, budget: float) -> None:
-        """``_dispatch`` with the credit a negotiation round agreed on (``budget``)."""
+        """Hand the best ready tasks to the channel while ``budget`` (the credit left, or what
+        a negotiation round agreed on) remains."""
         ready = self.ready
         while ready and budget > 0:
             *_, it, members = heapq.heappop(ready)
@@ -365,14 +359,13 @@ class _AllReduceJob(ComputeJob):
         tokens cover take no time (what the shaper would have made them wait); the rest, its
         latency and, on the busy network, the CPU's share of its bytes' time stay."""
         now = self.loop.now
-        assert self.tokens_at is not None
         net = self.network
         rate = net.bandwidth_bytes_per_s
         tokens = min(self.burst, self.tokens + (now - self.tokens_at) * rate)
         op = self.tasks[members[0]].op
         per_link = net.link_bytes(size, op)
         used = min(tokens, per_link)
-        self.tokens, self.tokens_at = tokens - used, None
+        self.tokens = tokens - used
         saved = used / (rate * slow)
         self.sending_s = (per_link - used) / (rate * slow)  # the link at the shaped rate
         idle = max(0.0, net.time_s(size, op, slow) - saved)
@@ -501,5 +494,5 @@ class _AllReduceJob(ComputeJob):
             return self.base_result()
         first = self.setup.warmup_iterations
         measured = range(first, first + self.setup.iterations)
-        per_iteration = sum(self.rounds.get(it, 0) for it in measured) / len(measured)
+        per_iteration = sum(self.rounds[it] for it in measured) / len(measured)
         return self.base_result({"negotiations_per_iteration": (per_iteration, "")})
