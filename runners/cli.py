@@ -6,6 +6,7 @@
     python -m runners bench [--json] [--repeats N] [--only comm|cluster|real|harmony] [--grid]
     python -m runners harmony train --out DIR [--epochs E] [--seed S] | evaluate --checkpoint P
     python -m runners calibrate [--label L] [--models M,..] [--bandwidths G,..] [--workers N]
+                                [--comm-priority auto|realtime|normal]
     python -m runners fidelity [--label L] [--systems S,..] [--models M,..] [--bandwidths G,..]
                                [--json]
 
@@ -34,7 +35,7 @@ from workloads import devices
 from . import bench, grid, registry, rundir
 from .cluster.run import TraceInputError
 from .execute import run_to_directory
-from .spec import SpecError, load_file, validate
+from .spec import COMM_PRIORITIES, SpecError, load_file, validate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,6 +130,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=2, help="ranks (default 2)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1)")
     p.add_argument("--repeats", type=int, default=20, help="timed steps per layer profile")
+    p.add_argument(
+        "--comm-priority",
+        choices=COMM_PRIORITIES,
+        default="auto",
+        help="the communication threads' priority in the network probes, recorded and given "
+        "to fidelity's real runs: realtime (SCHED_FIFO, ahead of the compute; root), normal, "
+        "or auto (realtime where permitted; the default). The --*-only measurements keep the "
+        "calibration's",
+    )
     p.add_argument(
         "--split-only",
         action="store_true",
@@ -407,6 +417,7 @@ def _bandwidths(value: str, loopback: bool) -> tuple[float | None, ...]:
 
 def _calibrate(args: argparse.Namespace) -> int:
     from . import fidelity
+    from .real import priority
     from .real import testbed as tb
 
     try:
@@ -418,6 +429,8 @@ def _calibrate(args: argparse.Namespace) -> int:
             raise SpecError("--threads/--repeats", "threads 1..256, repeats >= 3")
         if not re.fullmatch(workloads.LABEL_PATTERN, args.label):
             raise SpecError("--label", f"bad label {args.label!r} (letters, digits, '.', '_', '-')")
+        if args.comm_priority == "realtime" and (why := priority.why_not_realtime()):
+            raise SpecError("--comm-priority", f"realtime is not permitted here ({why})")
     except SpecError as err:
         print(f"invalid arguments: {err}", file=sys.stderr)
         return 2
@@ -456,6 +469,7 @@ def _calibrate(args: argparse.Namespace) -> int:
             args.threads,
             args.repeats,
             progress=say,
+            comm_priority=args.comm_priority,
         )
     except RuntimeError as err:  # CalibrationError, the testbed, or a probe's ranks failing
         print(f"calibration failed: {err}", file=sys.stderr)

@@ -133,6 +133,8 @@ def _real_to_directory(spec: RunSpec, out: Path, argv: list[str]) -> dict[str, A
                 "latency_emulated": result.network.latency_emulated,
                 "note": result.network.note,
             },
+            # the communication threads' priority (runners.real.priority)
+            "comm_priority": result.priority_record(),
             "metrics": {k: _finite(v) for k, v in result.metrics.items()},
             "units": result.units,
             "artifacts": COMM_ARTIFACTS,

@@ -92,11 +92,21 @@ def calibrate(
     threads: int = 1,
     repeats: int = 20,
     progress: Callable[[str], None] | None = None,
+    comm_priority: str = "auto",
 ) -> dict[str, Any]:
-    """Measure compute and network on this machine; write the profiles and the testbed file."""
+    """Measure compute and network on this machine; write the profiles and the testbed file.
+    ``comm_priority``: the communication threads' in the network probes
+    (``runners.real.priority``; resolved here, recorded, and given to the real runs that
+    ``fidelity`` matches with the calibration)."""
+    from .real import priority
     from .real import testbed as tb
 
     say = progress or (lambda message: None)
+    try:
+        prio, note = priority.resolve(comm_priority)
+    except PermissionError as err:
+        raise CalibrationError(f"--comm-priority realtime is not permitted here ({err})") from None
+    say(f"network probes: {note or f'communication threads at {prio} priority'}")
     written = []
     for model in models:
         say(f"compute: {model} in {workers} processes at once")
@@ -109,10 +119,10 @@ def calibrate(
         say(f"network: loopback only ({tb.can_shape()})")
     for nominal in points:
         say(f"network: {_where(nominal)}")
-        rows, alpha, bandwidth, remeasured = _probe_network(workers, nominal, threads, say)
-        split_rows, rs_cost, ag_cost = _probe_split(workers, nominal, threads, say)
-        overlap = _probe_overlap(models, workers, nominal, threads, say)
-        ps_entry = _probe_ps(models, workers, nominal, threads, say)
+        rows, alpha, bandwidth, remeasured = _probe_network(workers, nominal, threads, say, prio)
+        split_rows, rs_cost, ag_cost = _probe_split(workers, nominal, threads, say, prio)
+        overlap = _probe_overlap(models, workers, nominal, threads, say, prio)
+        ps_entry = _probe_ps(models, workers, nominal, threads, say, prio)
         network.append(
             {
                 "nominal_gbps": nominal,
@@ -129,6 +139,7 @@ def calibrate(
         "label": label,
         "workers": workers,
         "threads": threads,
+        "comm_priority": prio,
         "profiles": {model: f"{model}@{label}" for model in models},
         "network": network,
         "method": (
@@ -142,6 +153,8 @@ def calibrate(
             + SPLIT_METHOD
             + "; "
             + PS_METHOD
+            + "; "
+            + PRIORITY_METHOD
         ),
         "host": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
@@ -176,7 +189,11 @@ def _measured_twice(
 
 
 def _probe_network(
-    workers: int, nominal: float | None, threads: int, say: Callable[[str], None]
+    workers: int,
+    nominal: float | None,
+    threads: int,
+    say: Callable[[str], None],
+    comm_priority: str = "normal",
 ) -> tuple[list[tuple[int, float]], float, float, bool]:
     """All-reduce times and their alpha-beta fit. Times that do not grow with size are
     physically impossible: measured again (``remeasured``)."""
@@ -184,7 +201,10 @@ def _probe_network(
 
     def attempt(repeats: int) -> tuple[list[tuple[int, float]], float, float]:
         with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
-            rows = probe.probe(workers, nominal, Path(tmp), repeats=repeats, threads=threads)
+            rows = probe.probe(
+                workers, nominal, Path(tmp), repeats=repeats, threads=threads,
+                comm_priority=comm_priority,
+            )  # fmt: skip
         return (rows, *probe.fit_alpha_beta(rows, workers))
 
     (rows, alpha, bandwidth), remeasured = _measured_twice(attempt, nominal, say)
@@ -192,7 +212,11 @@ def _probe_network(
 
 
 def _probe_split(
-    workers: int, nominal: float | None, threads: int, say: Callable[[str], None]
+    workers: int,
+    nominal: float | None,
+    threads: int,
+    say: Callable[[str], None],
+    comm_priority: str = "normal",
 ) -> tuple[list[tuple[int, float, float, float]], float, float]:
     """The split collectives' times and costs. A cost the simulator refuses (outside (0,
     SPLIT_COST_MAX]: gloo's reduce-scatter is about one all-reduce) means a disturbed
@@ -201,7 +225,10 @@ def _probe_split(
 
     def attempt(repeats: int) -> tuple[list[tuple[int, float, float, float]], float, float]:
         with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
-            rows = probe.split(workers, nominal, Path(tmp), repeats=repeats, threads=threads)
+            rows = probe.split(
+                workers, nominal, Path(tmp), repeats=repeats, threads=threads,
+                comm_priority=comm_priority,
+            )  # fmt: skip
         rs_cost, ag_cost = probe.split_costs(rows)
         if not (0 < rs_cost <= SPLIT_COST_MAX and 0 < ag_cost <= SPLIT_COST_MAX):
             raise ValueError(
@@ -251,6 +278,7 @@ def _probe_ps(
     nominal: float | None,
     threads: int,
     say: Callable[[str], None],
+    comm_priority: str = "normal",
     servers: int = PS_SERVERS,
 ) -> dict[str, Any]:
     """The PS arena's measurements at one network (``ps`` of a calibration's network)."""
@@ -264,7 +292,10 @@ def _probe_ps(
     for model in models:
         say(f"  PS arena: {model} beside {servers} server processes")
         with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
-            m = probe.ps_overlap(model, workers, servers, nominal, Path(tmp), threads=threads)
+            m = probe.ps_overlap(
+                model, workers, servers, nominal, Path(tmp), threads=threads,
+                comm_priority=comm_priority,
+            )  # fmt: skip
         slowdown[model] = round(m.slowdown, 4)
         busy[model] = round(m.message_busy_s * 1e6, 3)
         idle[model] = round(m.message_idle_s * 1e6, 3)
@@ -294,23 +325,28 @@ def _where(nominal: float | None) -> str:
 def _add_to_calibration(
     label: str,
     progress: Callable[[str], None] | None,
-    measure: Callable[[dict[str, Any], int, int, tuple[str, ...], Callable[[str], None]], None],
+    measure: Callable[
+        [dict[str, Any], int, int, tuple[str, ...], Callable[[str], None], str], None
+    ],
     method: str,
     marker: str,
     date_key: str,
     superseded: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Add a measurement to calibration ``label`` at each of its networks (``measure(point,
-    workers, threads, models, say)`` updates the network's entry), leaving the others as they are;
-    ``method`` is appended to the calibration's method unless it names ``marker`` already
-    (``superseded``: older texts of it, taken out), ``date_key`` dated today."""
+    workers, threads, models, say, comm_priority)`` updates the network's entry), leaving the
+    others as they are; ``method`` is appended to the calibration's method unless it names
+    ``marker`` already (``superseded``: older texts of it, taken out), ``date_key`` dated
+    today. The probes run at the calibration's communication-thread priority (one from
+    before the priority was recorded: normal), so its measurements stay of one kind."""
     say = progress or (lambda message: None)
     doc = load_testbed(label)
     workers, threads = int(doc["workers"]), int(doc["threads"])
+    prio = doc.get("comm_priority", "normal")
     models = tuple(doc.get("profiles", ()))  # every calibration `calibrate` writes has them
     for point in doc["network"]:
         say(f"network: {_where(point['nominal_gbps'])}")
-        measure(point, workers, threads, models, say)
+        measure(point, workers, threads, models, say, prio)
     if marker not in doc["method"]:
         # The older texts out, wherever they stand (one may be the start of ``method``: only
         # when it is absent); the trailing "; " lets the last part go like the others.
@@ -334,6 +370,12 @@ OVERLAP_METHOD = (
 )
 
 
+PRIORITY_METHOD = (
+    "network probes with the communication threads at the priority `comm_priority` "
+    "(runners.real.priority), which fidelity's real runs get too"
+)
+
+
 OVERLAP_ROUNDS = 5  # the measurements swing from one probe to the next: median of rounds
 
 
@@ -343,6 +385,7 @@ def _probe_overlap(
     nominal: float | None,
     threads: int,
     say: Callable[[str], None],
+    comm_priority: str = "normal",
     rounds: int = OVERLAP_ROUNDS,
 ) -> dict[str, dict[str, float]]:
     """The all-reduce arena's interference measurements at one network, per model: each the
@@ -356,7 +399,14 @@ def _probe_overlap(
             say(f"  overlap: {model} while the network is busy ({k + 1}/{rounds})")
             with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
                 taken[model].append(
-                    probe.overlap(model, workers, nominal, Path(tmp), threads=threads)
+                    probe.overlap(
+                        model,
+                        workers,
+                        nominal,
+                        Path(tmp),
+                        threads=threads,
+                        comm_priority=comm_priority,
+                    )  # fmt: skip
                 )
     fields = {
         "overlap_slowdown": ("slowdown", 1.0, 4),
@@ -381,8 +431,10 @@ def calibrate_overlap(
     each of its models), leaving its other measurements as they are (``calibrate
     --overlap-only``)."""
 
-    def measure(point: dict[str, Any], workers: int, threads: int, models: Any, say: Any) -> None:
-        point.update(_probe_overlap(models, workers, point["nominal_gbps"], threads, say))
+    def measure(
+        point: dict[str, Any], workers: int, threads: int, models: Any, say: Any, prio: str
+    ) -> None:
+        point.update(_probe_overlap(models, workers, point["nominal_gbps"], threads, say, prio))
 
     return _add_to_calibration(
         label,
@@ -416,8 +468,11 @@ def calibrate_split(
     """Add the split collectives' costs to calibration ``label`` (measured at each of its
     networks), leaving its other measurements as they are (``calibrate --split-only``)."""
 
-    def measure(point: dict[str, Any], workers: int, threads: int, models: Any, say: Any) -> None:
-        point.update(_split_entry(*_probe_split(workers, point["nominal_gbps"], threads, say)))
+    def measure(
+        point: dict[str, Any], workers: int, threads: int, models: Any, say: Any, prio: str
+    ) -> None:
+        nominal = point["nominal_gbps"]
+        point.update(_split_entry(*_probe_split(workers, nominal, threads, say, prio)))
 
     return _add_to_calibration(
         label, progress, measure, SPLIT_METHOD, "split collectives", "split_date"
@@ -431,8 +486,10 @@ def calibrate_ps(
     each of its models), leaving its other measurements as they are (``calibrate
     --ps-only``)."""
 
-    def measure(point: dict[str, Any], workers: int, threads: int, models: Any, say: Any) -> None:
-        point["ps"] = _probe_ps(models, workers, point["nominal_gbps"], threads, say)
+    def measure(
+        point: dict[str, Any], workers: int, threads: int, models: Any, say: Any, prio: str
+    ) -> None:
+        point["ps"] = _probe_ps(models, workers, point["nominal_gbps"], threads, say, prio)
 
     return _add_to_calibration(label, progress, measure, PS_METHOD, "PS arena", "ps_date")
 
@@ -635,6 +692,8 @@ def matched_specs(
         "real": {
             "network": "loopback" if nominal is None else "shaped",
             "threads": int(testbed["threads"]),
+            # the calibration's (runners.real.priority): the probes measured what these meet
+            "comm_priority": testbed.get("comm_priority", "normal"),
         },
     }
     sim = {
@@ -737,7 +796,7 @@ def fidelity(
             predicted = _twin(real_spec, twin).metrics["iteration_time_s"]
             errors.append(_ape(predicted, row["real_iteration_s"]))
         by_latency[kind] = statistics.fmean(errors)
-    return report(configs, label, latency, by_latency)
+    return report(configs, label, latency, by_latency, testbed.get("comm_priority", "normal"))
 
 
 def _ape(predicted: float, measured: float) -> float:
@@ -828,10 +887,11 @@ def report(
     label: str,
     latency: str = DEFAULT_LATENCY,
     mape_by_latency: dict[str, float] | None = None,
+    comm_priority: str = "normal",
 ) -> dict[str, Any]:
     """MAPE per system and overall, and each system's speedup over the baselines, real and
     simulated, per (model, bandwidth); ``mape_by_latency``: the same real runs scored with
-    each latency model's twins."""
+    each latency model's twins; ``comm_priority``: the real runs' communication threads'."""
     per_system = {
         system: statistics.fmean(c["ape_pct"] for c in configs if c["system"] == system)
         for system in dict.fromkeys(c["system"] for c in configs)
@@ -862,6 +922,7 @@ def report(
     return {
         "label": label,
         "latency": latency,
+        "comm_priority": comm_priority,
         "repeats": max((len(c.get("real_runs_s", ())) for c in configs), default=1),
         # the real runs' own range over their median, per configuration (repeats > 1)
         "real_spread_pct": statistics.median(spreads) if spreads else None,
@@ -912,7 +973,8 @@ def format_report(result: dict[str, Any]) -> str:
     lines.append(
         f"MAPE overall {result['mape_pct']:.1f}% over {len(result['configs'])} configurations "
         f"({verdict} the {result['target_pct']:g}% target over at least 12; simulator "
-        f"latency: {result.get('latency', 'busy')})"  # reports from before the field: busy
+        f"latency: {result.get('latency', 'busy')}; real runs' communication threads at "
+        f"{result.get('comm_priority', 'normal')} priority)"  # older reports: busy, normal
     )
     if result["speedups"]:
         lines.append("")

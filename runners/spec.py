@@ -186,6 +186,12 @@ class RealOptions:
         executor) and they rendezvous at the first: torchrun's c10d, or for the real Horovod
         its own rendezvous server; Slurm gets ``--nodes``. On the hosts' own network: not with
         ``network: shaped``.
+    comm_priority: ``realtime`` = the communication threads (gloo's, Horovod's, the engine's
+        dispatcher, the PS transport's) run under ``SCHED_FIFO``, ahead of the compute, as on
+        a GPU machine whose CPU is free while the GPU computes (root or ``CAP_SYS_NICE``;
+        refused otherwise); ``normal`` = every thread as the OS starts it, the compute and the
+        communication competing for the cores; ``auto`` = realtime where permitted, else
+        normal, and the run's summary says which (``runners.real.priority``).
     """
 
     network: str = "auto"
@@ -197,9 +203,11 @@ class RealOptions:
     gpus: int = 0
     gpu_model: str = ""
     nodes: int = 1
+    comm_priority: str = "auto"
 
 
 IMPLEMENTATIONS = ("default", "lab")
+COMM_PRIORITIES = ("auto", "realtime", "normal")  # runners.real.priority
 
 
 _REAL_RULES: dict[str, tuple[type, Any, str]] = {
@@ -215,6 +223,12 @@ _REAL_RULES: dict[str, tuple[type, Any, str]] = {
     ),
     "gpus": (int, lambda v: 0 <= v <= 64, "an integer between 0 and 64 (GPUs on one host)"),
     "nodes": (int, lambda v: 1 <= v <= 64, "an integer between 1 and 64 (hosts the run spans)"),
+    "comm_priority": (
+        str,
+        lambda v: v in COMM_PRIORITIES,
+        f"one of {', '.join(COMM_PRIORITIES)} (the communication threads' priority: realtime "
+        "ahead of the compute, normal as the OS starts them, auto: realtime where permitted)",
+    ),
     "gpu_model": (
         str,
         lambda v: len(v) <= 64 and all(c.isalnum() or c in " -_." for c in v),

@@ -33,6 +33,7 @@ _DEFAULTS = run_spec.CommCluster()
 _REAL = run_spec.RealOptions()
 REAL_KEYS = (
     "network", "dataset", "lr", "momentum", "implementation", "gpus", "gpu_model", "nodes",
+    "comm_priority",
 )  # fmt: skip
 CLUSTER_KEYS = (
     "workers",
@@ -355,6 +356,15 @@ class ExperimentForm(_ClusterArenaFields):
         max_value=64,
         help_text="hosts the run spans, one node each (all-reduce systems; the workers split "
         "evenly; needs that many registered hosts)",
+    )
+    real_comm_priority = forms.ChoiceField(
+        required=False,
+        label="communication threads",
+        initial=_REAL.comm_priority,
+        choices=[(p, p) for p in run_spec.COMM_PRIORITIES],
+        help_text="realtime: ahead of the compute, as on a GPU machine whose CPU is free (the "
+        "lab's worker must run as root); normal: compute and communication share the cores; "
+        "auto: realtime when possible, and each run says which it got",
     )
     params = forms.JSONField(
         required=False,

@@ -33,6 +33,7 @@ import workloads
 
 from ..policies.allreduce import CommPlan
 from ..spec import RealOptions, RunSpec, SpecError
+from . import priority
 from . import testbed as tb
 
 log = logging.getLogger("runners")
@@ -67,6 +68,19 @@ class RealResult:
     timeline: list[list[Any]]
     network: Network
     ranks: list[dict[str, Any]] = field(default_factory=list)
+    comm_priority: str = "normal"  # the communication threads' (runners.real.priority)
+    comm_priority_note: str = ""  # why, where it is not what the spec asked
+
+    def priority_record(self) -> dict[str, Any]:
+        """The run summary's ``comm_priority``: what the run had, with rank 0's threads per
+        priority as counted at the end of its training loop and its compute thread's."""
+        first = self.ranks[0] if self.ranks else {}
+        return {
+            "priority": self.comm_priority,
+            "note": self.comm_priority_note,
+            "rank0_threads": first.get("threads", {}),
+            "rank0_compute": first.get("compute_priority", ""),
+        }
 
 
 @dataclass(frozen=True)
@@ -141,12 +155,27 @@ def worker_rates(spec: RunSpec, iteration: int) -> list[float]:
     return rates
 
 
+def comm_priority(spec: RunSpec) -> tuple[str, str]:
+    """The communication threads' priority for ``spec`` on this machine and, where it is not
+    what the spec asked (``auto`` without the permission), why (``runners.real.priority``).
+    ``realtime`` without the permission is refused."""
+    requested = (spec.real or RealOptions()).comm_priority
+    try:
+        return priority.resolve(requested)
+    except PermissionError as err:
+        raise SpecError(
+            "real.comm_priority",
+            f"realtime is not permitted here ({err}): run as root, or use auto or normal",
+        ) from None
+
+
 def preflight(spec: RunSpec) -> Network:
     """Check a real run against this machine before anything starts; returns its network."""
     if spec.arena not in ("allreduce", "ps"):
         raise SpecError(
             "system", f"real mode runs the all-reduce and PS arenas only (got {spec.arena})"
         )
+    comm_priority(spec)
     if framework(spec) == "horovod":
         from . import hvd
 
@@ -281,6 +310,7 @@ def run(
             f"set LAB_NNODES={options.nodes}, LAB_NODE_RANK and LAB_RDZV_HOST on each",
         )
     plan = _plan(spec)
+    prio, prio_note = comm_priority(spec)
     profile = workloads.load_profile(spec.workload)
     end = spec.warmup_iterations + spec.iterations
     window = [0, end] if spec.timeline_iterations == 0 else [
@@ -299,6 +329,7 @@ def run(
             "momentum": options.momentum,
             "threads": options.threads,
             "framework": framework(spec),
+            "comm_priority": prio,
         },
         "timeline": window,
         "timeout_s": COLLECTIVE_TIMEOUT_S,
@@ -308,8 +339,8 @@ def run(
     work.mkdir(parents=True, exist_ok=True)
     (work / "job.json").write_text(json.dumps(job))
     log.info(
-        "real run: %d ranks, %s network%s", spec.cluster.workers, network.kind,
-        f" ({network.note})" if network.note else "",
+        "real run: %d ranks, %s network%s; %s", spec.cluster.workers, network.kind,
+        f" ({network.note})" if network.note else "", priority_words(prio, prio_note),
     )  # fmt: skip
     started = time.perf_counter()
     n = spec.cluster.workers
@@ -362,6 +393,7 @@ def run(
     wall_s = time.perf_counter() - started
     ranks = [json.loads((work / f"rank{r}.json").read_text()) for r in range(spec.cluster.workers)]
     result = _results(spec, ranks, network)
+    result.comm_priority, result.comm_priority_note = prio, prio_note
     result.metrics["real_wall_s"] = wall_s
     result.units["real_wall_s"] = "s"
     if reshaper is not None:
@@ -371,6 +403,11 @@ def run(
         result.metrics[f"plan.{key}"] = value
         result.units[f"plan.{key}"] = ""
     return result
+
+
+def priority_words(prio: str, note: str) -> str:
+    """The run log's words for the communication threads' priority."""
+    return note or f"communication threads at {prio} priority"
 
 
 def _start(argv: list[str], env: dict[str, str], stdin: int = subprocess.DEVNULL) -> Any:

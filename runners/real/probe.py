@@ -26,7 +26,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import priority
 from . import testbed as tb
+
+_PRIORITY = "normal"  # the communication threads' in this probe process (its job's)
+
+
+def _communication() -> Any:
+    """The block that starts communication threads, at the calibration's priority
+    (``runners.real.priority``): probes measure what real runs meet."""
+    return priority.communication_threads(_PRIORITY)
+
 
 DEFAULT_SIZES = (4096, 16384, 65536, 262144, 1048576, 2097152, 4194304, 8388608)
 
@@ -38,12 +48,14 @@ def probe(
     sizes: tuple[int, ...] = DEFAULT_SIZES,
     repeats: int = 11,
     threads: int = 1,
+    comm_priority: str = "normal",
 ) -> list[tuple[int, float]]:
     """Median all-reduce time per size: on loopback when ``bandwidth_gbps`` is None, else on
     the emulated testbed with every NIC shaped to it (root only: ``TestbedError`` otherwise)."""
     rows = _launch(
-        {"sizes": list(sizes), "repeats": repeats}, workers, bandwidth_gbps, work, threads
-    )
+        {"sizes": list(sizes), "repeats": repeats},
+        workers, bandwidth_gbps, work, threads, comm_priority,
+    )  # fmt: skip
     return [(int(size), float(seconds)) for size, seconds in rows]
 
 
@@ -57,13 +69,15 @@ def split(
     sizes: tuple[int, ...] = SPLIT_SIZES,
     repeats: int = 11,
     threads: int = 1,
+    comm_priority: str = "normal",
 ) -> list[tuple[int, float, float, float]]:
     """Per size, the median time of an all-reduce, a reduce-scatter and an all-gather of the
     same tensor (DeAR's split collectives), as ``[(bytes, all-reduce s, reduce-scatter s,
     all-gather s), ...]``; where ``probe`` runs them."""
     rows = _launch(
-        {"split_sizes": list(sizes), "repeats": repeats}, workers, bandwidth_gbps, work, threads
-    )
+        {"split_sizes": list(sizes), "repeats": repeats},
+        workers, bandwidth_gbps, work, threads, comm_priority,
+    )  # fmt: skip
     return [(int(s), float(ar), float(rs), float(ag)) for s, ar, rs, ag in rows]
 
 
@@ -93,6 +107,7 @@ def overlap(
     work: Path,
     steps: int = 15,
     threads: int = 1,
+    comm_priority: str = "normal",
 ) -> OverlapProbe:
     """How computing and communicating slow each other down on this machine: every rank
     times forward + backward of ``model`` (its real loss, the default batch) ``steps`` times
@@ -107,8 +122,9 @@ def overlap(
     them: asynchronous, from its communication thread, each completion handed back to the
     waiting threads (per ring step, 10 %-trimmed mean)."""
     alone, busy, small_busy, big_busy, big_idle, small_idle, engine = _launch(
-        {"overlap_model": model, "steps": steps}, workers, bandwidth_gbps, work, threads
-    )
+        {"overlap_model": model, "steps": steps},
+        workers, bandwidth_gbps, work, threads, comm_priority,
+    )  # fmt: skip
     steps_per = 2 * (workers - 1)
     return OverlapProbe(
         slowdown=max(0.0, busy / alone - 1.0),
@@ -138,6 +154,7 @@ def ps_overlap(
     work: Path,
     steps: int = 15,
     threads: int = 1,
+    comm_priority: str = "normal",
 ) -> PSProbe:
     """The parameter-server arena's ``overlap``, on the real PS arena's transport
     (``runners.real.ps.Channel``: a sender and a receiver thread per process, a header and a
@@ -167,7 +184,7 @@ def ps_overlap(
 
     def launch(elements: int, window: int, compute: bool = True) -> list[float]:
         job_now = {**job, "elements": elements, "window": window, "compute": compute}
-        return _launch(job_now, world, bandwidth_gbps, work, threads)
+        return _launch(job_now, world, bandwidth_gbps, work, threads, comm_priority)
 
     alone, busy, _, agg_s_per_byte = launch(1 << 18, servers)
     _, _, message_busy, _ = launch(1024, servers)
@@ -182,11 +199,20 @@ def ps_overlap(
     )
 
 
-def _launch(job: dict, workers: int, bandwidth_gbps: float | None, work: Path, threads: int) -> Any:
+def _launch(
+    job: dict,
+    workers: int,
+    bandwidth_gbps: float | None,
+    work: Path,
+    threads: int,
+    comm_priority: str = "normal",
+) -> Any:
+    """Run ``job`` on ``workers`` ranks; ``comm_priority``: the communication threads'
+    (``runners.real.priority``, resolved: realtime or normal), as the real runs have it."""
     from .launch import _supervise, torchrun_argv
 
     work.mkdir(parents=True, exist_ok=True)
-    (work / "job.json").write_text(json.dumps(job))
+    (work / "job.json").write_text(json.dumps({**job, "comm_priority": comm_priority}))
     (work / "probe.json").unlink(missing_ok=True)
     module = "runners.real.probe"
     if bandwidth_gbps is None:
@@ -246,7 +272,10 @@ def main(argv: list[str]) -> int:
     work = Path(argv[0])
     job = json.loads((work / "job.json").read_text())
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
+    global _PRIORITY
+    _PRIORITY = job.get("comm_priority", "normal")
+    with _communication():
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
     rank = int(os.environ["RANK"])
     try:
         if "overlap_model" in job:
@@ -384,7 +413,8 @@ def _overlap(model_name: str, steps: int, rank: int) -> list[float]:
     timed(3)
     dist.barrier()
     alone = statistics.median(timed(steps))
-    group = dist.new_group(backend="gloo")
+    with _communication():
+        group = dist.new_group(backend="gloo")
 
     def traffic_while(elements: int, work: Callable[[], Any]) -> tuple[Any, float]:
         """What ``work()`` returns, run while a thread keeps all-reduces of ``elements``
@@ -406,7 +436,8 @@ def _overlap(model_name: str, steps: int, rank: int) -> list[float]:
 
         dist.barrier()
         thread = threading.Thread(target=traffic, daemon=True)
-        thread.start()
+        with _communication():
+            thread.start()
         result = work()
         stop.set()
         thread.join()
@@ -463,7 +494,8 @@ def _engine_stream(layers: int = ENGINE_LAYERS, iterations: int = ENGINE_ITERATI
         if resource == "network" and it >= warmup:
             times.append(end - start)
 
-    engine = Engine(model, binding, plan, lr=1e-3, record=record)
+    with _communication():
+        engine = Engine(model, binding, plan, lr=1e-3, record=record)
     inputs = torch.randn(8, 32)
     for it in range(warmup + iterations):
         engine.begin(it)
@@ -521,7 +553,8 @@ def _ps_overlap(
 
         channel = Channel(rank, table, cv, serve)
         dist.barrier()
-        channel.start()
+        with _communication():  # as a real run's server: all of it
+            channel.start()
         with cv:
             while not set(range(workers)) <= channel.stops and channel.error is None:
                 cv.wait(0.5)
@@ -547,7 +580,8 @@ def _ps_overlap(
     timed(3)
     alone = statistics.median(timed(steps))
     dist.barrier()
-    channel.start()
+    with _communication():
+        channel.start()
     stop = threading.Event()
     push = torch.ones(elements)
     gaps: list[float] = []
@@ -572,7 +606,8 @@ def _ps_overlap(
             last = now
 
     thread = threading.Thread(target=traffic, daemon=True)
-    thread.start()
+    with _communication():  # the PS transport's client side, as a real run's
+        thread.start()
     if compute:
         busy = statistics.median(timed(steps))
     else:  # the worker idles as long as it would compute

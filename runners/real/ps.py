@@ -113,6 +113,7 @@ from workloads.models import build_model
 
 from ..policies.ps import ORDERS, SERVER_MODES, PSPlan, PSTask, lr_scale
 from ..spec import RealOptions, RunSpec, SpecError
+from . import priority
 from . import testbed as tb
 from .engine import (
     LayerBinding,
@@ -243,6 +244,7 @@ def run(
 
     options = spec.real or RealOptions()
     plan = plan_for(spec)
+    prio, prio_note = launch.comm_priority(spec)
     servers = server_count(plan)
     c = spec.cluster
     workers = c.workers
@@ -265,6 +267,7 @@ def run(
             "momentum": options.momentum,
             "threads": options.threads,
             "framework": None,
+            "comm_priority": prio,
         },
         "timeline": window,
         # Idle is normal for a server (no keys, or behind a straggler): the launcher's limit
@@ -278,8 +281,8 @@ def run(
         (work / "controller.pkl").write_bytes(pickle.dumps(plan.controller))
     n = workers + servers
     launch.log.info(
-        "real run: %d workers + %d servers, %s network%s", workers, servers, network.kind,
-        f" ({network.note})" if network.note else "",
+        "real run: %d workers + %d servers, %s network%s; %s", workers, servers, network.kind,
+        f" ({network.note})" if network.note else "", launch.priority_words(prio, prio_note),
     )  # fmt: skip
     started = time.perf_counter()
     if network.kind == "shaped":
@@ -314,6 +317,7 @@ def run(
         row for r in records for row in r["timeline"] if first <= row[0] < last
     ]
     result = launch._results(spec, ranks, network)
+    result.comm_priority, result.comm_priority_note = prio, prio_note
     metrics, units = _server_metrics(spec, plan, ranks, records)
     result.metrics.update(metrics)
     result.units.update(units)
@@ -932,7 +936,8 @@ def _work(ctx: Context) -> dict[str, Any]:
     )
     total = ctx.total
     dist.barrier()
-    ps.start()
+    with _communication(ctx.job):  # the transport's threads
+        ps.start()
     iterations = []
     for it in range(total):
         straggle.factor = slowdown(stragglers, worker, it)
@@ -950,6 +955,7 @@ def _work(ctx: Context) -> dict[str, Any]:
         iterations.append(iteration_row(it, begin, times, loss, warmup))
         if worker == 0:
             print(f"progress {it + 1} {total}", flush=True)
+    threads = priority.census()  # while the transport's threads are alive
     ps.finish()
     finished = time.perf_counter()
     ps.close()
@@ -969,6 +975,8 @@ def _work(ctx: Context) -> dict[str, Any]:
         "iterations": iterations,
         "timeline": timeline,
         "negotiated": False,
+        "threads": threads,  # per priority (runners.real.priority)
+        "compute_priority": priority.current(),
         "ps": info,
     }
     if worker == 0 and train["dataset"] != "synthetic":
@@ -1278,13 +1286,19 @@ def _serve(ctx: Context, job_dir: Path) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------ process entry
+def _communication(job: dict[str, Any]) -> Any:
+    """The block that starts communication threads, at the launcher's priority."""
+    return priority.communication_threads(job["train"].get("comm_priority", "normal"))
+
+
 def process_main(job_dir: Path, job: dict[str, Any]) -> int:
     """One process of a PS run (``runners.real.worker`` hands over when the job's arena is
     ``ps``): a worker (logical rank < W) or a server."""
     job = {**job, "dir": str(job_dir)}
     torch.set_num_threads(int(job["train"]["threads"]))
     timeout = datetime.timedelta(seconds=float(job["timeout_s"]))
-    dist.init_process_group("gloo", timeout=timeout)
+    with _communication(job):  # gloo's threads
+        dist.init_process_group("gloo", timeout=timeout)
     me = int(os.environ.get("LAB_PS_ID", dist.get_rank()))
     try:
         mine = torch.tensor([me], dtype=torch.int64)
@@ -1298,7 +1312,10 @@ def process_main(job_dir: Path, job: dict[str, Any]) -> int:
             result = _work(ctx)
             name = f"rank{me}"
         else:
-            result = _serve(ctx, job_dir)
+            # A server is all communication (on a machine of its own in the papers' clusters):
+            # its aggregation as well as its transport ahead of the workers' compute.
+            with _communication(job):
+                result = _serve(ctx, job_dir)
             name = f"server{me - ctx.workers}"
         dist.barrier()
     except BaseException:

@@ -26,6 +26,7 @@ from workloads import data
 from workloads.models import build_model
 
 from ..policies.allreduce import CommPlan, CommTask
+from . import priority
 from .engine import (
     Engine,
     LayerBinding,
@@ -128,6 +129,12 @@ def slowdown(stragglers: list[dict[str, Any]], worker: int, iteration: int) -> f
     return factor
 
 
+def _communication(train: dict[str, Any]) -> Any:
+    """The block that starts communication threads (``runners.real.priority``), at the
+    priority the launcher resolved (jobs written before it: normal)."""
+    return priority.communication_threads(train.get("comm_priority", "normal"))
+
+
 def main(argv: list[str]) -> int:
     job_dir = Path(argv[0])
     try:
@@ -150,7 +157,8 @@ def _main(job_dir: Path) -> int:
     if train.get("framework") == "horovod":
         import horovod.torch as hvd
 
-        hvd.init()
+        with _communication(train):  # Horovod's background and gloo threads
+            hvd.init()
         rank, world = hvd.rank(), hvd.size()
         worker = int(os.environ.get("LAB_WORKER", rank))
         try:
@@ -163,7 +171,8 @@ def _main(job_dir: Path) -> int:
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         worker = int(os.environ.get("LAB_WORKER", rank))
         timeout = datetime.timedelta(seconds=float(job["timeout_s"]))
-        dist.init_process_group("gloo", timeout=timeout)
+        with _communication(train):
+            dist.init_process_group("gloo", timeout=timeout)  # gloo's threads
         try:
             result = _train(job, spec, train, rank, world, worker)
             if int(job.get("nodes", 1)) > 1:
@@ -235,15 +244,16 @@ def _train(
         step = make_step(model, job, lr, momentum)
         engine = None
     else:
-        engine = Engine(
-            model,
-            binding,
-            plan_from_json(job["plan"]),
-            lr=lr,
-            momentum=momentum,
-            approximation=job.get("approximation", "stale"),
-            record=record,
-        )
+        with _communication(train):
+            engine = Engine(  # its dispatcher thread (and negotiation group's gloo threads)
+                model,
+                binding,
+                plan_from_json(job["plan"]),
+                lr=lr,
+                momentum=momentum,
+                approximation=job.get("approximation", "stale"),
+                record=record,
+            )
     iterations = []
     _barrier(own)
     for it in range(total):
@@ -266,6 +276,7 @@ def _train(
         iterations.append(iteration_row(it, begin, times, loss, warmup))
         if rank == 0:
             print(f"progress {it + 1} {total}", flush=True)
+    threads = priority.census()  # while the communication threads are all alive
     if engine is not None:
         engine.finish()
     finished = time.perf_counter()
@@ -277,6 +288,8 @@ def _train(
         "iterations": iterations,
         "timeline": timeline,
         "negotiated": bool(engine is not None and engine.negotiate),
+        "threads": threads,  # per priority (runners.real.priority)
+        "compute_priority": priority.current(),
     }
     if rank == 0 and train["dataset"] != "synthetic":
         result["eval"] = _evaluate(model, workload, train["dataset"], loss_fn)

@@ -141,6 +141,10 @@ def test_a_two_process_real_run_trains_in_a_container(user, config, in_docker):
     summary = json.loads((run.run_dir / "summary.json").read_text())
     assert summary["metrics"]["iteration_time_s"] > 0
     assert summary["network"]["kind"] == "loopback"  # a container has no emulated network
+    # nor CAP_SYS_NICE (its user is not root): auto says so instead of pretending
+    prio = summary["comm_priority"]
+    assert prio["priority"] == "normal" and "SCHED_FIFO refused" in prio["note"], prio
+    assert prio["rank0_threads"]["realtime"] == 0
     manifest = json.loads((run.run_dir / "manifest.json").read_text())
     assert manifest["container_image"]["id"] == in_docker["id"]
 

@@ -125,6 +125,11 @@ def test_exact_schedulers_match_single_process_sgd(system, params, tmp_path, mon
     metrics = summary["metrics"]
     assert metrics["iteration_time_s"] > 0
     assert summary["network"]["kind"] == "loopback"
+    if os.geteuid() == 0:  # auto: the communication threads ahead of the compute (root)
+        prio = summary["comm_priority"]
+        assert prio["priority"] == "realtime" and prio["rank0_compute"] == "normal"
+        # gloo's threads (and Horovod's, the engine's dispatcher) as counted in the rank
+        assert prio["rank0_threads"]["realtime"] >= 1, prio
     series = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert [s["iteration"] for s in series] == list(range(STEPS))
     assert all(s["loss"] > 0 for s in series)

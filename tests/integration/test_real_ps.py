@@ -110,6 +110,10 @@ def test_sync_ps_systems_match_single_process_sgd(system, params, tmp_path, monk
     _assert_close(torch.load(out / "params-servers.pt"), want)
     metrics = summary["metrics"]
     assert summary["run"]["arena"] == "ps" and summary["network"]["kind"] == "loopback"
+    if os.geteuid() == 0:  # auto: the transport's and gloo's threads ahead of the compute
+        prio = summary["comm_priority"]
+        assert prio["priority"] == "realtime" and prio["rank0_compute"] == "normal"
+        assert prio["rank0_threads"]["realtime"] >= 2, prio  # the sender and the receiver
     assert metrics["iteration_time_s"] > 0 and metrics["comm_time_s"] > 0
     assert metrics["ps_max_busy_s"] > 0 and metrics["ps_servers_used"] == 2
     series = [json.loads(line) for line in (out / "metrics.jsonl").open()]

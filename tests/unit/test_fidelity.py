@@ -87,7 +87,8 @@ def test_calibrate_measures_again_once_when_times_do_not_grow(monkeypatch):
     bad = [(s, 1e-3 if s < probe.LARGE_BYTES else 1.0 / s) for s in probe.DEFAULT_SIZES]
     calls = []
 
-    def fake_probe(workers, nominal, work, repeats, threads):
+    def fake_probe(workers, nominal, work, repeats, threads, comm_priority):
+        assert comm_priority == "normal"  # the default of a probe not told otherwise
         calls.append(repeats)
         return bad if len(calls) == 1 or answers == "bad" else good
 
@@ -126,6 +127,12 @@ def test_matched_specs_share_the_configuration_and_use_the_calibration():
     # loopback
     assert c.link_burst_bytes == int(262144 * 0.94)
     assert "link_burst_bytes" not in loop_sim["cluster"]
+    # the real runs get the calibration's communication-thread priority (older ones: normal)
+    assert real_spec.real.comm_priority == "normal"
+    rt_real, _ = fidelity.matched_specs(
+        "wfbp", "vgg16-debug", 1.0, {**TESTBED, "comm_priority": "realtime"}
+    )
+    assert validate(rt_real).real.comm_priority == "realtime"
 
 
 def test_the_simulator_gets_the_measured_split_collectives_where_the_calibration_has_them():
@@ -184,7 +191,8 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
     (tmp_path / "cpu.json").write_text(json.dumps(doc))
     seen = []
 
-    def fake_ps_overlap(model, workers, servers, nominal, work, threads):
+    def fake_ps_overlap(model, workers, servers, nominal, work, threads, comm_priority):
+        assert comm_priority == "normal", "a calibration from before the priority: normal"
         seen.append((model, workers, servers, nominal))
         return probe.PSProbe(
             slowdown=0.5,
@@ -239,7 +247,8 @@ def test_calibrate_overlap_only_measures_the_interference_again_and_split_uses_i
     seen = []
     idle = [4e-4, 9e-4, 1e-4, 4.5e-4, 3e-4]  # the five probes of a network swing: the median
 
-    def fake_overlap(model, workers, nominal, work, threads):
+    def fake_overlap(model, workers, nominal, work, threads, comm_priority):
+        assert comm_priority == "normal", "a calibration from before the priority: normal"
         seen.append((model, workers, nominal))
         return probe.OverlapProbe(
             slowdown=0.25,
@@ -327,10 +336,14 @@ def test_split_costs_are_each_collective_over_the_all_reduce():
 
 def test_calibrate_split_only_adds_the_costs_and_keeps_the_rest(tmp_path, monkeypatch):
     monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
-    (tmp_path / "cpu.json").write_text(json.dumps({**TESTBED, "method": "m"}))
+    # the calibration's communication-thread priority: its added measurements take it too
+    (tmp_path / "cpu.json").write_text(
+        json.dumps({**TESTBED, "method": "m", "comm_priority": "realtime"})
+    )
     seen = []
 
-    def fake_split(workers, nominal, work, threads, repeats):
+    def fake_split(workers, nominal, work, threads, repeats, comm_priority):
+        assert comm_priority == "realtime"
         seen.append(nominal)
         return [(1 << 20, 8e-3, 8e-3 * (1 + (nominal or 0)), 4e-3)]
 
@@ -354,7 +367,7 @@ def test_an_impossible_split_cost_is_measured_again_then_refused(monkeypatch):
     calls = []
     answers = [[(1 << 20, 8e-3, 8e-3 * 4.2, 4e-3)], [(1 << 20, 8e-3, 8e-3, 4e-3)]]
 
-    def fake_split(workers, nominal, work, threads, repeats):
+    def fake_split(workers, nominal, work, threads, repeats, comm_priority):
         calls.append(repeats)
         return answers[min(len(calls) - 1, len(answers) - 1)]
 

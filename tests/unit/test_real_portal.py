@@ -62,6 +62,7 @@ def test_the_api_stores_how_real_runs_train(client, token):
     [
         ({"real": {"network": "satellite"}}, "real.network"),
         ({"real": {"lr": -1}}, "real.lr"),
+        ({"real": {"comm_priority": "urgent"}}, "real.comm_priority"),
         ({"real": {"threads_per_rank": 2}}, "real.threads_per_rank"),
         ({"real": "fast"}, "real"),
         ({"cluster": {"workers": 1000}}, "cluster.workers"),  # more ranks than this machine holds

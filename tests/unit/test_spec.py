@@ -220,6 +220,11 @@ BAD_SPECS = [
     ("real-unknown-option", with_changes(mode="real", real={"speed": 2}), "real.speed"),
     ("real-bad-network", with_changes(mode="real", real={"network": "wifi"}), "real.network"),
     ("real-bad-lr", with_changes(mode="real", real={"lr": -1}), "real.lr"),
+    (
+        "real-bad-comm-priority",
+        with_changes(mode="real", real={"comm_priority": "high"}),
+        "real.comm_priority",
+    ),
     ("bad-mode", with_changes(mode="turbo"), "mode"),
     ("missing-workload", without("workload"), "workload"),
     ("unknown-workload", with_changes(workload="alexnet"), "workload"),

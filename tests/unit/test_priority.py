@@ -1,0 +1,111 @@
+"""The communication threads' priority (``runners.real.priority``): threads started in the
+block run under SCHED_FIFO, the caller gets its policy back, a census sees them; where the
+OS refuses, ``auto`` says why and ``realtime`` is refused before anything starts (exit 2)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+import yaml
+
+from runners import cli
+from runners.real import launch, priority
+from runners.spec import SpecError, validate
+
+
+def _permitted() -> None:
+    if why := priority.why_not_realtime():
+        pytest.skip(why)
+
+
+def _refuse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process as one without CAP_SYS_NICE: the kernel's answer, EPERM."""
+
+    def refused(*args: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "sched_setscheduler", refused)
+
+
+def _spec(**real: str) -> dict:
+    return {
+        "system": "wfbp",
+        "mode": "real",
+        "workload": "vgg16-debug",
+        "iterations": 3,
+        "cluster": {"workers": 2},
+        "real": {"network": "loopback", **real},
+    }
+
+
+def test_threads_started_in_the_block_run_realtime_and_the_caller_gets_its_policy_back():
+    _permitted()
+    seen: dict[str, str] = {}
+
+    def note(name: str) -> None:
+        seen[name] = priority.current()
+
+    before = priority.census()
+    with priority.communication_threads("realtime"):
+        assert priority.current() == "realtime"
+        inside = threading.Thread(target=note, args=("inside",))
+        inside.start()
+    assert priority.current() == "normal"
+    outside = threading.Thread(target=note, args=("outside",))
+    outside.start()
+    inside.join()
+    outside.join()
+    assert seen == {"inside": "realtime", "outside": "normal"}
+    assert before.get("realtime", 0) == 0
+
+    hold = threading.Event()
+    with priority.communication_threads("realtime"):
+        waiting = threading.Thread(target=hold.wait)
+        waiting.start()
+    try:
+        assert priority.census()["realtime"] == 1  # the waiting thread, counted from /proc
+    finally:
+        hold.set()
+        waiting.join()
+
+
+def test_normal_changes_nothing():
+    with priority.communication_threads("normal"):
+        assert priority.current() == "normal"
+    assert priority.resolve("normal") == ("normal", "")
+
+
+def test_auto_is_realtime_where_permitted_and_says_why_not_elsewhere(monkeypatch):
+    _permitted()
+    assert priority.resolve("auto") == ("realtime", "")
+    _refuse(monkeypatch)
+    assert priority.why_not_realtime().startswith("SCHED_FIFO refused")
+    prio, note = priority.resolve("auto")
+    assert prio == "normal" and "needs root or CAP_SYS_NICE" in note
+    with pytest.raises(PermissionError):
+        priority.resolve("realtime")
+    with pytest.raises(ValueError, match="one of auto, realtime, normal"):
+        priority.resolve("high")
+
+
+def test_a_real_run_asking_for_realtime_where_it_is_refused_is_bad_input(monkeypatch, tmp_path):
+    _refuse(monkeypatch)
+    with pytest.raises(SpecError) as err:
+        launch.preflight(validate(_spec(comm_priority="realtime")))
+    assert err.value.field == "real.comm_priority" and "use auto or normal" in str(err.value)
+    # auto runs at normal priority and says so; nothing refused
+    assert launch.comm_priority(validate(_spec()))[0] == "normal"
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(_spec(comm_priority="realtime")))
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert not (tmp_path / "out").exists(), "nothing half-written"
+
+
+def test_the_spec_keeps_the_priority_in_its_key():
+    spec = validate(_spec(comm_priority="normal"))
+    assert spec.real.comm_priority == "normal"
+    assert spec.as_dict()["real"]["comm_priority"] == "normal"
+    assert validate(spec.as_dict()) == spec
+    assert validate(_spec()).real.comm_priority == "auto"  # the default
