@@ -63,6 +63,10 @@ TESTBEDS_DIR = ROOT / "workloads" / "profiles" / "testbeds"
 DEFAULT_LABEL = "testbed"
 DEFAULT_MODELS = ("vgg16-debug", "resnet50-debug")
 DEFAULT_BANDWIDTHS = (0.25, 1.0)
+# Systems whose real runs use their framework's own implementation (PyTorch DDP's reducer,
+# Horovod's background thread), not the lab's engine: the engine's measured CPU cost per
+# collective (``collective_cpu_us``) is not theirs, and their own is not measured (0).
+OWN_FRAMEWORKS = ("ddp", "horovod")
 DEFAULT_SYSTEMS = ("wfbp", "ddp", "horovod", "bytescheduler", "pace", "dear", "delayed-allreduce")
 MAPE_TARGET_PCT = 10.0
 SPLIT_COSTS = ("reduce_scatter_cost", "all_gather_cost")
@@ -351,7 +355,7 @@ def _add_to_calibration(
         # The older texts out, wherever they stand (one may be the start of ``method``: only
         # when it is absent); the trailing "; " lets the last part go like the others.
         text = doc["method"] + "; "
-        for old in superseded:
+        for old in sorted(superseded, key=len, reverse=True):  # one may start another
             text = text.replace(old + "; ", "")
         doc["method"] = text + method
     doc[date_key] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
@@ -366,7 +370,8 @@ OVERLAP_METHOD = (
     "back-to-back 4 KiB all-reduces per ring step while the rank computes (latency_busy_us) "
     "and while it idles (latency_idle_us); the 1 MiB all-reduces' time while computing over "
     "idle, minus 1 (comm_slowdown); 4 KiB all-reduces issued by the lab's engine on idle "
-    "ranks, a synthetic model's stream (latency_engine_us)"
+    "ranks, a synthetic model's stream (latency_engine_us); the compute time such an engine "
+    "collective takes from a synthetic backward it overlaps (collective_cpu_us)"
 )
 
 
@@ -414,6 +419,7 @@ def _probe_overlap(
         "latency_idle_us": ("latency_idle_s", 1e6, 3),
         "comm_slowdown": ("comm_slowdown", 1.0, 4),
         "latency_engine_us": ("latency_engine_s", 1e6, 3),
+        "collective_cpu_us": ("collective_cpu_s", 1e6, 3),
     }
     return {
         key: {
@@ -441,18 +447,19 @@ def calibrate_overlap(
         progress,
         measure,
         OVERLAP_METHOD,
-        "latency_engine_us",
+        "collective_cpu_us",
         "overlap_date",
         superseded=_OLD_OVERLAP_METHODS,
     )
 
 
-# What calibrations before ``latency_idle_us``, then before ``latency_engine_us``, said of
-# their overlap measurement.
+# What calibrations before ``latency_idle_us``, then before ``latency_engine_us``, then
+# before ``collective_cpu_us``, said of their overlap measurement.
 _OLD_OVERLAP_METHODS = (
     "overlap slow-down per model: forward + backward timed alone and while a thread keeps "
     "1 MiB all-reduces going (runners.real.probe.overlap)",
     OVERLAP_METHOD.split("; 4 KiB all-reduces issued by")[0],
+    OVERLAP_METHOD.split("; the compute time such an engine")[0],
 )
 
 
@@ -727,6 +734,9 @@ def matched_specs(
         )
         if nominal is not None:  # the shaper's token bucket, in payload bytes
             sim["cluster"]["link_burst_bytes"] = _payload_burst(nominal, point["bandwidth_gbps"])
+        cpu = point.get("collective_cpu_us", {}).get(model)
+        if cpu is not None and system not in OWN_FRAMEWORKS:  # the lab's engine runs it
+            sim["cluster"]["collective_cpu_us"] = float(cpu)
     return real, sim
 
 

@@ -131,6 +131,14 @@ class CommCluster:
     the rest at the bandwidth. 0 (the default): links that always run at the bandwidth.
     ``fidelity`` sets the testbed's depth (``runners.real.testbed.burst_bytes``, 256 KiB of
     frames) in payload bytes: about 250 KiB, 8.4 ms of traffic at 0.25 Gbit/s.
+
+    ``collective_cpu_us`` (all-reduce arena): the CPU time each collective (a negotiation
+    round's included) takes from the compute op that runs on its ranks when it starts: the op
+    ends that much later. The communication threads' CPU work on cores the training shares, as
+    on our CPU testbed with the communication threads ahead of the compute (``real.
+    comm_priority: realtime``). 0 (the default): the collectives cost the compute nothing (a
+    GPU's compute). ``python -m runners calibrate`` measures it through the lab's engine and
+    ``fidelity`` sets it for the systems that engine runs. A reconstruction, labelled as such.
     """
 
     workers: int = 8
@@ -147,6 +155,7 @@ class CommCluster:
     overlap_comm_slowdown: float = 0.0  # all-reduce arena: bytes slower while computing
     negotiation: bool = False  # all-reduce arena: reordering plans negotiate each decision
     link_burst_bytes: int = 0  # all-reduce arena: the NICs' token bucket (tc tbf), 0 = none
+    collective_cpu_us: float = 0.0  # all-reduce arena: CPU a collective takes from compute
     stragglers: tuple[Straggler, ...] = ()
     ps: int = 4
     servers: int = 8
@@ -248,6 +257,7 @@ ALLREDUCE_ONLY_FIELDS = (
     "overlap_comm_slowdown",
     "negotiation",
     "link_burst_bytes",
+    "collective_cpu_us",
 )
 
 # Fields left out of ``RunSpec.as_dict`` at their default: added after results were recorded,
@@ -262,6 +272,7 @@ _OMITTED_AT_DEFAULT = {
     "overlap_comm_slowdown": CommCluster.overlap_comm_slowdown,
     "negotiation": CommCluster.negotiation,
     "link_burst_bytes": CommCluster.link_burst_bytes,
+    "collective_cpu_us": CommCluster.collective_cpu_us,
 }
 _TOP_OMITTED_AT_DEFAULT = {"timeline_iterations": 2}
 
@@ -370,6 +381,12 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         int,
         lambda v: 0 <= v <= 1 << 40,
         "an integer >= 0 (bytes a NIC's token bucket holds, as tc tbf's burst; 0 = no bucket)",
+    ),
+    "collective_cpu_us": (
+        float,
+        lambda v: 0 <= v <= 1e6,
+        "a number >= 0 (microseconds of CPU each collective takes from the compute it "
+        "overlaps; 0 = none)",
     ),
     "ps": (int, lambda v: 1 <= v <= 10_000, "an integer between 1 and 10000 (PS processes)"),
     "servers": (int, lambda v: 1 <= v <= 10_000, "an integer between 1 and 10000 (PS machines)"),

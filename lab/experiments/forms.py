@@ -242,6 +242,14 @@ class ExperimentForm(_ClusterArenaFields):
         help_text="after the links idle, up to this many bytes of a collective pass at once, "
         "as tc tbf's burst shapes the emulated testbed (0 = links always at the bandwidth)",
     )
+    cluster_collective_cpu_us = forms.FloatField(
+        label="CPU per collective (us)",
+        required=False,
+        min_value=0,
+        initial=_DEFAULTS.collective_cpu_us,
+        help_text="compute time each collective takes from the op it overlaps, as the "
+        "communication threads do on a CPU testbed (0 = none, as on a GPU)",
+    )
     cluster_ps = forms.IntegerField(label="parameter servers", required=False, initial=_DEFAULTS.ps)
     cluster_servers = forms.IntegerField(
         label="server machines",

@@ -98,6 +98,7 @@ class OverlapProbe:
     latency_idle_s: float  # the same while the rank idles
     comm_slowdown: float  # a 1 MiB all-reduce's time while computing over idle, minus 1 (>= 0)
     latency_engine_s: float  # a 4 KiB all-reduce in a stream through the lab's engine, idle
+    collective_cpu_s: float = 0.0  # compute time an engine collective takes from a backward
 
 
 def overlap(
@@ -120,8 +121,9 @@ def overlap(
     ``overlap_comm_slowdown``). Last, ``latency_engine_s``: the same 4 KiB all-reduces on idle
     ranks, but issued by the lab's real engine (``_engine_stream``), as training runs issue
     them: asynchronous, from its communication thread, each completion handed back to the
-    waiting threads (per ring step, 10 %-trimmed mean)."""
-    alone, busy, small_busy, big_busy, big_idle, small_idle, engine = _launch(
+    waiting threads (per ring step, 10 %-trimmed mean); and ``collective_cpu_s``, the compute
+    time such a collective takes from a backward pass it overlaps (``_engine_cpu``)."""
+    alone, busy, small_busy, big_busy, big_idle, small_idle, engine, cpu = _launch(
         {"overlap_model": model, "steps": steps},
         workers, bandwidth_gbps, work, threads, comm_priority,
     )  # fmt: skip
@@ -132,6 +134,7 @@ def overlap(
         latency_idle_s=small_idle / steps_per,
         comm_slowdown=max(0.0, big_busy / big_idle - 1.0),
         latency_engine_s=engine / steps_per,
+        collective_cpu_s=cpu,
     )
 
 
@@ -455,7 +458,8 @@ def _overlap(model_name: str, steps: int, rank: int) -> list[float]:
     _, big_idle = traffic_while(1 << 18, idling)
     _, small_idle = traffic_while(1024, idling)
     engine = _engine_stream()
-    values = (alone, busy, small_busy, big_busy, big_idle, small_idle, engine)
+    cpu = _engine_cpu()
+    values = (alone, busy, small_busy, big_busy, big_idle, small_idle, engine, cpu)
     return [_slowest(v) for v in values]
 
 
@@ -502,6 +506,73 @@ def _engine_stream(layers: int = ENGINE_LAYERS, iterations: int = ENGINE_ITERATI
         model(inputs).square().mean().backward()
     engine.finish()
     return _trimmed_mean(times)
+
+
+CPU_BATCH = 1024  # the synthetic model's batch in _engine_cpu: a backward of a few ms alone
+
+
+def _engine_cpu(
+    layers: int = ENGINE_LAYERS, iterations: int = ENGINE_ITERATIONS, batch: int = CPU_BATCH
+) -> float:
+    """(Every rank.) The compute time one collective issued by the lab's engine takes from a
+    backward pass it overlaps, on this machine at this process's communication-thread
+    priority: ``_engine_stream``'s synthetic model (``layers`` bias-free 32 x 32 linear
+    layers, one 4 KiB all-reduce per layer) with a batch of ``batch`` rows, so that its
+    backward computes for a few milliseconds. Its backward is timed alone (plain autograd, no
+    hooks) and then through the engine, each layer's all-reduce released as its gradient is
+    ready; the engine's record gives each collective's start. The value is the median over
+    iterations of (backward time through the engine - the median alone) / the collectives
+    that started during that backward (the slowest rank's): what a collective's threads (the
+    engine's dispatcher, gloo's, the completion hand-off) and the engine's hooks cost the
+    compute on shared cores. Not a model of training: a synthetic model's stream."""
+    import torch
+    from torch import nn
+
+    from ..policies.allreduce import CommPlan, CommTask
+    from .engine import Engine, bind_layers
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(32, 32, bias=False) for _ in range(layers)])
+    inputs = torch.randn(batch, 32)
+    warmup = 3
+    alone = []
+    for it in range(warmup + iterations):
+        loss = model(inputs).square().mean()
+        start = time.perf_counter()
+        loss.backward()
+        if it >= warmup:
+            alone.append(time.perf_counter() - start)
+        model.zero_grad(set_to_none=True)
+    base = statistics.median(alone)
+    binding = bind_layers(model, [str(i) for i in range(layers)])
+    tasks = tuple(
+        CommTask(layers=(i,), size_bytes=binding.numel(i) * 4, priority=layers - 1 - i)
+        for i in range(layers)
+    )
+    plan = CommPlan(tasks=tasks, credit_bytes=float("inf"), cross_barrier=False)
+    starts: list[float] = []
+
+    def record(it: int, resource: str, _op: str, _layer: str, start: float, _e: float, _b: int):
+        if resource == "network":
+            starts.append(start)
+
+    with _communication():
+        engine = Engine(model, binding, plan, lr=1e-9, record=record)
+    windows = []
+    for it in range(warmup + iterations):
+        engine.begin(it)  # waits for the previous iteration's collectives
+        loss = model(inputs).square().mean()
+        start = time.perf_counter()
+        loss.backward()
+        if it >= warmup:
+            windows.append((start, time.perf_counter()))
+    engine.finish()
+    per_collective = []
+    for start, end in windows:
+        overlapping = sum(start <= s < end for s in starts)
+        if overlapping:
+            per_collective.append(max(0.0, (end - start - base) / overlapping))
+    return statistics.median(per_collective) if per_collective else 0.0
 
 
 def _ps_overlap(

@@ -46,6 +46,7 @@ def compute_setup(
         seed=spec.seed,
         timeline_window=timeline_window(spec),
         link_factors=link_factors(c.stragglers, n_iter),
+        collective_cpu_s=c.collective_cpu_us * 1e-6,
     )
 
 

@@ -20,6 +20,10 @@ Modelling choices (written down, labelled in reports):
 * a straggler's slow-down multiplies its group's compute times in the iterations it is active;
 * ``overlap_slowdown`` (gamma): an op that *starts* while its group's network is busy takes
   ``1 + gamma`` times longer (Echo-style interference, applied at op start, not integrated);
+* ``collective_cpu_s`` (all-reduce arena): each collective the arena starts (``charge_cpu``)
+  takes that much CPU time from the op each computing group runs then: the op ends that much
+  later (the communication threads ahead of the compute on shared cores, as on our CPU
+  testbed; a reconstruction, labelled as such);
 * optimizer update time is not modelled (0).
 
 The steady-state iteration time of a group is the mean interval between successive starts of
@@ -87,6 +91,8 @@ class ComputeSetup:
     # All-reduce arena: per iteration, the slowest worker link's share of the bandwidth (NIC
     # stragglers; ``link_factors``); empty when every link runs at the cluster's rate.
     link_factors: tuple[float, ...] = ()
+    # All-reduce arena: CPU time each collective takes from the compute op it overlaps.
+    collective_cpu_s: float = 0.0
 
     @property
     def workers(self) -> int:
@@ -193,7 +199,10 @@ class ComputeJob:
         self.roots = [i for i in range(n) if self.n_deps[i] == 0]
         self.durations = self._durations()
         self.gamma = setup.overlap_slowdown
+        self.cpu_per_collective = setup.collective_cpu_s
         g = self.n_groups
+        # CPU time collectives took from each group's running op, not yet added to it.
+        self.cpu_debt = [0.0] * g
         self.iteration = [0] * g
         self.busy = [False] * g
         self.fwd_done = [0] * g
@@ -278,7 +287,9 @@ class ComputeJob:
         timeline, names, compute_resource = self.timeline, self.names, self.compute_resource
         tl_from, tl_to = self.tl_from, self.tl_to
         gamma = self.gamma
-        batch = self.batch_forward and not gamma
+        # Batched forward ops cannot be lengthened by a collective that starts among them.
+        batch = self.batch_forward and not gamma and not self.cpu_per_collective
+        cpu_debt = self.cpu_debt
         params_ready, gradient_ready = self.params_ready, self.gradient_ready
         network_busy = self.network_busy
         watch = self.compute_watch
@@ -371,6 +382,11 @@ class ComputeJob:
 
         def compute_done(g: int, it: int, op: int, layer: int, start: float) -> None:
             now = loop.now
+            debt = cpu_debt[g]
+            if debt > 0.0:  # the op lost that much CPU to collectives: it ends later
+                cpu_debt[g] = 0.0
+                heappush(evq, (now + debt, next(evseq), compute_done, (g, it, op, layer, start)))
+                return
             busy[g] = False
             if watch is not None:
                 watch()
@@ -410,6 +426,18 @@ class ComputeJob:
         self._run_forward = run_forward
         self._forward_done = forward_done
         self._compute_done = compute_done
+
+    def charge_cpu(self) -> None:
+        """A collective starts: each group computing now loses ``collective_cpu_s`` of its
+        running op's time (added when the op would have ended). A group in the middle of its
+        backward pass computes now even between two ops (a gradient's collective starts as
+        the next op does): the op that starts now pays."""
+        cost = self.cpu_per_collective
+        if cost:
+            busy, bwd_next, debt = self.busy, self.bwd_next, self.cpu_debt
+            for g in range(self.n_groups):
+                if busy[g] or bwd_next[g] >= 0:
+                    debt[g] += cost
 
     # -- results --------------------------------------------------------------------------
     def check_finished(self) -> None:

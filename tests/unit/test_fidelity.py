@@ -256,6 +256,7 @@ def test_calibrate_overlap_only_measures_the_interference_again_and_split_uses_i
             latency_idle_s=idle[(len(seen) - 1) % 5],
             comm_slowdown=0.5,
             latency_engine_s=3 * idle[(len(seen) - 1) % 5],
+            collective_cpu_s=2e-4,
         )
 
     monkeypatch.setattr(probe, "overlap", fake_overlap)
@@ -269,14 +270,19 @@ def test_calibrate_overlap_only_measures_the_interference_again_and_split_uses_i
     assert shaped["latency_idle_us"] == {"vgg16-debug": 400.0}
     assert shaped["comm_slowdown"] == {"vgg16-debug": 0.5}
     assert shaped["latency_engine_us"] == {"vgg16-debug": 1200.0}
+    assert shaped["collective_cpu_us"] == {"vgg16-debug": 200.0}
     assert shaped["latency_us"] == 120.0, "the alpha-beta fit is kept"
-    assert "latency_engine_us" in stored["method"] and stored["overlap_date"]
+    assert "collective_cpu_us" in stored["method"] and stored["overlap_date"]
     assert stored["method"].startswith("m; split; overlap per model"), "the old text replaced"
     assert stored["method"].count("overlap per model") == 1
     _, sim = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, stored)  # engine, the default
     c = validate(sim).cluster
     assert (c.latency_us, c.busy_latency_us, c.overlap_comm_slowdown) == (1200.0, 2000.0, 0.5)
     assert c.negotiation, "the real engine negotiates reordering plans"
+    assert c.collective_cpu_us == 200.0, "the lab's engine runs wfbp: its CPU per collective"
+    for own in fidelity.OWN_FRAMEWORKS:  # PyTorch DDP's and Horovod's own code: not measured
+        _, twin = fidelity.matched_specs(own, "vgg16-debug", 1.0, stored)
+        assert validate(twin).cluster.collective_cpu_us == 0.0
     _, split = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, stored, latency="split")
     c = validate(split).cluster
     assert (c.latency_us, c.busy_latency_us, c.overlap_comm_slowdown) == (400.0, 2000.0, 0.5)
@@ -289,15 +295,17 @@ def test_overlap_only_replaces_the_previous_method_text_once(tmp_path, monkeypat
     """A calibration whose method ends with the overlap text from before the engine's latency
     gets the new text in its place; measuring again leaves one copy."""
     monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
-    doc = {**TESTBED, "method": f"m; {fidelity._OLD_OVERLAP_METHODS[1]}"}
-    doc["profiles"] = {"vgg16-debug": "vgg16-debug@cpu"}
-    (tmp_path / "cpu.json").write_text(json.dumps(doc))
-    fake = probe.OverlapProbe(0.1, 1e-3, 4e-4, 0.2, 8e-4)
+    fake = probe.OverlapProbe(0.1, 1e-3, 4e-4, 0.2, 8e-4, 3e-4)
     monkeypatch.setattr(probe, "overlap", lambda *args, **kwargs: fake)
-    for _ in range(2):
-        stored = fidelity.calibrate_overlap("cpu")
-        assert stored["method"] == f"m; {fidelity.OVERLAP_METHOD}"
+    for old in fidelity._OLD_OVERLAP_METHODS[1:]:  # one older text starts the other
+        doc = {**TESTBED, "method": f"m; {old}"}
+        doc["profiles"] = {"vgg16-debug": "vgg16-debug@cpu"}
+        (tmp_path / "cpu.json").write_text(json.dumps(doc))
+        for _ in range(2):
+            stored = fidelity.calibrate_overlap("cpu")
+            assert stored["method"] == f"m; {fidelity.OVERLAP_METHOD}"
     assert stored["network"][0]["latency_engine_us"] == {"vgg16-debug": 800.0}
+    assert stored["network"][0]["collective_cpu_us"] == {"vgg16-debug": 300.0}
 
 
 def test_the_twin_simulates_the_plan_the_real_run_executed(monkeypatch):

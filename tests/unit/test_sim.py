@@ -11,8 +11,8 @@ from runners.sim.core import EventLoop
 from runners.sim.engine import ComputeSetup, LayerTimes, WorkerGroup
 from runners.sim.iteration import simulate as iteration_simulate
 from runners.sim.network import RingAllReduce
-from runners.spec import CommCluster
-from tests.unit.simruns import run, run_layers
+from runners.spec import CommCluster, SpecError, validate
+from tests.unit.simruns import raw_spec, run, run_layers
 
 ALLREDUCE_ENTRIES = [e.name for e in registry.entries("allreduce")]
 WORKLOADS = ["resnet50", "vgg16"]
@@ -311,6 +311,37 @@ def test_the_links_token_bucket_lets_a_burst_through_after_an_idle_spell():
     )
     # a bucket larger than a collective's bytes: the whole of them pass, the latency stays
     assert durations(0.010, link_burst_bytes=10**6)[0] == pytest.approx(2 * 100e-6, rel=1e-9)
+
+
+def test_each_collective_takes_its_cpu_time_from_the_compute_op_it_overlaps():
+    """``collective_cpu_us``: a collective that starts while a backward op runs makes that op
+    end that much later (and so every later op, gradient and collective); one that starts
+    after the backward (nothing computing) costs the compute nothing; a negotiation round
+    is a collective too."""
+    layers = tuple(LayerTimes(f"l{i}", fwd_s=0.001, bwd_s=0.004, grad_bytes=1000) for i in range(3))
+    kw = {"workers": 2, "bandwidth_gbps": 1.0, "latency_us": 100.0, "iterations": 3}
+
+    def backward(result, it=3):
+        return sorted(
+            (r for r in result.timeline if r[2] == "backward" and r[0] == it), key=lambda r: r[4]
+        )
+
+    _, plain = run_layers("wfbp", layers, **kw)
+    _, charged = run_layers("wfbp", layers, **kw, collective_cpu_us=300.0)
+    before, after = backward(plain), backward(charged)
+    assert [r[3] for r in after] == ["l2", "l1", "l0"]
+    # l2's gradient goes out as l1's backward starts (l1 pays 0.3 ms), l1's as l0's starts;
+    # l0's after the backward ended: no op pays for it
+    durations = [r[5] - r[4] for r in after]
+    assert durations == pytest.approx([0.004, 0.0043, 0.0043], rel=1e-9)
+    assert [r[5] - r[4] for r in before] == pytest.approx([0.004] * 3, rel=1e-9)
+    assert charged.metrics["compute_time_s"] == pytest.approx(
+        plain.metrics["compute_time_s"] + 0.0006, rel=1e-9
+    )
+    # rejected outside the all-reduce arena, like its other CPU-testbed fields
+    with pytest.raises(SpecError) as err:
+        validate(raw_spec("ps-default", collective_cpu_us=300.0))
+    assert err.value.field == "cluster.collective_cpu_us"
 
 
 def test_negotiation_makes_each_decision_of_a_reordering_plan_wait_a_small_collective():
