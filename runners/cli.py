@@ -133,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--comm-priority",
         choices=COMM_PRIORITIES,
-        default="auto",
+        default=None,
         help="the communication threads' priority in the network probes, recorded and given "
         "to fidelity's real runs: realtime (SCHED_FIFO, ahead of the compute; root), normal, "
         "or auto (realtime where permitted; the default). The --*-only measurements keep the "
@@ -429,6 +429,13 @@ def _calibrate(args: argparse.Namespace) -> int:
             raise SpecError("--threads/--repeats", "threads 1..256, repeats >= 3")
         if not re.fullmatch(workloads.LABEL_PATTERN, args.label):
             raise SpecError("--label", f"bad label {args.label!r} (letters, digits, '.', '_', '-')")
+        only = args.split_only or args.ps_only or args.overlap_only
+        if only and args.comm_priority is not None:
+            raise SpecError(
+                "--comm-priority",
+                "the --*-only measurements keep the calibration's priority (its comm_priority);"
+                " measure a whole calibration to change it",
+            )
         if args.comm_priority == "realtime" and (why := priority.why_not_realtime()):
             raise SpecError("--comm-priority", f"realtime is not permitted here ({why})")
     except SpecError as err:
@@ -469,7 +476,7 @@ def _calibrate(args: argparse.Namespace) -> int:
             args.threads,
             args.repeats,
             progress=say,
-            comm_priority=args.comm_priority,
+            comm_priority=args.comm_priority or "auto",
         )
     except RuntimeError as err:  # CalibrationError, the testbed, or a probe's ranks failing
         print(f"calibration failed: {err}", file=sys.stderr)
@@ -537,6 +544,7 @@ def _fidelity(args: argparse.Namespace) -> int:
         if not 1 <= args.repeats <= 20:
             raise SpecError("--repeats", f"must be between 1 and 20 (got {args.repeats})")
         testbed = fidelity.load_testbed(args.label)
+        fidelity.check_priority(testbed)
         for model in models:
             for nominal in bandwidths:
                 for system in systems:  # each arena has its own measurements

@@ -345,6 +345,7 @@ def _add_to_calibration(
     before the priority was recorded: normal), so its measurements stay of one kind."""
     say = progress or (lambda message: None)
     doc = load_testbed(label)
+    check_priority(doc)
     workers, threads = int(doc["workers"]), int(doc["threads"])
     prio = doc.get("comm_priority", "normal")
     models = tuple(doc.get("profiles", ()))  # every calibration `calibrate` writes has them
@@ -621,6 +622,21 @@ DEFAULT_LATENCY = "engine"
 _IDLE_LATENCY = {"split": "latency_idle_us", "engine": "latency_engine_us"}
 
 
+def check_priority(testbed: dict[str, Any]) -> None:
+    """``CalibrationMissing`` when the calibration was measured with the communication
+    threads at realtime priority and this process may not start such threads: its probes
+    and fidelity's real runs would not see what it measured."""
+    from .real import priority
+
+    if testbed.get("comm_priority") == "realtime" and (why := priority.why_not_realtime()):
+        raise CalibrationMissing(
+            f"calibration '{testbed['label']}' was measured with the communication threads at "
+            f"realtime priority (its comm_priority), which is not permitted here ({why}): run "
+            "as root, or calibrate this machine under another label (python -m runners "
+            "calibrate --label NAME --comm-priority normal)"
+        )
+
+
 def _measured(point: dict[str, Any], key: str, model: str, label: str) -> float:
     """An overlap measurement of ``model`` at a network (``CalibrationMissing`` if the
     calibration predates it: ``calibrate --overlap-only`` measures it again)."""
@@ -660,7 +676,11 @@ def matched_specs(
     server processes and machines as the probe had. An all-reduce twin negotiates its
     reordering plans' decisions as the real engine does (``cluster.negotiation``) and, on a
     shaped network, has its NICs' token bucket (``cluster.link_burst_bytes``: the depth
-    ``runners.real.testbed`` gives ``tc tbf``, in payload bytes; not fitted)."""
+    ``runners.real.testbed`` gives ``tc tbf``, in payload bytes; not fitted) and, where the
+    calibration measured it and the lab's engine runs the system (not DDP's or Horovod's own
+    code), the CPU time each collective takes from the compute (``cluster.
+    collective_cpu_us``). The real run gets the calibration's communication-thread priority
+    (``real.comm_priority``; calibrations from before it: normal)."""
     point = network_point(testbed, nominal)
     if latency not in LATENCIES:
         raise ValueError(f"latency must be one of {', '.join(LATENCIES)} (got {latency!r})")
@@ -774,6 +794,7 @@ def fidelity(
         raise ValueError(f"repeats must be at least 1 (got {repeats})")
     say = progress or (lambda message: None)
     testbed = load_testbed(label)
+    check_priority(testbed)
     plan = [(m, b, s) for m in models for b in bandwidths for s in systems]
     pairs = [
         (cfg, matched_specs(cfg[2], cfg[0], cfg[1], testbed, iterations, latency)) for cfg in plan

@@ -80,7 +80,9 @@ def resolve(requested: str) -> tuple[str, str]:
 def communication_threads(priority: str) -> Iterator[None]:
     """Threads started inside this block run at ``priority`` (``realtime``: ``SCHED_FIFO``);
     the calling thread gets its own policy back afterwards. ``normal``: nothing changes."""
-    if priority != "realtime":
+    if priority not in ("realtime", "normal"):
+        raise ValueError(f"a resolved priority is realtime or normal (got {priority!r})")
+    if priority == "normal":
         yield
         return
     policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
@@ -94,6 +96,8 @@ def communication_threads(priority: str) -> Iterator[None]:
 def current() -> str:
     """The calling thread's priority in this module's terms (``realtime`` under a real-time
     policy, else ``normal``)."""
+    if not hasattr(os, "sched_getscheduler"):
+        return "normal"
     rt = {getattr(os, "SCHED_FIFO", -1), getattr(os, "SCHED_RR", -1)}
     return "realtime" if os.sched_getscheduler(0) in rt else "normal"
 
@@ -101,6 +105,8 @@ def current() -> str:
 def census() -> dict[str, int]:
     """This process's threads per priority (``realtime``/``normal``), from ``/proc``: what
     the threads had, for the run's record (empty where ``/proc`` has no task list)."""
+    if not hasattr(os, "sched_getscheduler"):
+        return {}
     rt = {getattr(os, "SCHED_FIFO", -1), getattr(os, "SCHED_RR", -1)}
     counts = {"realtime": 0, "normal": 0}
     try:

@@ -1081,7 +1081,8 @@ class PSServer:
 
     # ------------------------------------------------------------------- main thread
     def serve(self) -> None:
-        self.channel.start()
+        with _communication(self.ctx.job):  # the transport's threads
+            self.channel.start()
         while True:
             with self.cv:
                 while not self.inbox and not self._done():
@@ -1312,10 +1313,7 @@ def process_main(job_dir: Path, job: dict[str, Any]) -> int:
             result = _work(ctx)
             name = f"rank{me}"
         else:
-            # A server is all communication (on a machine of its own in the papers' clusters):
-            # its aggregation as well as its transport ahead of the workers' compute.
-            with _communication(job):
-                result = _serve(ctx, job_dir)
+            result = _serve(ctx, job_dir)
             name = f"server{me - ctx.workers}"
         dist.barrier()
     except BaseException:

@@ -4,6 +4,7 @@ OS refuses, ``auto`` says why and ``realtime`` is refused before anything starts
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 
@@ -71,15 +72,20 @@ def test_threads_started_in_the_block_run_realtime_and_the_caller_gets_its_polic
         waiting.join()
 
 
-def test_normal_changes_nothing():
+def test_normal_changes_nothing_and_only_resolved_priorities_are_taken():
     with priority.communication_threads("normal"):
         assert priority.current() == "normal"
     assert priority.resolve("normal") == ("normal", "")
+    with pytest.raises(ValueError, match="realtime or normal"):  # resolve() first
+        priority.communication_threads("auto").__enter__()
 
 
-def test_auto_is_realtime_where_permitted_and_says_why_not_elsewhere(monkeypatch):
+def test_auto_is_realtime_where_permitted():
     _permitted()
     assert priority.resolve("auto") == ("realtime", "")
+
+
+def test_where_realtime_is_refused_auto_says_why_and_realtime_is_refused(monkeypatch):
     _refuse(monkeypatch)
     assert priority.why_not_realtime().startswith("SCHED_FIFO refused")
     prio, note = priority.resolve("auto")
@@ -108,4 +114,30 @@ def test_the_spec_keeps_the_priority_in_its_key():
     assert spec.real.comm_priority == "normal"
     assert spec.as_dict()["real"]["comm_priority"] == "normal"
     assert validate(spec.as_dict()) == spec
-    assert validate(_spec()).real.comm_priority == "auto"  # the default
+    auto = validate(_spec())
+    assert auto.real.comm_priority == "auto"  # the default
+    # in the key even at its default: auto runs differently from the runs before the field
+    assert auto.as_dict()["real"]["comm_priority"] == "auto"
+
+
+def test_a_realtime_calibration_is_refused_where_realtime_is_not_permitted(monkeypatch, tmp_path):
+    """Its probes and fidelity's real runs would not see what it measured: exit 2 with what
+    to do, before anything runs; ``--comm-priority`` with an ``--*-only`` measurement too
+    (those keep the calibration's)."""
+    from runners import fidelity
+    from tests.unit.test_fidelity import TESTBED
+
+    monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
+    doc = {**TESTBED, "method": "m", "comm_priority": "realtime"}
+    (tmp_path / "cpu.json").write_text(json.dumps(doc))
+    _refuse(monkeypatch)
+    with pytest.raises(fidelity.CalibrationMissing, match="--comm-priority normal"):
+        fidelity.check_priority(doc)
+    assert cli.main(["fidelity", "--label", "cpu", "--models", "vgg16-debug"]) == 2
+    assert cli.main(["calibrate", "--label", "cpu", "--overlap-only"]) == 2
+    fidelity.check_priority({**doc, "comm_priority": "normal"})  # nothing to refuse
+    monkeypatch.undo()
+    monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
+    args = ["calibrate", "--label", "cpu", "--split-only", "--comm-priority", "normal"]
+    assert cli.main(args) == 2
+    assert json.loads((tmp_path / "cpu.json").read_text()) == doc, "nothing measured"
