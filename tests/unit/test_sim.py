@@ -8,7 +8,7 @@ import workloads
 from runners import registry
 from runners.policies.allreduce import CommPlan, CommTask
 from runners.sim.core import EventLoop
-from runners.sim.engine import ComputeSetup, LayerTimes, WorkerGroup
+from runners.sim.engine import ComputeJob, ComputeSetup, LayerTimes, WorkerGroup
 from runners.sim.iteration import simulate as iteration_simulate
 from runners.sim.network import RingAllReduce
 from runners.spec import CommCluster, SpecError, validate
@@ -342,6 +342,55 @@ def test_each_collective_takes_its_cpu_time_from_the_compute_op_it_overlaps():
     with pytest.raises(SpecError) as err:
         validate(raw_spec("ps-default", collective_cpu_us=300.0))
     assert err.value.field == "cluster.collective_cpu_us"
+
+
+def test_the_cpu_charge_lengthens_forward_ops_and_every_group_computing_then():
+    """``charge_cpu`` on the compute streams alone: a charge while both groups (one a 2x
+    straggler) run their first forward op lengthens both ops, and no later op; a charge while
+    no group computes (after the last iteration) costs nothing."""
+    layers = tuple(LayerTimes(f"l{i}", fwd_s=0.001, bwd_s=0.001, grad_bytes=0) for i in range(2))
+    n_iter = 3
+    setup = ComputeSetup(
+        layers=layers,
+        groups=(WorkerGroup((0,)), WorkerGroup((1,), slowdowns=(2.0,) * n_iter)),
+        iterations=2, warmup_iterations=0, batch_size=1, collective_cpu_s=0.0003,
+    )  # fmt: skip
+    job = ComputeJob(setup)
+    job.loop.at(0.0005, job.charge_cpu)
+    job.loop.at(1.0, job.charge_cpu)  # everything is done by then
+    job.start()
+    job.loop.run()
+    ops = {(r[1], r[0], r[2], r[3]): r[5] - r[4] for r in job.timeline}
+    assert ops[("compute[w0]", 0, "forward", "l0")] == pytest.approx(0.0013)
+    assert ops[("compute[w1]", 0, "forward", "l0")] == pytest.approx(0.0023)
+    assert ops[("compute[w0]", 0, "forward", "l1")] == pytest.approx(0.001)
+    assert ops[("compute[w1]", 1, "backward", "l0")] == pytest.approx(0.002)
+    assert job.cpu_debt == [0.0, 0.0]
+
+
+def test_a_negotiation_round_is_charged_like_a_collective(monkeypatch):
+    """With ``negotiation``, PACE's rounds charge the compute as well: more charges than its
+    collectives, which alone are charged without it."""
+    calls: list = []  # the jobs charged, kept alive (PACE's planning simulates jobs too)
+    charge = ComputeJob.charge_cpu
+
+    def counting(self):
+        calls.append(self)
+        charge(self)
+
+    def charges_of_the_run() -> int:  # the measured run's job is the last one charged
+        return sum(1 for job in calls if job is calls[-1])
+
+    monkeypatch.setattr(ComputeJob, "charge_cpu", counting)
+    kw = {"workers": 2, "bandwidth_gbps": 1.0, "latency_us": 200.0, "iterations": 3}
+    _, free = run("pace", "resnet50", **kw, collective_cpu_us=100.0)
+    collectives = sum(1 for r in free.timeline if r[1] == "network")
+    assert charges_of_the_run() == collectives
+    calls.clear()
+    _, negotiated = run("pace", "resnet50", **kw, collective_cpu_us=100.0, negotiation=True)
+    assert sum(1 for r in negotiated.timeline if r[1] == "network") == collectives
+    assert charges_of_the_run() > collectives
+    assert negotiated.metrics["compute_time_s"] > free.metrics["compute_time_s"]
 
 
 def test_negotiation_makes_each_decision_of_a_reordering_plan_wait_a_small_collective():
