@@ -298,7 +298,7 @@ def test_a_nic_straggler_slows_the_iterations_of_its_window(tmp_path):
     raw = _spec("wfbp", network="shaped", dataset="synthetic")
     raw["cluster"]["bandwidth_gbps"] = 0.4
     raw["cluster"]["stragglers"] = [{"worker": 1, "bandwidth_factor": 0.125, "from_iteration": 5}]
-    raw["iterations"], raw["warmup_iterations"] = 8, 1
+    raw["iterations"], raw["warmup_iterations"] = 10, 1
     summary = run_to_directory(validate(raw), tmp_path / "run", ["test"])
     assert summary["metrics"]["link_reshapes"] == 1
     rows = [
@@ -306,9 +306,11 @@ def test_a_nic_straggler_slows_the_iterations_of_its_window(tmp_path):
     ]
     grad_bytes = sum(p.numel() * 4 for p in build_model(MODEL).parameters())
     slow_wire_s = grad_bytes * 8 / 0.05e9
-    # The switch follows rank 0's progress: iteration 5 may still run partly at the old rate.
+    # The switch follows rank 0's progress, read by the launcher (at normal priority, beside
+    # ranks whose communication threads run ahead): iterations 5 and 6 may still run partly
+    # at the old rate.
     before = [r["iteration_time_s"] for r in rows if 1 <= r["iteration"] <= 3]
-    after = [r["iteration_time_s"] for r in rows if r["iteration"] >= 6]
+    after = [r["iteration_time_s"] for r in rows if r["iteration"] >= 7]
     assert min(after) >= 0.8 * slow_wire_s, (before, after, slow_wire_s)
     assert max(before) < 0.6 * slow_wire_s, (before, after, slow_wire_s)
     assert not _ours()
