@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from ..spec import COMM_PRIORITIES as PRIORITIES
 
@@ -91,6 +91,12 @@ def communication_threads(priority: str) -> Iterator[None]:
         yield
     finally:
         os.sched_setscheduler(0, policy, param)
+
+
+def of_job(train: dict) -> AbstractContextManager[None]:
+    """``communication_threads`` at the priority a launcher resolved into a job's ``train``
+    section (jobs written before the field: normal)."""
+    return communication_threads(train.get("comm_priority", "normal"))
 
 
 def current() -> str:

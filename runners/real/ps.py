@@ -936,7 +936,7 @@ def _work(ctx: Context) -> dict[str, Any]:
     )
     total = ctx.total
     dist.barrier()
-    with _communication(ctx.job):  # the transport's threads
+    with priority.of_job(ctx.job["train"]):  # the transport's threads
         ps.start()
     iterations = []
     for it in range(total):
@@ -1081,7 +1081,7 @@ class PSServer:
 
     # ------------------------------------------------------------------- main thread
     def serve(self) -> None:
-        with _communication(self.ctx.job):  # the transport's threads
+        with priority.of_job(self.ctx.job["train"]):  # the transport's threads
             self.channel.start()
         while True:
             with self.cv:
@@ -1287,18 +1287,13 @@ def _serve(ctx: Context, job_dir: Path) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------ process entry
-def _communication(job: dict[str, Any]) -> Any:
-    """The block that starts communication threads, at the launcher's priority."""
-    return priority.communication_threads(job["train"].get("comm_priority", "normal"))
-
-
 def process_main(job_dir: Path, job: dict[str, Any]) -> int:
     """One process of a PS run (``runners.real.worker`` hands over when the job's arena is
     ``ps``): a worker (logical rank < W) or a server."""
     job = {**job, "dir": str(job_dir)}
     torch.set_num_threads(int(job["train"]["threads"]))
     timeout = datetime.timedelta(seconds=float(job["timeout_s"]))
-    with _communication(job):  # gloo's threads
+    with priority.of_job(job["train"]):  # gloo's threads
         dist.init_process_group("gloo", timeout=timeout)
     me = int(os.environ.get("LAB_PS_ID", dist.get_rank()))
     try:

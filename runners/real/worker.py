@@ -129,12 +129,6 @@ def slowdown(stragglers: list[dict[str, Any]], worker: int, iteration: int) -> f
     return factor
 
 
-def _communication(train: dict[str, Any]) -> Any:
-    """The block that starts communication threads (``runners.real.priority``), at the
-    priority the launcher resolved (jobs written before it: normal)."""
-    return priority.communication_threads(train.get("comm_priority", "normal"))
-
-
 def main(argv: list[str]) -> int:
     job_dir = Path(argv[0])
     try:
@@ -157,7 +151,7 @@ def _main(job_dir: Path) -> int:
     if train.get("framework") == "horovod":
         import horovod.torch as hvd
 
-        with _communication(train):  # Horovod's background and gloo threads
+        with priority.of_job(train):  # Horovod's background and gloo threads
             hvd.init()
         rank, world = hvd.rank(), hvd.size()
         worker = int(os.environ.get("LAB_WORKER", rank))
@@ -171,7 +165,7 @@ def _main(job_dir: Path) -> int:
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         worker = int(os.environ.get("LAB_WORKER", rank))
         timeout = datetime.timedelta(seconds=float(job["timeout_s"]))
-        with _communication(train):
+        with priority.of_job(train):
             dist.init_process_group("gloo", timeout=timeout)  # gloo's threads
         try:
             result = _train(job, spec, train, rank, world, worker)
@@ -244,7 +238,7 @@ def _train(
         step = make_step(model, job, lr, momentum)
         engine = None
     else:
-        with _communication(train):
+        with priority.of_job(train):
             engine = Engine(  # its dispatcher thread (and negotiation group's gloo threads)
                 model,
                 binding,
