@@ -739,7 +739,8 @@ def _tails(logs: list[Path], lines: int = 15) -> str:
 def _results(spec: RunSpec, ranks: list[dict[str, Any]], network: Network) -> RealResult:
     """Per-iteration series and summary metrics from the ranks' records. An iteration's time
     is the longest of the ranks' (they are coupled by the collectives); losses are the ranks'
-    mean."""
+    mean. The timing metrics leave out the last iteration (its time includes the run's
+    drain; see below)."""
     n = len(ranks[0]["iterations"])
     series = []
     clock = 0.0
@@ -766,7 +767,14 @@ def _results(spec: RunSpec, ranks: list[dict[str, Any]], network: Network) -> Re
         series.append(entry)
         clock += it_s
     measured = [s for s in series if not s["warmup"]]
-    times = [s["iteration_time_s"] for s in measured]
+    # The timing metrics are the steady state's, as the simulator's: the intervals between
+    # successive iterations' begins. The run's last iteration has no next begin: its time
+    # runs on to the end of the ranks' drain (the outstanding synchronisation, which the
+    # next iteration's forward would otherwise overlap or wait for at its start, already
+    # counted there; the final updates; the thread census), so it is left out of them (it
+    # stays in the series). ``iterations`` is at least 3.
+    steady = measured[:-1] if len(measured) > 1 else measured
+    times = [s["iteration_time_s"] for s in steady]
     mean = statistics.fmean(times)
     samples = spec.cluster.workers * spec.batch_size
     metrics: dict[str, float] = {
