@@ -94,7 +94,7 @@ def calibrate(
     bandwidths: tuple[float, ...] = DEFAULT_BANDWIDTHS,
     workers: int = 2,
     threads: int = 1,
-    repeats: int = 20,
+    repeats: int = 50,
     progress: Callable[[str], None] | None = None,
     comm_priority: str = "auto",
 ) -> dict[str, Any]:
@@ -148,7 +148,8 @@ def calibrate(
         "network": network,
         "method": (
             "compute: measured profiles of every model, taken in `workers` processes at once "
-            "(median per layer over them), torch threads as in real runs; network: median of "
+            "(their timed steps started together; median per layer over them), torch threads "
+            "as in real runs; network: median of "
             "timed gloo all-reduces per size between `workers` ranks (the slowest rank's), "
             "bandwidth from the sizes >= 1 MiB, latency from the smaller ones "
             "(runners.real.probe.fit_alpha_beta); "
@@ -527,6 +528,9 @@ def _measure_concurrently(model: str, label: str, workers: int, threads: int, re
                     str(repeats),
                     "--warmup",
                     "3",
+                    # the timed steps of every process at once, as real runs' ranks compute
+                    "--barrier",
+                    f"{Path(tmp) / 'barrier'}:{workers}",
                 ],  # fmt: skip
                 env=env,
                 cwd=ROOT,
@@ -549,10 +553,13 @@ def _measure_concurrently(model: str, label: str, workers: int, threads: int, re
     for i, layer in enumerate(merged["layers"]):
         for key in ("fwd_s", "bwd_s"):
             layer[key] = round(statistics.median(d["layers"][i][key] for d in docs), 9)
+    for key in ("step_fwd_s", "step_bwd_s"):
+        merged["source"][key] = round(statistics.median(d["source"][key] for d in docs), 9)
     merged["source"]["concurrent_processes"] = workers
     merged["source"]["method"] += (
         f" Taken in {workers} processes at once (as real runs' ranks share this machine), "
-        "each layer's time the median over the processes."
+        "their timed steps started together (a barrier after each one's warm-up), each "
+        "layer's time and the step times the median over the processes."
     )
     # The measuring command each process ran (with this label), and the one that ran them.
     merged["source"]["command"] = merged["source"]["command"].replace(f"{label}-p0", label)

@@ -17,7 +17,7 @@ from pathlib import Path
 from workloads import LABEL_PATTERN, MEASURED_DIR, PROFILES_DIR
 from workloads.models import MODELS
 
-_MEASURE_ONLY = ("batch_size", "repeats", "warmup", "label", "measured_dir")
+_MEASURE_ONLY = ("batch_size", "repeats", "warmup", "label", "measured_dir", "barrier")
 
 
 def _usage_error(message: str) -> int:
@@ -60,6 +60,13 @@ def main(argv: list[str] | None = None) -> int:
         "--measured-dir",
         type=Path,
         help=f"--measure: write there instead of {PROFILES_DIR.name}/{MEASURED_DIR.name}/",
+    )
+    prof.add_argument(
+        "--barrier",
+        metavar="DIR:N",
+        help="--measure: start the timed steps together with N-1 other processes given the "
+        "same DIR (after each one's warm-up; how `python -m runners calibrate` measures its "
+        "ranks at once)",
     )
     args = parser.parse_args(argv)
 
@@ -113,6 +120,14 @@ def _measure(args: argparse.Namespace, names: list[str]) -> int:
         value = getattr(args, opt)
         if value is not None and value < low:
             return _usage_error(f"--{opt.replace('_', '-')} must be >= {low}, got {value}")
+    barrier = None
+    if args.barrier is not None:
+        directory, _, parties = args.barrier.rpartition(":")
+        if not directory or not parties.isdigit() or int(parties) < 1:
+            return _usage_error(
+                f"--barrier '{args.barrier}' must be DIR:N (a directory and a count >= 1)"
+            )
+        barrier = (Path(directory), int(parties))
     if args.label is not None and not re.fullmatch(LABEL_PATTERN, args.label):
         return _usage_error(
             f"--label '{args.label}' must be letters, digits, '.', '_' or '-' (not first)"
@@ -137,6 +152,7 @@ def _measure(args: argparse.Namespace, names: list[str]) -> int:
                 f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here"
             )
     for name in names:
+        start = None if barrier is None else measure.file_barrier(barrier[0] / name, barrier[1])
         path = measure.write_measured(
             name,
             device=device,
@@ -146,6 +162,7 @@ def _measure(args: argparse.Namespace, names: list[str]) -> int:
             label=args.label,
             measured_dir=args.measured_dir or MEASURED_DIR,
             progress=measure.stderr_progress(name),
+            before_timed=start,
         )
         print(path)
     return 0

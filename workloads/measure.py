@@ -113,8 +113,11 @@ def measure_layers(
     repeats: int = DEFAULT_REPEATS,
     warmup: int = DEFAULT_WARMUP,
     progress: Callable[[str], None] | None = None,
+    before_timed: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """Time `warmup` + `repeats` training steps of `model` on `batch` (see METHOD).
+    `before_timed`, if given, is called once between the warm-up and the timed steps (a barrier
+    with other measuring processes: `file_barrier`).
 
     layer_names: the parameter-owning modules to report, by qualified name, in the order
     wanted (the analytic profile's). The model and batch must be on the same device; the
@@ -166,6 +169,8 @@ def measure_layers(
     bwd_runs: list[list[float]] = []
     try:
         for step in range(warmup + repeats):
+            if step == warmup and before_timed is not None:
+                before_timed()
             model.zero_grad(set_to_none=True)
             state.update(fwd=[0.0] * n, bwd=[0.0] * n, called=[False] * n, last=None)
             state["cursor"] = start = now()
@@ -217,8 +222,10 @@ def measure_profile(
     warmup: int = DEFAULT_WARMUP,
     label: str | None = None,
     progress: Callable[[str], None] | None = None,
+    before_timed: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
     """The measured profile of registered model `name` on `device`, as a JSON-ready dict.
+    `before_timed`: see measure_layers.
 
     batch_size: samples per step (default: the model's default_batch_size). label: the
     file label (default: default_label(device)). The layer order and names are those of a
@@ -241,7 +248,13 @@ def measure_profile(
         model = build_model(name)
     load = _load_average()
     times = measure_layers(
-        model, layer_names, _sample_batch(name, batch_size, dev), repeats, warmup, progress
+        model,
+        layer_names,
+        _sample_batch(name, batch_size, dev),
+        repeats,
+        warmup,
+        progress,
+        before_timed,
     )
     if dev.type == "cuda":
         device_name = torch.cuda.get_device_name(dev)
@@ -313,13 +326,37 @@ def write_measured(
     label: str | None = None,
     measured_dir: Path = MEASURED_DIR,
     progress: Callable[[str], None] | None = None,
+    before_timed: Callable[[], None] | None = None,
 ) -> Path:
     """Measure `name` (see measure_profile) and write `<measured_dir>/<name>@<label>.json`."""
-    measured = measure_profile(name, device, batch_size, repeats, warmup, label, progress)
+    measured = measure_profile(
+        name, device, batch_size, repeats, warmup, label, progress, before_timed
+    )
     path = measured_path(name, measured["label"], measured_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(dumps(measured))
     return path
+
+
+def file_barrier(directory: Path, parties: int, timeout_s: float = 300.0) -> Callable[[], None]:
+    """A barrier between `parties` measuring processes on this machine: each one's call
+    leaves a file in `directory` and returns once `parties` files are there (polled every
+    millisecond, so the processes start their timed steps within about a millisecond of each
+    other). Raises TimeoutError after `timeout_s` (a party that never came)."""
+
+    def wait() -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / f"{os.getpid()}.ready").touch()
+        deadline = time.monotonic() + timeout_s
+        while len(list(directory.glob("*.ready"))) < parties:
+            if time.monotonic() > deadline:
+                arrived = len(list(directory.glob("*.ready")))
+                raise TimeoutError(
+                    f"barrier {directory}: {arrived} of {parties} processes after {timeout_s:g} s"
+                )
+            time.sleep(0.001)
+
+    return wait
 
 
 def stderr_progress(prefix: str) -> Callable[[str], None]:
