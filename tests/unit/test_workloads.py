@@ -711,6 +711,51 @@ def test_measurement_times_every_layer_of_a_branchy_token_model(tmp_path):
     assert sum(times["bwd_s"]) == pytest.approx(times["step_bwd_s"])
 
 
+def test_the_timed_steps_start_after_the_warm_up_at_the_barrier(tmp_path):
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+    events: list[str] = []
+    measure.measure_layers(
+        model,
+        ["0", "1"],
+        torch.randn(3, 4),
+        repeats=2,
+        warmup=2,
+        progress=lambda message: events.append(message.split(":")[0]),
+        before_timed=lambda: events.append("barrier"),
+    )
+    assert events == ["warm-up 1/2", "warm-up 2/2", "barrier", "repeat 1/2", "repeat 2/2"]
+
+
+def test_the_file_barrier_waits_for_every_party_and_says_who_never_came(tmp_path):
+    barrier = tmp_path / "b"
+    barrier.mkdir()
+    (barrier / "another-process.ready").touch()  # the other party, already there
+    measure.file_barrier(barrier, 2, timeout_s=5)()  # returns at once
+    with pytest.raises(TimeoutError, match=r"2 of 3 processes after 0.05 s"):
+        measure.file_barrier(barrier, 3, timeout_s=0.05)()
+
+
+def test_two_measuring_processes_meet_at_the_barrier(tmp_path):
+    args = ["profile", "resnet50-debug", "--measure", "--batch-size", "2", "--repeats", "2"]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "workloads", *args, "--label", f"p{k}"]
+            + ["--measured-dir", str(tmp_path), "--barrier", f"{tmp_path / 'meet'}:2"],
+            cwd=REPO_ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for k in range(2)
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    assert len(list((tmp_path / "meet" / "resnet50-debug").glob("*.ready"))) == 2
+    for k in range(2):
+        assert workloads.load_measured("resnet50-debug", f"p{k}", tmp_path).batch_size == 2
+
+
 @pytest.mark.parametrize(
     "device_name, label",
     [
@@ -771,6 +816,9 @@ def test_cli_measure_on_cuda_without_cuda_exits_2_and_says_what_to_do(capsys, tm
         (["--measure", "--device", "meta"], "--measure needs --device cpu or cuda[:N]"),
         (["--measure", "--repeats", "0"], "--repeats must be >= 1"),
         (["--measure", "--label", "a/b"], "--label 'a/b' must be"),
+        (["--measure", "--barrier", "dir"], "--barrier 'dir' must be DIR:N"),
+        (["--measure", "--barrier", "dir:0"], "--barrier 'dir:0' must be DIR:N"),
+        (["--barrier", "dir:2"], "--barrier only go with --measure"),
     ],
 )
 def test_cli_measure_usage_errors_exit_2(capsys, args, message):
