@@ -551,7 +551,7 @@ def _measure_concurrently(model: str, label: str, workers: int, threads: int, re
     merged = docs[0]
     merged["label"] = label
     for i, layer in enumerate(merged["layers"]):
-        for key in ("fwd_s", "bwd_s"):
+        for key in ("fwd_s", "bwd_s", "update_s"):
             layer[key] = round(statistics.median(d["layers"][i][key] for d in docs), 9)
     for key in ("step_fwd_s", "step_bwd_s"):
         merged["source"][key] = round(statistics.median(d["source"][key] for d in docs), 9)
@@ -686,7 +686,9 @@ def matched_specs(
     ``runners.real.testbed`` gives ``tc tbf``, in payload bytes; not fitted) and, where the
     calibration measured it and the lab's engine runs the system (not DDP's or Horovod's own
     code), the CPU time each collective takes from the compute (``cluster.
-    collective_cpu_us``). The real run gets the calibration's communication-thread priority
+    collective_cpu_us``), and where the calibration's profile timed them, each layer's
+    optimizer update (``cluster.optimizer_update``: every real system updates each parameter
+    every iteration). The real run gets the calibration's communication-thread priority
     (``real.comm_priority``; calibrations from before it: normal)."""
     point = network_point(testbed, nominal)
     if latency not in LATENCIES:
@@ -764,7 +766,18 @@ def matched_specs(
         cpu = point.get("collective_cpu_us", {}).get(model)
         if cpu is not None and system not in OWN_FRAMEWORKS:  # the lab's engine runs it
             sim["cluster"]["collective_cpu_us"] = float(cpu)
+        if _has_updates(model, label):  # every real system updates each parameter
+            sim["cluster"]["optimizer_update"] = True
     return real, sim
+
+
+def _has_updates(model: str, label: str) -> bool:
+    """Whether the calibration's profile of ``model`` timed the optimizer updates (profiles
+    measured before they were have none)."""
+    try:
+        return any(t > 0 for t in workloads.load_measured(model, label).update_s)
+    except ValueError:
+        return False
 
 
 def _payload_burst(nominal_gbps: float, fitted_gbps: float) -> int:

@@ -139,6 +139,13 @@ class CommCluster:
     comm_priority: realtime``). 0 (the default): the collectives cost the compute nothing (a
     GPU's compute). ``python -m runners calibrate`` measures it through the lab's engine and
     ``fidelity`` sets it for the systems that engine runs. A reconstruction, labelled as such.
+
+    ``optimizer_update`` (all-reduce arena; needs ``gpu: measured:<label>``): each layer's
+    forward takes its measured momentum-SGD update time longer (the profile's ``update_s``:
+    one parameter at a time, as the lab's engine, which updates a layer just before its
+    forward, and ``torch.optim.SGD`` on CPU, which updates every layer between backward and
+    forward, apply it). False (the default): updates take no time (the papers' model).
+    ``fidelity`` sets it.
     """
 
     workers: int = 8
@@ -156,6 +163,7 @@ class CommCluster:
     negotiation: bool = False  # all-reduce arena: reordering plans negotiate each decision
     link_burst_bytes: int = 0  # all-reduce arena: the NICs' token bucket (tc tbf), 0 = none
     collective_cpu_us: float = 0.0  # all-reduce arena: CPU a collective takes from compute
+    optimizer_update: bool = False  # all-reduce arena: a measured profile's update times
     stragglers: tuple[Straggler, ...] = ()
     ps: int = 4
     servers: int = 8
@@ -258,6 +266,7 @@ ALLREDUCE_ONLY_FIELDS = (
     "negotiation",
     "link_burst_bytes",
     "collective_cpu_us",
+    "optimizer_update",
 )
 
 # Fields left out of ``RunSpec.as_dict`` at their default: added after results were recorded,
@@ -273,6 +282,7 @@ _OMITTED_AT_DEFAULT = {
     "negotiation": CommCluster.negotiation,
     "link_burst_bytes": CommCluster.link_burst_bytes,
     "collective_cpu_us": CommCluster.collective_cpu_us,
+    "optimizer_update": CommCluster.optimizer_update,
 }
 _TOP_OMITTED_AT_DEFAULT = {"timeline_iterations": 2}
 
@@ -387,6 +397,12 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         lambda v: 0 <= v <= 1e6,
         "a number >= 0 (microseconds of CPU each collective takes from the compute it "
         "overlaps; 0 = none)",
+    ),
+    "optimizer_update": (
+        bool,
+        lambda v: True,
+        "true or false (each layer's forward takes its measured optimizer update longer; "
+        "needs gpu: measured:<label>)",
     ),
     "ps": (int, lambda v: 1 <= v <= 10_000, "an integer between 1 and 10000 (PS processes)"),
     "servers": (int, lambda v: 1 <= v <= 10_000, "an integer between 1 and 10000 (PS machines)"),
@@ -637,6 +653,13 @@ def _cluster(raw: Any) -> CommCluster:
             "cluster.jitter_groups",
             f"must be <= cluster.workers ({workers}): more noise groups than workers"
             f" (got {jitter_groups}; {workers} = one per worker)",
+        )
+    gpu = values.get("gpu", CommCluster.gpu)
+    if values.get("optimizer_update") and not gpu.startswith("measured:"):
+        raise SpecError(
+            "cluster.optimizer_update",
+            f"needs measured update times: set cluster.gpu to measured:<label> (got {gpu!r}; "
+            "python -m runners calibrate measures them)",
         )
     values.setdefault(
         "server_bandwidth_gbps", values.get("bandwidth_gbps", CommCluster.bandwidth_gbps)

@@ -157,6 +157,8 @@ class MeasuredProfile:
         batch, not per sample).
     fwd_s, bwd_s: median seconds per layer for the forward and the backward pass, with the
         time of parameter-free ops attributed as source.method says.
+    update_s: median seconds of each layer's momentum-SGD update (source.method); zeros for
+        files measured before it was timed (their source.method does not mention it).
     source: read-only provenance (torch version, device, CPU, method, date, command).
     """
 
@@ -166,6 +168,7 @@ class MeasuredProfile:
     fwd_s: tuple[float, ...]
     bwd_s: tuple[float, ...]
     source: Mapping[str, Any] = field(hash=False)
+    update_s: tuple[float, ...] = ()
 
     @property
     def total_fwd_s(self) -> float:
@@ -239,7 +242,9 @@ def load_measured(name: str, label: str, measured_dir: Path = MEASURED_DIR) -> M
             raise ValueError(
                 f"{where} layer {i} is {got.get('name')!r}, the analytic profile's is {want.name!r}"
             )
-        for key in ("fwd_s", "bwd_s"):
+        for key in ("fwd_s", "bwd_s", "update_s"):
+            if key == "update_s" and key not in got:
+                continue  # measured before updates were timed
             value = got.get(key)
             if (
                 isinstance(value, bool)
@@ -257,4 +262,5 @@ def load_measured(name: str, label: str, measured_dir: Path = MEASURED_DIR) -> M
         fwd_s=tuple(float(layer["fwd_s"]) for layer in layers),
         bwd_s=tuple(float(layer["bwd_s"]) for layer in layers),
         source=MappingProxyType(raw.get("source", {})),
+        update_s=tuple(float(layer.get("update_s", 0.0)) for layer in layers),
     )

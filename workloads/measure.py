@@ -51,7 +51,11 @@ METHOD = (
     "In-place activations (inplace=True modules) are switched to out-of-place during the "
     "measurement, because backward hooks forbid in-place changes of a module's output. The "
     "hooks' own overhead (a Python call and, on CUDA, a device synchronisation per event) "
-    "is included in the times."
+    "is included in the times. After each step's backward, each layer's parameters (its own, "
+    "a tied parameter with the first layer that owns it) get a momentum-SGD update as the "
+    "lab's real engine and torch.optim.SGD on CPU apply it, one parameter at a time "
+    "(momentum buffer *= 0.9, += gradient; parameter -= lr * buffer, with lr = 1e-9), timed "
+    "per layer: update_s, the median over the timed steps (0 for a layer without parameters)."
 )
 
 
@@ -122,8 +126,9 @@ def measure_layers(
     layer_names: the parameter-owning modules to report, by qualified name, in the order
     wanted (the analytic profile's). The model and batch must be on the same device; the
     model is put in training mode and its in-place modules are made out-of-place. Returns
-    {"fwd_s": [...], "bwd_s": [...], "step_fwd_s": median forward, "step_bwd_s": median
-    backward}. Raises ValueError if a named module does not exist or is never called.
+    {"fwd_s": [...], "bwd_s": [...], "update_s": [...], "step_fwd_s": median forward,
+    "step_bwd_s": median backward}. Raises ValueError if a named module does not exist or
+    is never called.
     """
     if repeats < 1 or warmup < 0:
         raise ValueError(f"need repeats >= 1 and warmup >= 0, got {repeats} and {warmup}")
@@ -167,6 +172,27 @@ def measure_layers(
         handles.append(module.register_full_backward_pre_hook(bwd_pre_hook))
     fwd_runs: list[list[float]] = []
     bwd_runs: list[list[float]] = []
+    upd_runs: list[list[float]] = []
+    seen: set[int] = set()
+    own_params: list[list[nn.Parameter]] = []
+    for module in layers:
+        own = [p for p in module.parameters(recurse=False) if p.requires_grad]
+        own_params.append([p for p in own if id(p) not in seen])
+        seen.update(id(p) for p in own)
+    momentum: dict[int, torch.Tensor] = {}
+
+    @torch.no_grad()
+    def update(params: list[nn.Parameter]) -> None:
+        for p in params:
+            if p.grad is None:
+                continue
+            buf = momentum.get(id(p))
+            if buf is None:
+                buf = momentum[id(p)] = p.grad.clone()
+            else:
+                buf.mul_(0.9).add_(p.grad)
+            p.add_(buf, alpha=-1e-9)
+
     try:
         for step in range(warmup + repeats):
             if step == warmup and before_timed is not None:
@@ -201,9 +227,15 @@ def measure_layers(
                     f"{kind} {count}: forward {fwd_end - start:.3f} s, "
                     f"backward {t - bwd_start:.3f} s"
                 )
+            upd = []
+            for params in own_params:
+                began = now()
+                update(params)
+                upd.append(now() - began)
             if step >= warmup:
                 fwd_runs.append(state["fwd"] + [fwd_end - start])
                 bwd_runs.append(state["bwd"] + [t - bwd_start])
+                upd_runs.append(upd)
             del output, loss
     finally:
         for handle in handles:
@@ -211,7 +243,14 @@ def measure_layers(
         model.zero_grad(set_to_none=True)
     fwd = [statistics.median(run[i] for run in fwd_runs) for i in range(n + 1)]
     bwd = [statistics.median(run[i] for run in bwd_runs) for i in range(n + 1)]
-    return {"fwd_s": fwd[:n], "bwd_s": bwd[:n], "step_fwd_s": fwd[n], "step_bwd_s": bwd[n]}
+    upd = [statistics.median(run[i] for run in upd_runs) for i in range(n)]
+    return {
+        "fwd_s": fwd[:n],
+        "bwd_s": bwd[:n],
+        "update_s": upd,
+        "step_fwd_s": fwd[n],
+        "step_bwd_s": bwd[n],
+    }
 
 
 def measure_profile(
@@ -298,8 +337,10 @@ def measure_profile(
             "command": command,
         },
         "layers": [
-            {"name": layer, "fwd_s": _round(f), "bwd_s": _round(b)}
-            for layer, f, b in zip(layer_names, times["fwd_s"], times["bwd_s"], strict=True)
+            {"name": layer, "fwd_s": _round(f), "bwd_s": _round(b), "update_s": _round(u)}
+            for layer, f, b, u in zip(
+                layer_names, times["fwd_s"], times["bwd_s"], times["update_s"], strict=True
+            )
         ],
     }
 

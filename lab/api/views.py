@@ -142,6 +142,12 @@ def _comm_data(cluster: dict[str, Any], data: dict[str, Any], errors: dict[str, 
                 continue
         data[f"cluster_{key}"] = value
     for key in sorted(set(cluster) - set(CLUSTER_KEYS)):
+        if key == "optimizer_update":
+            errors[f"cluster.{key}"] = [
+                "needs a measured profile (cluster.gpu measured:<label>), which the portal "
+                "does not offer: run it with python -m runners run"
+            ]
+            continue
         errors[f"cluster.{key}"] = [f"unknown field (allowed: {', '.join(CLUSTER_KEYS)})"]
 
 

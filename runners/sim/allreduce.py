@@ -34,6 +34,8 @@ def compute_setup(
     ``link_groups`` (PS arena): workers split by their NIC stragglers as well."""
     c = spec.cluster
     times = profile_times(spec) if layers is None else layers
+    if c.optimizer_update:
+        times = with_updates(times, spec)
     n_iter = spec.warmup_iterations + spec.iterations + 1
     return ComputeSetup(
         layers=times,
@@ -48,6 +50,18 @@ def compute_setup(
         link_factors=link_factors(c.stragglers, n_iter),
         collective_cpu_s=c.collective_cpu_us * 1e-6,
     )
+
+
+def with_updates(times: tuple[LayerTimes, ...], spec: RunSpec) -> tuple[LayerTimes, ...]:
+    """``cluster.optimizer_update``: each layer's forward takes its measured update longer.
+    Raises ValueError where the profile has no update times (measured before they were)."""
+    if not any(lt.update_s > 0 for lt in times):
+        raise ValueError(
+            f"cluster.optimizer_update: the profile {spec.cluster.gpu} of {spec.workload} has "
+            "no update times (measured before they were timed): measure it again with "
+            "python -m runners calibrate"
+        )
+    return tuple(dataclasses.replace(lt, fwd_s=lt.fwd_s + lt.update_s) for lt in times)
 
 
 def timeline_window(spec: RunSpec) -> tuple[int, int] | None:

@@ -50,6 +50,7 @@ def measured_layer_times(profile: WorkloadProfile, label: str, batch_size: int):
             measured.bwd_s[i] * scale,
             layer.param_bytes,
             layer.deps,
+            measured.update_s[i],  # per parameter, not per sample: not scaled
         )
         for i, layer in enumerate(profile.layers)
     )

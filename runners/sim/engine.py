@@ -24,7 +24,9 @@ Modelling choices (written down, labelled in reports):
   takes that much CPU time from the op each computing group runs then: the op ends that much
   later (the communication threads ahead of the compute on shared cores, as on our CPU
   testbed; a reconstruction, labelled as such);
-* optimizer update time is not modelled (0).
+* optimizer update time is not modelled here (0); the all-reduce arena adds a measured
+  profile's per-layer update time to each layer's forward op with ``cluster.optimizer_update``
+  (``runners.sim.allreduce.compute_setup``).
 
 The steady-state iteration time of a group is the mean interval between successive starts of
 its first forward op after the warm-up iterations.
@@ -49,6 +51,9 @@ class LayerTimes:
     bwd_s: float
     grad_bytes: int
     deps: tuple[int, ...] = ()  # producers in the forward DAG (indices < own index)
+    # The layer's optimizer update (a measured profile's update_s; 0: not measured). The
+    # all-reduce arena adds it to the layer's forward with ``cluster.optimizer_update``.
+    update_s: float = 0.0
 
 
 @dataclass(frozen=True)

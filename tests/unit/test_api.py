@@ -73,6 +73,7 @@ def test_creating_an_experiment_returns_201_with_its_id(client, token, user):
     [
         ({"cluster": {"workers": 0}}, "cluster.workers"),
         ({"cluster": {"nics": 2}}, "cluster.nics"),
+        ({"cluster": {"optimizer_update": True}}, "cluster.optimizer_update"),
         ({"cluster": {"stragglers": [{"worker": 1}]}}, "cluster.stragglers[0]"),
         ({"cluster": {"stragglers": [{"worker": 9, "slowdown": 2}]}}, "cluster.stragglers"),
         ({"cluster": {"bandwidth_gbps": [1, "fast"]}}, "cluster.bandwidth_gbps"),

@@ -4,6 +4,7 @@ line's refusals (exit 2, nothing measured)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -104,6 +105,17 @@ def test_calibrate_measures_again_once_when_times_do_not_grow(monkeypatch):
     assert calls == [11, 22]
 
 
+def test_twins_get_the_optimizer_updates_where_the_calibration_timed_them(monkeypatch):
+    """Every real system updates each parameter every iteration: where the calibration's
+    profile timed the updates, every all-reduce twin (DDP's and Horovod's too) has them."""
+    measured = workloads.load_measured("vgg16-debug", "cpu")
+    timed = dataclasses.replace(measured, update_s=(1e-5,) * len(measured.fwd_s))
+    monkeypatch.setattr(workloads, "load_measured", lambda model, label: timed)
+    for system in ("wfbp", "ddp", "horovod", "dear"):
+        _, sim = fidelity.matched_specs(system, "vgg16-debug", 1.0, TESTBED)
+        assert validate(sim).cluster.optimizer_update, system
+
+
 def test_matched_specs_share_the_configuration_and_use_the_calibration():
     real, sim = fidelity.matched_specs(
         "wfbp", "vgg16-debug", 1.0, TESTBED, iterations=7, latency="busy"
@@ -116,6 +128,7 @@ def test_matched_specs_share_the_configuration_and_use_the_calibration():
     assert (c.bandwidth_gbps, c.latency_us, c.overlap_slowdown) == (0.94, 900.0, 0.4)
     assert c.gpu == "measured:cpu" and c.compute_jitter_cv == 0
     assert c.cpu_collectives, "the real runs' collectives are gloo's, on CPU"
+    assert not c.optimizer_update, "vgg16-debug@cpu was measured before updates were timed"
     assert real_spec.iterations == sim_spec.iterations == 7
     assert real_spec.warmup_iterations == sim_spec.warmup_iterations
     _, idle = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, TESTBED, latency="idle")

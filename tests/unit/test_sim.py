@@ -344,6 +344,40 @@ def test_each_collective_takes_its_cpu_time_from_the_compute_op_it_overlaps():
     assert err.value.field == "cluster.collective_cpu_us"
 
 
+def test_each_layer_s_forward_takes_its_measured_update_longer():
+    """``optimizer_update``: a measured profile's per-layer update time is added to the
+    layer's forward op (one worker: nothing to synchronise, the iteration is its compute);
+    it needs measured update times and a measured profile, and the all-reduce arena."""
+    layers = tuple(
+        LayerTimes(f"l{i}", fwd_s=0.001, bwd_s=0.002, grad_bytes=1000, update_s=0.0005 * (i + 1))
+        for i in range(3)
+    )
+    kw = {"workers": 1, "iterations": 3, "gpu": "measured:testbed", "workload": "vgg16-debug"}
+    _, plain = run_layers("wfbp", layers, **kw)
+    spec, updated = run_layers("wfbp", layers, **kw, optimizer_update=True)
+    assert plain.metrics["iteration_time_s"] == pytest.approx(0.009, rel=1e-9)
+    assert updated.metrics["iteration_time_s"] == pytest.approx(0.009 + 0.003, rel=1e-9)
+    forward = sorted(
+        (r for r in updated.timeline if r[2] == "forward" and r[0] == 3), key=lambda r: r[4]
+    )
+    assert [r[5] - r[4] for r in forward] == pytest.approx([0.0015, 0.002, 0.0025], rel=1e-9)
+    assert spec.as_dict()["cluster"]["optimizer_update"] is True
+    assert "optimizer_update" not in validate(raw_spec("wfbp")).as_dict()["cluster"]
+    bare = tuple(LayerTimes(f"l{i}", 0.001, 0.002, 1000) for i in range(3))
+    with pytest.raises(
+        ValueError, match="optimizer_update: the profile measured:testbed .* has no update times"
+    ):
+        run_layers("wfbp", bare, **kw, optimizer_update=True)
+    with pytest.raises(SpecError) as err:
+        validate(raw_spec("wfbp", optimizer_update=True))  # the FLOPs model: no update times
+    assert err.value.field == "cluster.optimizer_update" and "measured:<label>" in str(err.value)
+    with pytest.raises(SpecError) as err:
+        validate(
+            raw_spec("ps-default", "vgg16-debug", gpu="measured:testbed", optimizer_update=True)
+        )
+    assert err.value.field == "cluster.optimizer_update"
+
+
 def test_the_cpu_charge_lengthens_forward_ops_and_every_group_computing_then():
     """``charge_cpu`` on the compute streams alone: a charge while both groups (one a 2x
     straggler) run their first forward op lengthens both ops, and no later op; a charge while

@@ -627,6 +627,8 @@ def test_measured_profile_round_trip(measured_dir):
     assert len(measured.fwd_s) == len(measured.bwd_s) == len(analytic.layers)
     assert all(t > 0 for t in measured.fwd_s + measured.bwd_s)
     assert measured.total_fwd_s == pytest.approx(sum(measured.fwd_s))
+    # Every vgg16-debug layer owns parameters: each one's update was timed.
+    assert len(measured.update_s) == len(analytic.layers) and all(measured.update_s)
     source = measured.source
     assert source["kind"] == "measured" and source["device"] == "cpu"
     assert source["torch_version"] == torch.__version__
@@ -663,6 +665,10 @@ def edit_measured(measured_dir: Path, tmp_path: Path, edit) -> Path:
             r"layer 3 is 'features.6', the analytic profile's is 'features.7'",
         ),
         (lambda raw: raw["layers"][0].update(bwd_s=-1.0), r"layer 0 \(features.0\): bwd_s = -1"),
+        (
+            lambda raw: raw["layers"][2].update(update_s="x"),
+            r"layer 2 \(features.5\): update_s = 'x'",
+        ),
         (lambda raw: raw.update(batch_size=0), r"batch_size must be a positive integer, got 0"),
         (lambda raw: raw.update(workload="vgg16"), r"says it is 'vgg16@testbox' inside"),
     ],
@@ -671,6 +677,17 @@ def test_measured_loader_rejects_inconsistent_files(measured_dir, tmp_path, edit
     directory = edit_measured(measured_dir, tmp_path, edit)
     with pytest.raises(ValueError, match=message):
         workloads.load_measured("vgg16-debug", "testbox", directory)
+
+
+def test_a_profile_measured_before_updates_were_timed_has_none(measured_dir, tmp_path):
+    def drop(raw):
+        for layer in raw["layers"]:
+            del layer["update_s"]
+
+    old = workloads.load_measured(
+        "vgg16-debug", "testbox", edit_measured(measured_dir, tmp_path, drop)
+    )
+    assert old.update_s == (0.0,) * len(old.fwd_s)
 
 
 def test_measured_loader_names_what_is_unknown(measured_dir):
