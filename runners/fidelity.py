@@ -503,6 +503,27 @@ def calibrate_ps(
     return _add_to_calibration(label, progress, measure, PS_METHOD, "PS arena", "ps_date")
 
 
+def _wait_all(procs: list[subprocess.Popen[str]], logs: list[Path], model: str) -> None:
+    """Wait for every measuring process (``logs``: their stderr files); the first that fails
+    stops the others (they would wait at the barrier for it) and its error is raised."""
+    running = list(zip(procs, logs, strict=True))
+    try:
+        while running:
+            for proc, log in list(running):
+                if proc.poll() is None:
+                    continue
+                if proc.returncode:
+                    last = log.read_text().strip().splitlines()[-1:]
+                    raise RuntimeError(f"measuring {model} failed: {last}")
+                running.remove((proc, log))
+            time.sleep(0.05)
+    finally:
+        for proc, _ in running:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
 def _measure_concurrently(model: str, label: str, workers: int, threads: int, repeats: int) -> Path:
     """``workers`` measurement processes at once; the per-layer median written as one profile."""
     env = {
@@ -511,6 +532,8 @@ def _measure_concurrently(model: str, label: str, workers: int, threads: int, re
         "OMP_NUM_THREADS": str(threads),
     }
     with tempfile.TemporaryDirectory(prefix="lab-calibrate-") as tmp:
+        logs = [Path(tmp) / f"p{k}.err" for k in range(workers)]
+        errs = [log.open("w") for log in logs]
         procs = [
             subprocess.Popen(
                 [
@@ -535,15 +558,15 @@ def _measure_concurrently(model: str, label: str, workers: int, threads: int, re
                 env=env,
                 cwd=ROOT,
                 stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
+                # a file, not a pipe: nothing reads it while they run (progress lines)
+                stderr=errs[k],
                 text=True,
             )
             for k in range(workers)
         ]
-        for proc in procs:
-            _, err = proc.communicate()
-            if proc.returncode:
-                raise RuntimeError(f"measuring {model} failed: {err.strip().splitlines()[-1:]}")
+        for err in errs:
+            err.close()  # the children have their own
+        _wait_all(procs, logs, model)
         docs = [
             json.loads(workloads.measured_path(model, f"{label}-p{k}", Path(tmp)).read_text())
             for k in range(workers)

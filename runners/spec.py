@@ -142,10 +142,13 @@ class CommCluster:
 
     ``optimizer_update`` (all-reduce arena; needs ``gpu: measured:<label>``): each layer's
     forward takes its measured momentum-SGD update time longer (the profile's ``update_s``:
-    one parameter at a time, as the lab's engine, which updates a layer just before its
-    forward, and ``torch.optim.SGD`` on CPU, which updates every layer between backward and
-    forward, apply it). False (the default): updates take no time (the papers' model).
-    ``fidelity`` sets it.
+    one parameter at a time, as the lab's engine and ``torch.optim.SGD`` on CPU apply it; the
+    engine updates a layer just before its forward with a cross-barrier plan, every layer at
+    the iteration's start otherwise, and DDP every layer after the backward: all on the
+    critical path before the forward). False (the default): updates take no time (the
+    papers' model). ``fidelity`` sets it. The simulated ``compute_time_s`` then includes the
+    updates, which a real run of the lab's engine counts outside its compute (at the
+    iteration's start, or in the forward's waits) and DDP's inside its backward.
     """
 
     workers: int = 8

@@ -772,7 +772,8 @@ def _results(spec: RunSpec, ranks: list[dict[str, Any]], network: Network) -> Re
     # runs on to the end of the ranks' drain (the outstanding synchronisation, which the
     # next iteration's forward would otherwise overlap or wait for at its start, already
     # counted there; the final updates; the thread census), so it is left out of them (it
-    # stays in the series). ``iterations`` is at least 3.
+    # stays in the series). ``iterations`` is at least 3, so at least 2 intervals remain
+    # (the simulator runs one iteration more and averages ``iterations`` intervals).
     steady = measured[:-1] if len(measured) > 1 else measured
     times = [s["iteration_time_s"] for s in steady]
     mean = statistics.fmean(times)
@@ -794,12 +795,11 @@ def _results(spec: RunSpec, ranks: list[dict[str, Any]], network: Network) -> Re
         "final_loss": "",
     }
     if "comm_time_s" in measured[0]:
+        # The steady iterations' too: the last one's exposed wait includes the drain's.
         for key in ("comm_time_s", "exposed_comm_s"):
-            metrics[key] = statistics.fmean(s[key] for s in measured)
+            metrics[key] = statistics.fmean(s[key] for s in steady)
             units[key] = "s"
-        metrics["negotiations_per_iteration"] = statistics.fmean(
-            s["negotiations"] for s in measured
-        )
+        metrics["negotiations_per_iteration"] = statistics.fmean(s["negotiations"] for s in steady)
         units["negotiations_per_iteration"] = ""
     evaluation = next((r["eval"] for r in ranks if "eval" in r), None)
     for key, value in (evaluation or {}).items():

@@ -50,7 +50,8 @@ def measured_layer_times(profile: WorkloadProfile, label: str, batch_size: int):
             measured.bwd_s[i] * scale,
             layer.param_bytes,
             layer.deps,
-            measured.update_s[i],  # per parameter, not per sample: not scaled
+            # per parameter, not per sample: not scaled (none measured: 0)
+            measured.update_s[i] if measured.update_s else 0.0,
         )
         for i, layer in enumerate(profile.layers)
     )

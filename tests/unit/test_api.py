@@ -68,12 +68,20 @@ def test_creating_an_experiment_returns_201_with_its_id(client, token, user):
     assert data["cluster"]["workers"] == 4 and data["iterations"] == 20
 
 
+def test_optimizer_updates_are_refused_with_why(client, token):
+    body = {**BODY, "cluster": {**BODY.get("cluster", {}), "optimizer_update": True}}
+    response = post(client, "/api/experiments/", body, token)
+    assert response.status_code == 400
+    message = response.json()["errors"]["cluster.optimizer_update"][0]
+    assert "measured profile" in message and "python -m runners run" in message
+    assert not Run.objects.exists()
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [
         ({"cluster": {"workers": 0}}, "cluster.workers"),
         ({"cluster": {"nics": 2}}, "cluster.nics"),
-        ({"cluster": {"optimizer_update": True}}, "cluster.optimizer_update"),
         ({"cluster": {"stragglers": [{"worker": 1}]}}, "cluster.stragglers[0]"),
         ({"cluster": {"stragglers": [{"worker": 9, "slowdown": 2}]}}, "cluster.stragglers"),
         ({"cluster": {"bandwidth_gbps": [1, "fast"]}}, "cluster.bandwidth_gbps"),

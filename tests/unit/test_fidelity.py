@@ -534,3 +534,25 @@ def test_repeated_real_runs_go_in_rounds_and_their_median_is_scored(monkeypatch)
     # ranges over medians: 0.010 / 0.036 and 0.016 / 0.050; their median
     assert result["real_spread_pct"] == pytest.approx(100 * (0.010 / 0.036 + 0.016 / 0.050) / 2)
     assert "within their range in 1 of 2" in fidelity.format_report(result)
+
+
+def test_a_measuring_process_that_fails_stops_the_others_at_once(tmp_path):
+    """One of the calibration's measuring processes dies before the barrier: the others
+    (waiting there for it) are stopped and its own error is raised, not a timeout."""
+    import subprocess
+    import sys
+    import time
+
+    logs = [tmp_path / "p0.err", tmp_path / "p1.err"]
+    codes = ["import time; time.sleep(60)", "import sys; sys.exit('no such layer: fc9')"]
+    procs = []
+    for log, code in zip(logs, codes, strict=True):
+        with log.open("w") as err:
+            procs.append(subprocess.Popen([sys.executable, "-c", code], stderr=err, text=True))
+    began = time.monotonic()
+    with pytest.raises(
+        RuntimeError, match=r"measuring vgg16-debug failed: \['no such layer: fc9'\]"
+    ):
+        fidelity._wait_all(procs, logs, "vgg16-debug")
+    assert time.monotonic() - began < 30
+    assert procs[0].poll() is not None, "the waiting process was left running"

@@ -68,6 +68,22 @@ def test_the_last_iteration_s_drain_is_left_out_of_the_timing_metrics():
     assert result.metrics["compute_time_s"] == pytest.approx(0.004)
 
 
+def test_the_drain_s_wait_is_not_exposed_communication():
+    times = [0.020] * 4
+    ranks = []
+    for _ in range(2):
+        rank = _rank(times, drain=0.030)
+        for row in rank["iterations"]:
+            last = row is rank["iterations"][-1]
+            row.update(comm_s=0.010, wait_s=0.030 if last else 0.002, negotiations=3)
+        ranks.append(rank)
+    result = launch._results(_spec(4), ranks, launch.Network("loopback"))
+    assert result.metrics["exposed_comm_s"] == pytest.approx(0.002)
+    assert result.metrics["comm_time_s"] == pytest.approx(0.010)
+    assert result.metrics["negotiations_per_iteration"] == pytest.approx(3)
+    assert result.series[-1]["exposed_comm_s"] == pytest.approx(0.030)
+
+
 def test_a_drain_as_long_as_the_rest_does_not_move_the_mean():
     times = [0.020] * 5
     fast = launch._results(_spec(5), [_rank(times, 0.0)] * 2, launch.Network("loopback"))
