@@ -179,10 +179,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--repeats",
         type=int,
-        default=1,
+        default=fidelity.DEFAULT_REPEATS,
         help="real runs per configuration, in rounds over all configurations; the real time "
         "is their median, and the report says where the simulator falls in their range "
-        "(default 1)",
+        f"(default {fidelity.DEFAULT_REPEATS}: a single run can be 50 %% off its "
+        "configuration's usual time on a shared machine; the median of 3 outvotes one such "
+        "run)",
     )
     p.add_argument(
         "--latency",

@@ -70,7 +70,7 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
 
     systems = "wfbp,ddp,ps-default"
     argv = ["fidelity", "--label", label, "--systems", systems, "--models", MODEL]
-    argv += ["--latency", "engine"]
+    argv += ["--latency", "engine", "--repeats", "1"]  # one run each: CI's time
     assert cli.main([*argv, "--bandwidths", "0.5,loopback", "--iterations", "5", "--json"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 7  # six configurations, then the report

@@ -467,7 +467,7 @@ def test_fidelity_json_ends_with_the_report(monkeypatch, capsys):
     rows = [_row("wfbp", 0.04, 0.04 * (1 + i / 100), workload="vgg16-debug") for i in range(3)]
 
     def fake(label, systems, models, bandwidths, iterations, on_config=None, **options):
-        assert options == {"latency": "engine", "repeats": 1, "progress": options["progress"]}
+        assert options == {"latency": "engine", "repeats": 3, "progress": options["progress"]}
         for row in rows:
             on_config(row)
         return fidelity.report(rows, label)
