@@ -130,7 +130,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=2, help="ranks (default 2)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1)")
     p.add_argument(
-        "--repeats", type=int, default=50, help="timed steps per layer profile (default 50)"
+        "--repeats",
+        type=int,
+        default=fidelity.PROFILE_REPEATS,
+        help=f"timed steps per layer profile (default {fidelity.PROFILE_REPEATS})",
     )
     p.add_argument(
         "--comm-priority",

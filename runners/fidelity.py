@@ -73,6 +73,7 @@ MAPE_TARGET_PCT = 10.0
 # far off its configuration's usual time (ddp, resnet50-debug, 0.25 Gbit/s: 19-48 ms), and
 # the median of 3 outvotes one such run where the mean of 2 takes half of it.
 DEFAULT_REPEATS = 3
+PROFILE_REPEATS = 50  # calibrate: timed steps per layer profile
 SPLIT_COSTS = ("reduce_scatter_cost", "all_gather_cost")
 
 
@@ -98,7 +99,7 @@ def calibrate(
     bandwidths: tuple[float, ...] = DEFAULT_BANDWIDTHS,
     workers: int = 2,
     threads: int = 1,
-    repeats: int = 50,
+    repeats: int = PROFILE_REPEATS,
     progress: Callable[[str], None] | None = None,
     comm_priority: str = "auto",
 ) -> dict[str, Any]:

@@ -152,7 +152,7 @@ def _measure(args: argparse.Namespace, names: list[str]) -> int:
                 f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here"
             )
     for name in names:
-        start = None if barrier is None else measure.file_barrier(barrier[0] / name, barrier[1])
+        together = None if barrier is None else measure.file_barrier(barrier[0] / name, barrier[1])
         path = measure.write_measured(
             name,
             device=device,
@@ -162,7 +162,7 @@ def _measure(args: argparse.Namespace, names: list[str]) -> int:
             label=args.label,
             measured_dir=args.measured_dir or MEASURED_DIR,
             progress=measure.stderr_progress(name),
-            before_timed=start,
+            before_timed=together,
         )
         print(path)
     return 0

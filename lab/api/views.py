@@ -16,6 +16,7 @@ from lab.experiments.forms import (
     ALLREDUCE_ONLY,
     ARENA_CLUSTER_FIELDS,
     ARENA_PREFIX,
+    CLI_ONLY_CLUSTER_KEYS,
     CLUSTER_KEYS,
     CLUSTER_SWEEP_KEYS,
     REAL_KEYS,
@@ -142,13 +143,8 @@ def _comm_data(cluster: dict[str, Any], data: dict[str, Any], errors: dict[str, 
                 continue
         data[f"cluster_{key}"] = value
     for key in sorted(set(cluster) - set(CLUSTER_KEYS)):
-        if key == "optimizer_update":
-            errors[f"cluster.{key}"] = [
-                "needs a measured profile (cluster.gpu measured:<label>), which the portal "
-                "does not offer: run it with python -m runners run"
-            ]
-            continue
-        errors[f"cluster.{key}"] = [f"unknown field (allowed: {', '.join(CLUSTER_KEYS)})"]
+        why = CLI_ONLY_CLUSTER_KEYS.get(key, f"unknown field (allowed: {', '.join(CLUSTER_KEYS)})")
+        errors[f"cluster.{key}"] = [why]
 
 
 def _cluster_arena_data(

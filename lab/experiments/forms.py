@@ -35,6 +35,11 @@ REAL_KEYS = (
     "network", "dataset", "lr", "momentum", "implementation", "gpus", "gpu_model", "nodes",
     "comm_priority",
 )  # fmt: skip
+# Spec cluster fields the portal does not offer, each with why (the API answers with it).
+CLI_ONLY_CLUSTER_KEYS = {
+    "optimizer_update": "needs a measured profile (cluster.gpu measured:<label>), which the "
+    "portal does not offer: run it with python -m runners run",
+}
 CLUSTER_KEYS = (
     "workers",
     "bandwidth_gbps",
@@ -44,9 +49,7 @@ CLUSTER_KEYS = (
     "compute_jitter_cv",
     "overlap_slowdown",
     "stragglers",
-    # optimizer_update needs a measured profile (cluster.gpu measured:<label>), which the
-    # portal's GPU choices do not offer: the command line only (the API says so).
-    *(key for key in run_spec.ALLREDUCE_ONLY_FIELDS if key != "optimizer_update"),
+    *(key for key in run_spec.ALLREDUCE_ONLY_FIELDS if key not in CLI_ONLY_CLUSTER_KEYS),
     "ps",
     "servers",
     "server_bandwidth_gbps",

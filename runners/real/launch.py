@@ -774,7 +774,7 @@ def _results(spec: RunSpec, ranks: list[dict[str, Any]], network: Network) -> Re
     # counted there; the final updates; the thread census), so it is left out of them (it
     # stays in the series). ``iterations`` is at least 3, so at least 2 intervals remain
     # (the simulator runs one iteration more and averages ``iterations`` intervals).
-    steady = measured[:-1] if len(measured) > 1 else measured
+    steady = measured[:-1]
     times = [s["iteration_time_s"] for s in steady]
     mean = statistics.fmean(times)
     samples = spec.cluster.workers * spec.batch_size
