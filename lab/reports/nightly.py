@@ -143,6 +143,40 @@ def claim_figure_path(check: ClaimCheck) -> Path:
     return Path(settings.RESULTS_DIR) / "claims" / f"check-{check.pk}.png"
 
 
+# How long after its verdict a check's missing figure is still drawn (by ``settle``) and
+# awaited (the Claims page keeps polling): a worker that stopped between the verdict and the
+# figure, or a slow first matplotlib import, then costs the figure nothing; a figure that
+# cannot be drawn at all is not retried for ever.
+FIGURE_GRACE = timedelta(minutes=10)
+
+
+def figure_owed(check: ClaimCheck) -> bool:
+    """Whether ``check`` was judged on runs with values to draw, recently (``FIGURE_GRACE``),
+    and its figure is not on disk yet."""
+    return (
+        check.state == ClaimCheck.DONE
+        and check.experiment_id is not None
+        and any(check.per_condition.get(b) for b in check.per_condition)
+        and check.judged_at is not None
+        and timezone.now() - check.judged_at <= FIGURE_GRACE
+        and not claim_figure_path(check).exists()
+    )
+
+
+def _draw_owed_figures() -> int:
+    """Draw the figures of recent checks that were judged without one (``figure_owed``)."""
+    drawn = 0
+    since = timezone.now() - FIGURE_GRACE
+    for check in ClaimCheck.objects.filter(state=ClaimCheck.DONE, judged_at__gte=since):
+        if not figure_owed(check):
+            continue
+        try:
+            drawn += draw_claim_figure(check, claim_of(check)) is not None
+        except Exception:  # logged; tried again at the next settle within the grace
+            log.exception("claim figure of check %s could not be drawn", check.pk)
+    return drawn
+
+
 SHORT_MEASURES = {
     "percent_faster": "% faster than",
     "percent_less": "% less than",
@@ -324,7 +358,9 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 def settle(timeout: timedelta | None = None) -> dict[str, int]:
     """Judge every pending check whose runs ended; finish every night whose work ended (or
-    that ran past ``timeout``: what did not end is judged not-run)."""
+    that ran past ``timeout``: what did not end is judged not-run); draw the figures owed by
+    recent checks (``figure_owed``: judged by a worker that stopped before drawing, or whose
+    drawing failed)."""
     timeout = timeout or timedelta(hours=settings.NIGHTLY_TIMEOUT_H)
     judged = finished = 0
     for check in ClaimCheck.objects.filter(state=ClaimCheck.PENDING).select_related(
@@ -346,7 +382,7 @@ def settle(timeout: timedelta | None = None) -> dict[str, int]:
         )
         if (ready or late) and finish_night(night):
             finished += 1
-    return {"judged": judged, "finished": finished}
+    return {"judged": judged, "finished": finished, "figures": _draw_owed_figures()}
 
 
 def finish_night(night: NightlyRun) -> bool:

@@ -63,7 +63,8 @@ def _claims(request: HttpRequest, template: str) -> HttpResponse:
         {
             "rows": rows,
             "verdict_rule": ledger.VERDICT_RULE,
-            "active": bool(pending),
+            # and while a verdict's figure is still being drawn (after the verdict)
+            "active": bool(pending) or any(nights.figure_owed(c) for c in latest.values()),
         },
     )
 

@@ -83,7 +83,7 @@ def test_a_night_checks_the_claims_reruns_nightly_experiments_and_records_histor
     }
     check = night.checks.get(claim_id="pace-speedup")
     _finish(check.experiment, {"pace": 0.6, "horovod": 1.0, "bytescheduler": 0.9})
-    assert nights.settle() == {"judged": 1, "finished": 0}  # the nightly experiment still runs
+    assert nights.settle() == {"judged": 1, "finished": 0, "figures": 0}  # the nightly runs on
     _finish(copy_, {"bytescheduler": 0.5, "wfbp": 0.7})
     assert nights.settle()["finished"] == 1
     night.refresh_from_db()
@@ -227,6 +227,43 @@ def test_the_claims_page_shows_claimed_measured_rule_figure_and_runs(client, led
     assert client.post(reverse("claim-reproduce", args=["nope"])).status_code == 404
 
 
+def test_a_figure_missing_after_the_verdict_is_drawn_by_settle_and_awaited_by_the_page(
+    client, ledger, user, monkeypatch
+):
+    """A worker that stopped between the verdict and the figure (here: drawing that failed
+    once) owes the figure: the Claims page keeps polling and the next settle draws it; a check
+    judged longer ago than the grace is not retried."""
+    client.force_login(user)
+    check = nights.start_check(nights.claims_by_id()["pace-speedup"], "sim", user=user)
+    _finish(check.experiment, {"pace": 0.6, "horovod": 1.0, "bytescheduler": 0.9})
+    draw = nights.draw_claim_figure
+
+    def broken(*args):
+        raise RuntimeError("the worker stopped here")
+
+    monkeypatch.setattr(nights, "draw_claim_figure", broken)
+    assert nights.settle() == {"judged": 1, "finished": 0, "figures": 0}
+    check.refresh_from_db()
+    assert check.verdict == "reproduced" and not nights.claim_figure_path(check).exists()
+    assert nights.figure_owed(check)
+    page = client.get(reverse("claims-live")).content.decode()
+    assert 'data-active="true"' in page and "reproduced" in page  # the figure is awaited
+    assert reverse("claim-figure", args=[check.pk]) not in page
+    monkeypatch.setattr(nights, "draw_claim_figure", draw)
+    assert nights.settle() == {"judged": 0, "finished": 0, "figures": 1}
+    assert nights.claim_figure_path(check).read_bytes().startswith(b"\x89PNG")
+    page = client.get(reverse("claims-live")).content.decode()
+    assert 'data-active="false"' in page and reverse("claim-figure", args=[check.pk]) in page
+    assert nights.settle()["figures"] == 0  # drawn once
+    # Past the grace: neither drawn again nor awaited.
+    nights.claim_figure_path(check).unlink()
+    earlier = timezone.now() - nights.FIGURE_GRACE - timedelta(seconds=1)
+    ClaimCheck.objects.filter(pk=check.pk).update(judged_at=earlier)
+    check.refresh_from_db()
+    assert not nights.figure_owed(check) and nights.settle()["figures"] == 0
+    assert 'data-active="false"' in client.get(reverse("claims-live")).content.decode()
+
+
 def test_the_nightly_page_schedule_form_is_staff_only_and_validated(client, ledger, user, staff):
     client.force_login(user)
     page = client.get(reverse("nightly")).content.decode()
@@ -294,7 +331,7 @@ def test_marking_an_experiment_nightly_is_for_its_owner(client, user, config, dj
 def test_settle_gives_up_on_a_night_past_its_timeout(ledger):
     night = nights.start_night(trigger="manual")
     NightlyRun.objects.filter(pk=night.pk).update(started_at=timezone.now() - timedelta(hours=13))
-    assert nights.settle(timeout=timedelta(hours=12)) == {"judged": 1, "finished": 1}
+    assert nights.settle(timeout=timedelta(hours=12)) == {"judged": 1, "finished": 1, "figures": 0}
     check = night.checks.get(claim_id="pace-speedup")
     assert check.verdict == "not-run" and "did not end within" in check.line["reason"]
     assert HistoryPoint.objects.count() == 0
