@@ -56,7 +56,7 @@ from typing import Any, TypeVar
 import workloads
 
 from . import registry
-from .spec import SPLIT_COST_MAX, CommCluster, RunSpec, SpecError, validate
+from .spec import SLOWDOWN_MAX, SPLIT_COST_MAX, CommCluster, RunSpec, SpecError, validate
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTBEDS_DIR = ROOT / "workloads" / "profiles" / "testbeds"
@@ -171,8 +171,47 @@ def calibrate(
     }
     path = testbed_path(label)
     path.parent.mkdir(parents=True, exist_ok=True)
+    check_slowdowns(network, say)
     _rewrite(doc, label)
     return {"testbed": str(path), "profiles": written, "network": network}
+
+
+SLOWDOWN_WARN = 3.0  # a measured slow-down above it (4x slower) is told as a busy machine's
+
+# (where in a network's entry, the simulator's field it becomes, what is slowed down)
+_SLOWDOWNS = (
+    (("overlap_slowdown",), "overlap_slowdown", "compute while all-reduces run"),
+    (("comm_slowdown",), "overlap_comm_slowdown", "1 MiB all-reduces while the ranks compute"),
+    (("ps", "overlap_slowdown"), "overlap_slowdown", "compute while PS pushes run"),
+)
+
+
+def check_slowdowns(network: list[dict[str, Any]], say: Callable[[str], None]) -> None:
+    """A calibration's slow-downs are measured ratios, written as measured; one over
+    ``SLOWDOWN_WARN`` is told (the machine was likely busy with other work); one over the
+    simulator's bound (``spec.SLOWDOWN_MAX``) stops the calibration before it is written
+    (``CalibrationError``): fidelity could not use it."""
+    for point in network:
+        for where, field, what in _SLOWDOWNS:
+            values: Any = point
+            for key in where:
+                values = values.get(key, {})
+            for model, value in values.items():
+                said = (
+                    f"{_where(point['nominal_gbps'])}: {what} of {model} measured "
+                    f"{1 + value:.1f}x as slow as alone"
+                )
+                if value > SLOWDOWN_MAX:
+                    raise CalibrationError(
+                        f"{said}, beyond what the simulator takes (cluster.{field} <= "
+                        f"{SLOWDOWN_MAX:g}): the machine was busy with other work; calibrate "
+                        "again when it is quiet (nothing written)"
+                    )
+                if value > SLOWDOWN_WARN:
+                    say(
+                        f"warning: {said}: was the machine busy with other work? If so, "
+                        "measure again when it is quiet"
+                    )
 
 
 T = TypeVar("T")
@@ -358,6 +397,7 @@ def _add_to_calibration(
     for point in doc["network"]:
         say(f"network: {_where(point['nominal_gbps'])}")
         measure(point, workers, threads, models, say, prio)
+    check_slowdowns(doc["network"], say)
     if marker not in doc["method"]:
         # The older texts out, wherever they stand (one may be the start of ``method``: only
         # when it is absent); the trailing "; " lets the last part go like the others.

@@ -240,6 +240,36 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
         assert validate(sim).cluster.latency_us == 500.0
 
 
+@pytest.mark.parametrize(("slowdown", "code"), [(10.7, 0), (150.0, 1)])
+def test_a_busy_machine_s_slowdown_is_written_as_measured_with_a_warning_or_refused(
+    slowdown, code, tmp_path, monkeypatch, capsys
+):
+    """CI once measured the PS arena's compute 11.7x as slow while pushing (10.7): the
+    calibration keeps what it measured, says so, and fidelity's twin takes it; beyond the
+    simulator's bound the calibration stops and the file is left as it was."""
+    monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
+    doc = {**TESTBED, "method": "m", "profiles": {"vgg16-debug": "vgg16-debug@cpu"}}
+    (tmp_path / "cpu.json").write_text(json.dumps(doc))
+    before = (tmp_path / "cpu.json").read_text()
+
+    def busy_ps_overlap(model, workers, servers, nominal, work, threads, comm_priority):
+        return probe.PSProbe(slowdown, 2e-3, 5e-4, 3e-3, 4e9)
+
+    monkeypatch.setattr(probe, "ps_overlap", busy_ps_overlap)
+    assert cli.main(["calibrate", "--label", "cpu", "--ps-only"]) == code
+    err = capsys.readouterr().err
+    said = f"compute while PS pushes run of vgg16-debug measured {1 + slowdown:.1f}x as slow"
+    assert said in err
+    if code:
+        assert "cluster.overlap_slowdown <= 100" in err and "nothing written" in err
+        assert (tmp_path / "cpu.json").read_text() == before
+        return
+    assert "warning:" in err and "busy with other work" in err
+    stored = json.loads((tmp_path / "cpu.json").read_text())
+    _, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, stored, latency="busy")
+    assert validate(sim).cluster.overlap_slowdown == slowdown
+
+
 def test_calibrate_overlap_only_measures_the_interference_again_and_split_uses_it(
     tmp_path, monkeypatch
 ):

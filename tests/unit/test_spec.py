@@ -319,7 +319,7 @@ BAD_SPECS = [
     ("busy-latency-negative", with_cluster(busy_latency_us=-1), "cluster.busy_latency_us"),
     (
         "comm-slowdown-too-large",
-        with_cluster(overlap_comm_slowdown=11),
+        with_cluster(overlap_comm_slowdown=101),
         "cluster.overlap_comm_slowdown",
     ),
     ("negotiation-not-a-bool", with_cluster(negotiation="yes"), "cluster.negotiation"),
