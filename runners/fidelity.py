@@ -569,6 +569,29 @@ def _wait_all(procs: list[subprocess.Popen[str]], logs: list[Path], model: str) 
                 proc.wait()
 
 
+STEP_JITTER_METHOD = (
+    "step_jitter_cv: the CV of one process's step time that the others' do not share, from "
+    "the processes' timed steps side by side (concurrent_step_s, step k of each started about "
+    "together): the mean over k of the variance of step k across the processes, its square "
+    "root over the mean step time (runners.fidelity.step_jitter_cv). A slow spell the "
+    "processes share is left out: it does not make one rank wait for another."
+)
+
+
+def step_jitter_cv(steps: list[list[float]]) -> float:
+    """The per-step compute noise one rank does not share with the others, as a CV: from
+    ``steps[p][k]``, process ``p``'s ``k``-th timed step (taken at once), the mean over ``k``
+    of the sample variance across processes, square-rooted, over the mean step. 0 for one
+    process (nothing to compare)."""
+    n = min(len(row) for row in steps)
+    if len(steps) < 2 or n == 0:
+        return 0.0
+    columns = [[row[k] for row in steps] for k in range(n)]
+    variance = statistics.fmean(statistics.variance(col) for col in columns)
+    mean = statistics.fmean(t for col in columns for t in col)
+    return round(variance**0.5 / mean, 6)
+
+
 def _measure_concurrently(model: str, label: str, workers: int, threads: int, repeats: int) -> Path:
     """``workers`` measurement processes at once; the per-layer median written as one profile."""
     env = {
@@ -624,10 +647,13 @@ def _measure_concurrently(model: str, label: str, workers: int, threads: int, re
     for key in ("step_fwd_s", "step_bwd_s"):
         merged["source"][key] = round(statistics.median(d["source"][key] for d in docs), 9)
     merged["source"]["concurrent_processes"] = workers
+    merged["source"]["concurrent_step_s"] = [d["source"]["step_s"] for d in docs]
+    merged["source"].pop("step_s", None)
+    merged["source"]["step_jitter_cv"] = step_jitter_cv([d["source"]["step_s"] for d in docs])
     merged["source"]["method"] += (
         f" Taken in {workers} processes at once (as real runs' ranks share this machine), "
         "their timed steps started together (a barrier after each one's warm-up), each "
-        "layer's time and the step times the median over the processes."
+        "layer's time and the step times the median over the processes. " + STEP_JITTER_METHOD
     )
     # The measuring command each process ran (with this label), and the one that ran them.
     merged["source"]["command"] = merged["source"]["command"].replace(f"{label}-p0", label)
@@ -756,8 +782,10 @@ def matched_specs(
     code), the CPU time each collective takes from the compute (``cluster.
     collective_cpu_us``), and where the calibration's profile timed them, each layer's
     optimizer update (``cluster.optimizer_update``: every real system updates each parameter
-    every iteration). The real run gets the calibration's communication-thread priority
-    (``real.comm_priority``; calibrations from before it: normal)."""
+    every iteration), and where it measured the ranks' per-step noise, ``cluster.
+    step_jitter_cv`` (a synchronous step waits for the slowest rank). The real run gets the
+    calibration's communication-thread priority (``real.comm_priority``; calibrations from
+    before it: normal)."""
     point = network_point(testbed, nominal)
     if latency not in LATENCIES:
         raise ValueError(f"latency must be one of {', '.join(LATENCIES)} (got {latency!r})")
@@ -836,7 +864,18 @@ def matched_specs(
             sim["cluster"]["collective_cpu_us"] = float(cpu)
         if _has_updates(model, label):  # every real system updates each parameter
             sim["cluster"]["optimizer_update"] = True
+        jitter = _step_jitter(model, label)
+        if jitter:  # the ranks' steps differ; a synchronous step waits for the slowest
+            sim["cluster"]["step_jitter_cv"] = jitter
     return real, sim
+
+
+def _step_jitter(model: str, label: str) -> float:
+    """The calibration profile's ``step_jitter_cv`` (0 for profiles measured before it)."""
+    try:
+        return float(workloads.load_measured(model, label).source.get("step_jitter_cv", 0.0))
+    except ValueError:
+        return 0.0
 
 
 def _has_updates(model: str, label: str) -> bool:

@@ -149,6 +149,14 @@ class CommCluster:
     papers' model). ``fidelity`` sets it. The simulated ``compute_time_s`` then includes the
     updates, which a real run of the lab's engine counts outside its compute (at the
     iteration's start, or in the forward's waits) and DDP's inside its backward.
+
+    ``step_jitter_cv`` (all-reduce arena): per iteration, each worker's compute is scaled by
+    one log-normal draw with mean 1 and this CV, and a synchronous step computes at the pace
+    of its slowest worker (the largest draw: ``runners.sim.engine``). It grows with the
+    workers, as stragglers in synchronous training do. 0 (the default): every worker computes
+    each step alike (``compute_jitter_cv``'s per-op draws average out over a step). ``python
+    -m runners calibrate`` measures the step-to-step CV of the ranks computing at once and
+    ``fidelity`` sets it. A reconstruction, labelled as such.
     """
 
     workers: int = 8
@@ -167,6 +175,7 @@ class CommCluster:
     link_burst_bytes: int = 0  # all-reduce arena: the NICs' token bucket (tc tbf), 0 = none
     collective_cpu_us: float = 0.0  # all-reduce arena: CPU a collective takes from compute
     optimizer_update: bool = False  # all-reduce arena: a measured profile's update times
+    step_jitter_cv: float = 0.0  # all-reduce arena: per-worker, per-step compute noise
     stragglers: tuple[Straggler, ...] = ()
     ps: int = 4
     servers: int = 8
@@ -273,6 +282,7 @@ ALLREDUCE_ONLY_FIELDS = (
     "link_burst_bytes",
     "collective_cpu_us",
     "optimizer_update",
+    "step_jitter_cv",
 )
 
 # Fields left out of ``RunSpec.as_dict`` at their default: added after results were recorded,
@@ -289,6 +299,7 @@ _OMITTED_AT_DEFAULT = {
     "link_burst_bytes": CommCluster.link_burst_bytes,
     "collective_cpu_us": CommCluster.collective_cpu_us,
     "optimizer_update": CommCluster.optimizer_update,
+    "step_jitter_cv": CommCluster.step_jitter_cv,
 }
 _TOP_OMITTED_AT_DEFAULT = {"timeline_iterations": 2}
 
@@ -409,6 +420,12 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         lambda v: True,
         "true or false (each layer's forward takes its measured optimizer update longer; "
         "needs gpu: measured:<label>)",
+    ),
+    "step_jitter_cv": (
+        float,
+        lambda v: 0 <= v < 1,
+        "a fraction in [0, 1) (the CV of each worker's per-step compute; a step waits for the "
+        "slowest worker)",
     ),
     "ps": (int, lambda v: 1 <= v <= 10_000, "an integer between 1 and 10000 (PS processes)"),
     "servers": (int, lambda v: 1 <= v <= 10_000, "an integer between 1 and 10000 (PS machines)"),

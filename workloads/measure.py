@@ -55,7 +55,8 @@ METHOD = (
     "a tied parameter with the first layer that owns it) get a momentum-SGD update as the "
     "lab's real engine and torch.optim.SGD on CPU apply it, one parameter at a time "
     "(momentum buffer *= 0.9, += gradient; parameter -= lr * buffer, with lr = 1e-9), timed "
-    "per layer: update_s, the median over the timed steps (0 for a layer without parameters)."
+    "per layer: update_s, the median over the timed steps (0 for a layer without parameters). "
+    "step_s: each timed step's forward + backward + updates, in order."
 )
 
 
@@ -127,8 +128,8 @@ def measure_layers(
     wanted (the analytic profile's). The model and batch must be on the same device; the
     model is put in training mode and its in-place modules are made out-of-place. Returns
     {"fwd_s": [...], "bwd_s": [...], "update_s": [...], "step_fwd_s": median forward,
-    "step_bwd_s": median backward}. Raises ValueError if a named module does not exist or
-    is never called.
+    "step_bwd_s": median backward, "step_s": [each timed step's forward + backward +
+    updates]}. Raises ValueError if a named module does not exist or is never called.
     """
     if repeats < 1 or warmup < 0:
         raise ValueError(f"need repeats >= 1 and warmup >= 0, got {repeats} and {warmup}")
@@ -250,6 +251,9 @@ def measure_layers(
         "update_s": upd,
         "step_fwd_s": fwd[n],
         "step_bwd_s": bwd[n],
+        "step_s": [
+            f[n] + b[n] + sum(u) for f, b, u in zip(fwd_runs, bwd_runs, upd_runs, strict=True)
+        ],
     }
 
 
@@ -332,6 +336,7 @@ def measure_profile(
             "warmup": warmup,
             "step_fwd_s": _round(times["step_fwd_s"]),
             "step_bwd_s": _round(times["step_bwd_s"]),
+            "step_s": [_round(t) for t in times["step_s"]],
             "method": METHOD,
             "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
             "command": command,

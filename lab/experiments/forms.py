@@ -255,6 +255,14 @@ class ExperimentForm(_ClusterArenaFields):
         help_text="compute time each collective takes from the op it overlaps, as the "
         "communication threads do on a CPU testbed (0 = none, as on a GPU)",
     )
+    cluster_step_jitter_cv = forms.FloatField(
+        label="per-step compute jitter (CV)",
+        required=False,
+        min_value=0,
+        initial=_DEFAULTS.step_jitter_cv,
+        help_text="each worker's whole step slower or faster by a seeded draw; a step waits for "
+        "the slowest worker, so it grows with the workers (0 = none)",
+    )
     cluster_ps = forms.IntegerField(label="parameter servers", required=False, initial=_DEFAULTS.ps)
     cluster_servers = forms.IntegerField(
         label="server machines",

@@ -49,6 +49,7 @@ def compute_setup(
         timeline_window=timeline_window(spec),
         link_factors=link_factors(c.stragglers, n_iter),
         collective_cpu_s=c.collective_cpu_us * 1e-6,
+        step_jitter_cv=c.step_jitter_cv,
     )
 
 
@@ -97,8 +98,9 @@ def busy_network_for(spec: RunSpec) -> RingAllReduce | None:
 
 
 def oracle_setup(setup: ComputeSetup) -> ComputeSetup:
-    """The conditions a planning policy evaluates candidates under: no jitter, one warm-up and
-    one measured iteration, the straggler factors of the first iterations."""
+    """The conditions a planning policy evaluates candidates under: no jitter (per op or per
+    step), one warm-up and one measured iteration, the straggler factors of the first
+    iterations."""
     groups = tuple(
         dataclasses.replace(g, slowdowns=g.slowdowns[:3], links=g.links[:3]) for g in setup.groups
     )
@@ -109,6 +111,7 @@ def oracle_setup(setup: ComputeSetup) -> ComputeSetup:
         iterations=1,
         warmup_iterations=1,
         jitter_cv=0.0,
+        step_jitter_cv=0.0,
         seed=0,
         timeline_window=(0, 0),
     )

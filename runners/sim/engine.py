@@ -17,6 +17,12 @@ Modelling choices (written down, labelled in reports):
 
 * per-op compute times get seeded log-normal jitter with mean 1 and CV ``jitter_cv``, drawn per
   group, iteration and op (workers of one group share a draw);
+* ``step_jitter_cv`` (all-reduce arena's ``cluster.step_jitter_cv``): per iteration, each
+  worker's compute is scaled by one log-normal draw with mean 1 and this CV (a whole step
+  slower or faster: the machine's other work, the cores the ranks share), and a group computes
+  as its slowest worker, the largest of its ``count`` draws (a synchronous step waits for the
+  last gradient; a reconstruction, labelled as such: the faster workers' own forward overlap
+  is not modelled);
 * a straggler's slow-down multiplies its group's compute times in the iterations it is active;
 * ``overlap_slowdown`` (gamma): an op that *starts* while its group's network is busy takes
   ``1 + gamma`` times longer (Echo-style interference, applied at op start, not integrated);
@@ -37,6 +43,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from heapq import heapify, heappop, heappush
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -98,6 +105,8 @@ class ComputeSetup:
     link_factors: tuple[float, ...] = ()
     # All-reduce arena: CPU time each collective takes from the compute op it overlaps.
     collective_cpu_s: float = 0.0
+    # All-reduce arena: per-worker, per-iteration compute noise (CV of one draw per step).
+    step_jitter_cv: float = 0.0
 
     @property
     def workers(self) -> int:
@@ -107,6 +116,17 @@ class ComputeSetup:
     def n_iter(self) -> int:
         """Iterations simulated: warm-up + measured + 1 (to time the last interval)."""
         return self.warmup_iterations + self.iterations + 1
+
+
+def slowest_of(count: int, cv: float, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` draws of the largest of ``count`` log-normal factors with mean 1 and CV ``cv``
+    (the order statistic: the quantile ``U ** (1 / count)`` of the log-normal, one uniform per
+    draw, so a group of 100 000 workers costs what one worker does)."""
+    sigma = math.sqrt(math.log1p(cv * cv))
+    quantiles = np.clip(rng.random(n) ** (1.0 / count), 1e-15, 1 - 1e-15)
+    normal = NormalDist()
+    z = np.array([normal.inv_cdf(float(q)) for q in quantiles])
+    return np.exp(-sigma * sigma / 2 + sigma * z)
 
 
 @dataclass
@@ -247,6 +267,8 @@ class ComputeJob:
         rng = np.random.default_rng(s.seed)
         cv = s.jitter_cv
         sigma = math.sqrt(math.log1p(cv * cv)) if cv > 0 else 0.0
+        # its own stream: the per-op draws stay those of a run without it
+        step_rng = np.random.default_rng([s.seed, 1]) if s.step_jitter_cv > 0 else None
         out = []
         for grp in s.groups:
             if sigma > 0:
@@ -256,6 +278,8 @@ class ComputeJob:
                 d = np.tile(base, (self.n_iter, 1))
             if grp.slowdowns:
                 d = d * np.asarray(grp.slowdowns[: self.n_iter])[:, None]
+            if step_rng is not None:
+                d = d * slowest_of(grp.count, s.step_jitter_cv, self.n_iter, step_rng)[:, None]
             out.append(d.tolist())
         return out
 

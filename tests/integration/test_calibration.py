@@ -66,6 +66,10 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
     profile = workloads.load_measured(MODEL, label)
     assert len(profile.fwd_s) == len(workloads.load_profile(MODEL).layers)
     assert all(t > 0 for t in profile.fwd_s)
+    # the two processes' timed steps side by side, and the noise one had that the other had not
+    steps = profile.source["concurrent_step_s"]
+    assert len(steps) == 2 and all(len(row) == 3 for row in steps)
+    assert profile.source["step_jitter_cv"] == fidelity.step_jitter_cv(steps)
     assert result["testbed"] == str(fidelity.testbed_path(label))
 
     systems = "wfbp,ddp,ps-default"

@@ -116,6 +116,32 @@ def test_twins_get_the_optimizer_updates_where_the_calibration_timed_them(monkey
         assert validate(sim).cluster.optimizer_update, system
 
 
+def test_the_step_noise_is_what_one_process_does_not_share_with_the_others():
+    """``step_jitter_cv``: a slow spell both processes see is no skew; steps that differ
+    between processes by +-d around a mean m give d / m times sqrt(2) (the sample variance of
+    two values a, b is (a - b)^2 / 2); one process has nothing to compare."""
+    shared = [0.010, 0.020, 0.010, 0.030]
+    assert fidelity.step_jitter_cv([shared, list(shared)]) == 0.0
+    apart = [[0.011, 0.009] * 50, [0.009, 0.011] * 50]
+    assert fidelity.step_jitter_cv(apart) == pytest.approx(0.002 / 2**0.5 / 0.010, rel=1e-4)
+    assert fidelity.step_jitter_cv([shared]) == 0.0
+    assert fidelity.step_jitter_cv([[0.01, 0.02, 0.03], [0.01]]) == 0.0  # step 1 alike
+
+
+def test_twins_get_the_ranks_step_noise_where_the_calibration_measured_it(monkeypatch):
+    """Where the calibration's profile has ``step_jitter_cv``, the all-reduce twins wait for
+    the slowest rank each step; profiles from before it leave the twins as they were."""
+    measured = workloads.load_measured("vgg16-debug", "cpu")
+    assert "step_jitter_cv" not in measured.source
+    _, sim = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, TESTBED)
+    assert validate(sim).cluster.step_jitter_cv == 0.0
+    noisy = dataclasses.replace(measured, source={**measured.source, "step_jitter_cv": 0.04})
+    monkeypatch.setattr(workloads, "load_measured", lambda model, label: noisy)
+    for system in ("wfbp", "ddp", "horovod", "dear"):
+        _, sim = fidelity.matched_specs(system, "vgg16-debug", 1.0, TESTBED)
+        assert validate(sim).cluster.step_jitter_cv == 0.04, system
+
+
 def test_matched_specs_share_the_configuration_and_use_the_calibration():
     real, sim = fidelity.matched_specs(
         "wfbp", "vgg16-debug", 1.0, TESTBED, iterations=7, latency="busy"

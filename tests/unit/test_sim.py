@@ -378,6 +378,65 @@ def test_each_layer_s_forward_takes_its_measured_update_longer():
     assert err.value.field == "cluster.optimizer_update"
 
 
+def test_the_slowest_of_n_per_step_draws_follows_the_order_statistic():
+    """``slowest_of``: one worker's draws have mean 1 and the CV asked for; the largest of n
+    has the log-normal's quantile U ** (1/n): its median is the quantile 0.5 ** (1/n)."""
+    import math
+    from statistics import NormalDist
+
+    import numpy as np
+
+    from runners.sim.engine import slowest_of
+
+    rng = np.random.default_rng(7)
+    one = slowest_of(1, 0.1, 200_000, rng)
+    assert one.mean() == pytest.approx(1.0, abs=2e-3)
+    assert one.std() / one.mean() == pytest.approx(0.1, rel=0.02)
+    sigma = math.sqrt(math.log1p(0.01))
+    for n in (2, 64, 100_000):
+        draws = slowest_of(n, 0.1, 20_000, rng)
+        z = NormalDist().inv_cdf(0.5 ** (1 / n))
+        assert np.median(draws) == pytest.approx(math.exp(-sigma * sigma / 2 + sigma * z), rel=0.01)
+    # more workers, a slower slowest: the mean grows with n
+    means = [slowest_of(n, 0.1, 20_000, rng).mean() for n in (1, 2, 8, 64)]
+    assert means == sorted(means) and means[-1] > 1.15
+
+
+def test_a_synchronous_step_waits_for_the_slowest_worker_s_per_step_draw():
+    """``step_jitter_cv``: one worker computes at mean 1 (no slower on average); eight
+    synchronised workers compute as their slowest, so the iteration is longer; the default 0
+    leaves every run as it was (its run key too) and the per-op draws untouched."""
+    layers = tuple(LayerTimes(f"l{i}", 0.001, 0.002, 1000) for i in range(4))
+    kw = {"iterations": 400, "bandwidth_gbps": 100_000, "latency_us": 0}
+    _, alone = run_layers("wfbp", layers, workers=1, step_jitter_cv=0.1, **kw)
+    assert alone.metrics["iteration_time_s"] == pytest.approx(0.012, rel=0.02)
+    assert alone.metrics["iteration_time_std_s"] == pytest.approx(0.0012, rel=0.15)
+    _, plain = run_layers("wfbp", layers, workers=8, **kw)
+    spec, eight = run_layers("wfbp", layers, workers=8, step_jitter_cv=0.1, **kw)
+    # E[max of 8 standard normals] is about 1.42: a step about 14 % longer
+    assert eight.metrics["iteration_time_s"] / plain.metrics["iteration_time_s"] == pytest.approx(
+        1.14, abs=0.02
+    )
+    assert spec.as_dict()["cluster"]["step_jitter_cv"] == 0.1
+    assert "step_jitter_cv" not in validate(raw_spec("wfbp")).as_dict()["cluster"]
+    # the per-op draws are those of a run without it (its own random stream)
+    _, ops = run_layers("wfbp", layers, workers=1, compute_jitter_cv=0.05, **kw)
+    _, both = run_layers(
+        "wfbp", layers, workers=1, compute_jitter_cv=0.05, step_jitter_cv=0.1, **kw
+    )
+    first = [r[5] - r[4] for r in ops.timeline if r[0] == 5 and r[2] in ("forward", "backward")]
+    second = [r[5] - r[4] for r in both.timeline if r[0] == 5 and r[2] in ("forward", "backward")]
+    assert len(first) == 8
+    ratios = [b / a for a, b in zip(first, second, strict=True)]
+    assert ratios == pytest.approx([ratios[0]] * len(ratios), rel=1e-9)  # one factor per step
+    with pytest.raises(SpecError) as err:
+        validate(raw_spec("ps-default", "vgg16-debug", step_jitter_cv=0.1))
+    assert err.value.field == "cluster.step_jitter_cv"
+    with pytest.raises(SpecError) as err:
+        validate(raw_spec("wfbp", step_jitter_cv=1.5))
+    assert err.value.field == "cluster.step_jitter_cv"
+
+
 def test_the_cpu_charge_lengthens_forward_ops_and_every_group_computing_then():
     """``charge_cpu`` on the compute streams alone: a charge while both groups (one a 2x
     straggler) run their first forward op lengthens both ops, and no later op; a charge while

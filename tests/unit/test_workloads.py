@@ -633,6 +633,9 @@ def test_measured_profile_round_trip(measured_dir):
     assert source["kind"] == "measured" and source["device"] == "cpu"
     assert source["torch_version"] == torch.__version__
     assert source["repeats"] == 2 and source["warmup"] == 1
+    # each timed step whole (forward + backward + updates), at least its layers' medians' scale
+    assert len(source["step_s"]) == 2 and all(t > 0 for t in source["step_s"])
+    assert max(source["step_s"]) >= 0.5 * (measured.total_fwd_s + sum(measured.bwd_s))
     assert "median" in source["method"] and "NEXT parameter-owning layer" in source["method"]
     assert source["command"] == (
         "python -m workloads profile vgg16-debug --measure --device cpu --batch-size 2 "
