@@ -40,6 +40,7 @@ themselves: only the calibration measurements above feed it.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -647,9 +648,10 @@ def _measure_concurrently(model: str, label: str, workers: int, threads: int, re
     for key in ("step_fwd_s", "step_bwd_s"):
         merged["source"][key] = round(statistics.median(d["source"][key] for d in docs), 9)
     merged["source"]["concurrent_processes"] = workers
-    merged["source"]["concurrent_step_s"] = [d["source"]["step_s"] for d in docs]
-    merged["source"].pop("step_s", None)
-    merged["source"]["step_jitter_cv"] = step_jitter_cv([d["source"]["step_s"] for d in docs])
+    steps = [d["source"]["step_s"] for d in docs]  # before docs[0]'s (merged's) is taken out
+    merged["source"].pop("step_s")
+    merged["source"]["concurrent_step_s"] = steps
+    merged["source"]["step_jitter_cv"] = step_jitter_cv(steps)
     merged["source"]["method"] += (
         f" Taken in {workers} processes at once (as real runs' ranks share this machine), "
         "their timed steps started together (a barrier after each one's warm-up), each "
@@ -954,7 +956,26 @@ def fidelity(
             predicted = _twin(real_spec, twin).metrics["iteration_time_s"]
             errors.append(_ape(predicted, row["real_iteration_s"]))
         by_latency[kind] = statistics.fmean(errors)
-    return report(configs, label, latency, by_latency, testbed.get("comm_priority", "normal"))
+    without = {}
+    for name in ABLATIONS:  # the same real runs, the twins without one modelled effect
+        default = getattr(CommCluster, name)
+        if all(getattr(s.cluster, name) == default for _, _, s in checked):
+            continue  # no twin has it
+        errors = []
+        for (_, real_spec, sim_spec), row in zip(checked, configs, strict=True):
+            twin = dataclasses.replace(
+                sim_spec, cluster=dataclasses.replace(sim_spec.cluster, **{name: default})
+            )
+            errors.append(_ape(_twin(real_spec, twin).metrics["iteration_time_s"],
+                               row["real_iteration_s"]))  # fmt: skip
+        without[name] = statistics.fmean(errors)
+    priority = testbed.get("comm_priority", "normal")
+    return report(configs, label, latency, by_latency, priority, mape_without=without)
+
+
+# Modelled effects ``fidelity`` also scores the twins without (``mape_without``): what each
+# contributes, on the same real runs.
+ABLATIONS = ("step_jitter_cv", "optimizer_update", "collective_cpu_us")
 
 
 def _ape(predicted: float, measured: float) -> float:
@@ -1046,10 +1067,13 @@ def report(
     latency: str = DEFAULT_LATENCY,
     mape_by_latency: dict[str, float] | None = None,
     comm_priority: str = "normal",
+    mape_without: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """MAPE per system and overall, and each system's speedup over the baselines, real and
     simulated, per (model, bandwidth); ``mape_by_latency``: the same real runs scored with
-    each latency model's twins; ``comm_priority``: the real runs' communication threads'."""
+    each latency model's twins; ``comm_priority``: the real runs' communication threads';
+    ``mape_without``: the same real runs scored with twins without one modelled effect each
+    (``ABLATIONS``)."""
     per_system = {
         system: statistics.fmean(c["ape_pct"] for c in configs if c["system"] == system)
         for system in dict.fromkeys(c["system"] for c in configs)
@@ -1089,6 +1113,7 @@ def report(
         else None,
         "mape_pct": mape,
         "mape_by_latency": mape_by_latency or {latency: mape},
+        "mape_without": mape_without or {},
         "target_pct": MAPE_TARGET_PCT,
         "meets_target": mape < MAPE_TARGET_PCT and len(configs) >= 12,
         "per_system_mape_pct": per_system,
@@ -1127,6 +1152,9 @@ def format_report(result: dict[str, Any]) -> str:
     if others:
         scored = ", ".join(f"{kind} {value:.1f}%" for kind, value in others.items())
         lines.append(f"the same real runs with the other latency models: {scored}")
+    if result.get("mape_without"):
+        scored = ", ".join(f"{k} {v:.1f}%" for k, v in result["mape_without"].items())
+        lines.append(f"the same real runs, the simulator without one modelled effect: {scored}")
     verdict = "meets" if result["meets_target"] else "misses"
     lines.append(
         f"MAPE overall {result['mape_pct']:.1f}% over {len(result['configs'])} configurations "

@@ -592,6 +592,36 @@ def test_repeated_real_runs_go_in_rounds_and_their_median_is_scored(monkeypatch)
     assert "within their range in 1 of 2" in fidelity.format_report(result)
 
 
+def test_the_report_scores_the_same_runs_without_each_modelled_effect(monkeypatch):
+    """``mape_without``: where the twins model an effect (here the ranks' step noise), the
+    same real runs scored with twins without it; effects no twin has are left out."""
+    from types import SimpleNamespace
+
+    from runners.real import launch
+
+    measured = workloads.load_measured("vgg16-debug", "cpu")
+    noisy = dataclasses.replace(measured, source={**measured.source, "step_jitter_cv": 0.05})
+    monkeypatch.setattr(workloads, "load_measured", lambda model, label: noisy)
+    monkeypatch.setattr(fidelity, "load_testbed", lambda label: TESTBED)
+    monkeypatch.setattr(launch, "preflight", lambda spec: None)
+
+    def fake_run(spec, work):
+        metrics = {"iteration_time_s": 0.040, "iteration_time_median_s": 0.040}
+        metrics["compute_time_s"] = 0.01
+        return SimpleNamespace(metrics=metrics, network=SimpleNamespace(kind="shaped"))
+
+    def fake_twin(real_spec, sim_spec):  # 39 ms with the step noise, 36 ms without
+        t = 0.036 + (0.003 if sim_spec.cluster.step_jitter_cv else 0.0)
+        return SimpleNamespace(metrics={"iteration_time_s": t, "compute_time_s": 0.01})
+
+    monkeypatch.setattr(launch, "run", fake_run)
+    monkeypatch.setattr(fidelity, "_twin", fake_twin)
+    result = fidelity.fidelity("cpu", ("wfbp",), ("vgg16-debug",), (1.0,), 5, repeats=1)
+    assert result["mape_pct"] == pytest.approx(2.5)
+    assert result["mape_without"] == pytest.approx({"step_jitter_cv": 10.0})
+    assert "without one modelled effect: step_jitter_cv 10.0%" in fidelity.format_report(result)
+
+
 def test_a_measuring_process_that_fails_stops_the_others_at_once(tmp_path):
     """One of the calibration's measuring processes dies before the barrier: the others
     (waiting there for it) are stopped and its own error is raised, not a timeout."""
