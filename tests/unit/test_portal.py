@@ -230,19 +230,21 @@ def test_the_collective_fields_reach_all_reduce_runs_and_are_dropped_elsewhere(b
         "cluster_negotiation": "on",
         "cluster_link_burst_bytes": "262144",
         "cluster_collective_cpu_us": "450",
+        "cluster_step_jitter_cv": "0.03",
     }
     assert browser.post(reverse("experiment-new"), form).status_code == 302
     cluster = Experiment.objects.get().runs.first().spec["cluster"]
     assert cluster["reduce_scatter_cost"] == 1.0 and cluster["cpu_collectives"] is True
     assert cluster["busy_latency_us"] == 900.0 and cluster["overlap_comm_slowdown"] == 0.3
     assert cluster["negotiation"] is True and cluster["link_burst_bytes"] == 262144
-    assert cluster["collective_cpu_us"] == 450.0
+    assert cluster["collective_cpu_us"] == 450.0 and cluster["step_jitter_cv"] == 0.03
     ps = {**form, "system": "ps-default", "baselines": ["byteps"], "params": "{}"}
     assert browser.post(reverse("experiment-new"), ps).status_code == 302
     run = Experiment.objects.order_by("-pk").first().runs.first()
     assert "cpu_collectives" not in run.spec["cluster"]
     assert "reduce_scatter_cost" not in run.spec["cluster"]
     assert "busy_latency_us" not in run.spec["cluster"] and "negotiation" not in run.spec["cluster"]
+    assert "step_jitter_cv" not in run.spec["cluster"]
     assert "link_burst_bytes" not in run.spec["cluster"]
 
 
