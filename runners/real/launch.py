@@ -738,15 +738,19 @@ def _tails(logs: list[Path], lines: int = 15) -> str:
 
 def _results(spec: RunSpec, ranks: list[dict[str, Any]], network: Network) -> RealResult:
     """Per-iteration series and summary metrics from the ranks' records. An iteration's time
-    is the longest of the ranks' (they are coupled by the collectives); losses are the ranks'
-    mean. The timing metrics leave out the last iteration (its time includes the run's
-    drain; see below)."""
+    is the ranks' mean interval between its begin and the next (as compute and losses are
+    the ranks' means). Not the longest: the ranks' iterations begin at different instants, so
+    one rank's wait that another pays one iteration later (a slow all-reduce at the end of
+    rank 1's backward, then rank 0's next forward waiting for rank 1) lies in different
+    iterations of the two, and the longest per iteration counts it twice; the ranks' spans,
+    coupled by the collectives, are the run's wall time, which the mean keeps. The timing
+    metrics leave out the last iteration (its time includes the run's drain; see below)."""
     n = len(ranks[0]["iterations"])
     series = []
     clock = 0.0
     for i in range(n):
         rows = [r["iterations"][i] for r in ranks]
-        it_s = max(row["iteration_time_s"] for row in rows)
+        it_s = statistics.fmean(row["iteration_time_s"] for row in rows)
         # Forward + backward, less the forward's waits for synchronised parameters (the
         # lab's engines' pre-forward hooks; DDP and Horovod wait inside backward and step).
         compute = statistics.fmean(
