@@ -172,28 +172,43 @@ def calibrate(
     }
     path = testbed_path(label)
     path.parent.mkdir(parents=True, exist_ok=True)
-    check_slowdowns(network, say)
+    check_slowdowns(network, say, kept="the testbed file is unchanged; the compute profiles "
+                    "were written")  # fmt: skip
     _rewrite(doc, label)
     return {"testbed": str(path), "profiles": written, "network": network}
 
 
 SLOWDOWN_WARN = 3.0  # a measured slow-down above it (4x slower) is told as a busy machine's
 
-# (where in a network's entry, the simulator's field it becomes, what is slowed down)
-_SLOWDOWNS = (
-    (("overlap_slowdown",), "overlap_slowdown", "compute while all-reduces run"),
-    (("comm_slowdown",), "overlap_comm_slowdown", "1 MiB all-reduces while the ranks compute"),
-    (("ps", "overlap_slowdown"), "overlap_slowdown", "compute while PS pushes run"),
-)
+# kind: (where in a network's entry, the simulator's field it becomes, what is slowed down)
+_SLOWDOWNS = {
+    "overlap_slowdown": (
+        ("overlap_slowdown",),
+        "overlap_slowdown",
+        "compute while all-reduces run",
+    ),
+    "comm_slowdown": (
+        ("comm_slowdown",),
+        "overlap_comm_slowdown",
+        "1 MiB all-reduces while the ranks compute",
+    ),
+    "ps": (("ps", "overlap_slowdown"), "overlap_slowdown", "compute while PS pushes run"),
+}
 
 
-def check_slowdowns(network: list[dict[str, Any]], say: Callable[[str], None]) -> None:
-    """A calibration's slow-downs are measured ratios, written as measured; one over
-    ``SLOWDOWN_WARN`` is told (the machine was likely busy with other work); one over the
-    simulator's bound (``spec.SLOWDOWN_MAX``) stops the calibration before it is written
-    (``CalibrationError``): fidelity could not use it."""
+def check_slowdowns(
+    network: list[dict[str, Any]],
+    say: Callable[[str], None],
+    kinds: tuple[str, ...] = tuple(_SLOWDOWNS),
+    kept: str = "nothing written",
+) -> None:
+    """A calibration's slow-downs (of ``kinds``: those just measured) are measured ratios,
+    written as measured; one over ``SLOWDOWN_WARN`` is told (the machine was likely busy
+    with other work); one over the simulator's bound (``spec.SLOWDOWN_MAX``) stops the
+    calibration before its file is written (``CalibrationError``, which says ``kept``):
+    fidelity could not use it."""
     for point in network:
-        for where, field, what in _SLOWDOWNS:
+        for where, field, what in (_SLOWDOWNS[kind] for kind in kinds):
             values: Any = point
             for key in where:
                 values = values.get(key, {})
@@ -206,7 +221,7 @@ def check_slowdowns(network: list[dict[str, Any]], say: Callable[[str], None]) -
                     raise CalibrationError(
                         f"{said}, beyond what the simulator takes (cluster.{field} <= "
                         f"{SLOWDOWN_MAX:g}): the machine was busy with other work; calibrate "
-                        "again when it is quiet (nothing written)"
+                        f"again when it is quiet ({kept})"
                     )
                 if value > SLOWDOWN_WARN:
                     say(
@@ -382,13 +397,15 @@ def _add_to_calibration(
     marker: str,
     date_key: str,
     superseded: tuple[str, ...] = (),
+    slowdowns: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Add a measurement to calibration ``label`` at each of its networks (``measure(point,
     workers, threads, models, say, comm_priority)`` updates the network's entry), leaving the
     others as they are; ``method`` is appended to the calibration's method unless it names
     ``marker`` already (``superseded``: older texts of it, taken out), ``date_key`` dated
     today. The probes run at the calibration's communication-thread priority (one from
-    before the priority was recorded: normal), so its measurements stay of one kind."""
+    before the priority was recorded: normal), so its measurements stay of one kind.
+    ``slowdowns``: the slow-downs the measurement takes (``check_slowdowns``' kinds)."""
     say = progress or (lambda message: None)
     doc = load_testbed(label)
     check_priority(doc)
@@ -398,7 +415,7 @@ def _add_to_calibration(
     for point in doc["network"]:
         say(f"network: {_where(point['nominal_gbps'])}")
         measure(point, workers, threads, models, say, prio)
-    check_slowdowns(doc["network"], say)
+    check_slowdowns(doc["network"], say, kinds=slowdowns, kept="the calibration is unchanged")
     if marker not in doc["method"]:
         # The older texts out, wherever they stand (one may be the start of ``method``: only
         # when it is absent); the trailing "; " lets the last part go like the others.
@@ -498,6 +515,7 @@ def calibrate_overlap(
         "collective_cpu_us",
         "overlap_date",
         superseded=_OLD_OVERLAP_METHODS,
+        slowdowns=("overlap_slowdown", "comm_slowdown"),
     )
 
 
@@ -546,7 +564,9 @@ def calibrate_ps(
     ) -> None:
         point["ps"] = _probe_ps(models, workers, point["nominal_gbps"], threads, say, prio)
 
-    return _add_to_calibration(label, progress, measure, PS_METHOD, "PS arena", "ps_date")
+    return _add_to_calibration(
+        label, progress, measure, PS_METHOD, "PS arena", "ps_date", slowdowns=("ps",)
+    )
 
 
 def _wait_all(procs: list[subprocess.Popen[str]], logs: list[Path], model: str) -> None:
@@ -583,7 +603,8 @@ def step_jitter_cv(steps: list[list[float]]) -> float:
     """The per-step compute noise one rank does not share with the others, as a CV: from
     ``steps[p][k]``, process ``p``'s ``k``-th timed step (taken at once), the mean over ``k``
     of the sample variance across processes, square-rooted, over the mean step. 0 for one
-    process (nothing to compare)."""
+    process (nothing to compare). A process slower throughout counts too, on purpose: a
+    synchronous step waits for it every time."""
     n = min(len(row) for row in steps)
     if len(steps) < 2 or n == 0:
         return 0.0

@@ -155,8 +155,9 @@ class CommCluster:
     of its slowest worker (the largest draw: ``runners.sim.engine``). It grows with the
     workers, as stragglers in synchronous training do. 0 (the default): every worker computes
     each step alike (``compute_jitter_cv``'s per-op draws average out over a step). ``python
-    -m runners calibrate`` measures the step-to-step CV of the ranks computing at once and
-    ``fidelity`` sets it. A reconstruction, labelled as such.
+    -m runners calibrate`` measures it as the spread of step k across processes computing at
+    once (a slow spell they share is left out) and ``fidelity`` sets it. A reconstruction,
+    labelled as such.
     """
 
     workers: int = 8

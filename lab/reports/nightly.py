@@ -148,6 +148,10 @@ def claim_figure_path(check: ClaimCheck) -> Path:
 # figure, or a slow first matplotlib import, then costs the figure nothing; a figure that
 # cannot be drawn at all is not retried for ever.
 FIGURE_GRACE = timedelta(minutes=10)
+# ``settle`` leaves a check's figure to the worker that judged it for this long (it draws
+# right after the verdict; its first matplotlib import can take tens of seconds), so that two
+# workers do not draw one figure.
+FIGURE_DRAWER_TIME = timedelta(seconds=90)
 
 
 def figure_owed(check: ClaimCheck) -> bool:
@@ -164,10 +168,15 @@ def figure_owed(check: ClaimCheck) -> bool:
 
 
 def _draw_owed_figures() -> int:
-    """Draw the figures of recent checks that were judged without one (``figure_owed``)."""
+    """Draw the figures of recent checks that were judged without one (``figure_owed``),
+    once the worker that judged them had time to (``FIGURE_DRAWER_TIME``)."""
     drawn = 0
-    since = timezone.now() - FIGURE_GRACE
-    for check in ClaimCheck.objects.filter(state=ClaimCheck.DONE, judged_at__gte=since):
+    now = timezone.now()
+    for check in ClaimCheck.objects.filter(
+        state=ClaimCheck.DONE,
+        judged_at__gte=now - FIGURE_GRACE,
+        judged_at__lte=now - FIGURE_DRAWER_TIME,
+    ):
         if not figure_owed(check):
             continue
         try:

@@ -12,7 +12,8 @@ def render_figures(experiment_id: int) -> None:
 
 @shared_task(ignore_result=True)
 def settle() -> None:
-    """Judge claim checks whose runs ended; finish nights whose work ended."""
+    """Judge claim checks whose runs ended; finish nights whose work ended; draw the figures
+    recent checks still owe."""
     from lab.reports import nightly as nights
 
     nights.settle()

@@ -70,6 +70,7 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
     steps = profile.source["concurrent_step_s"]
     assert len(steps) == 2 and all(len(row) == 3 for row in steps)
     assert profile.source["step_jitter_cv"] == fidelity.step_jitter_cv(steps)
+    assert 0 <= profile.source["step_jitter_cv"] < 1  # a spread, not a multiple of the step
     assert result["testbed"] == str(fidelity.testbed_path(label))
 
     systems = "wfbp,ddp,ps-default"

@@ -250,6 +250,10 @@ def test_a_figure_missing_after_the_verdict_is_drawn_by_settle_and_awaited_by_th
     assert 'data-active="true"' in page and "reproduced" in page  # the figure is awaited
     assert reverse("claim-figure", args=[check.pk]) not in page
     monkeypatch.setattr(nights, "draw_claim_figure", draw)
+    # left to the worker that judged it for a while (it draws right after the verdict)
+    assert nights.settle()["figures"] == 0 and not nights.claim_figure_path(check).exists()
+    earlier = timezone.now() - nights.FIGURE_DRAWER_TIME - timedelta(seconds=1)
+    ClaimCheck.objects.filter(pk=check.pk).update(judged_at=earlier)
     assert nights.settle() == {"judged": 0, "finished": 0, "figures": 1}
     assert nights.claim_figure_path(check).read_bytes().startswith(b"\x89PNG")
     page = client.get(reverse("claims-live")).content.decode()
