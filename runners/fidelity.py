@@ -885,29 +885,25 @@ def matched_specs(
         cpu = point.get("collective_cpu_us", {}).get(model)
         if cpu is not None and system not in OWN_FRAMEWORKS:  # the lab's engine runs it
             sim["cluster"]["collective_cpu_us"] = float(cpu)
-        if _has_updates(model, label):  # every real system updates each parameter
+        profile = _profile(model, label)
+        # every real system updates each parameter (profiles from before the updates were
+        # timed have none)
+        if profile is not None and any(t > 0 for t in profile.update_s):
             sim["cluster"]["optimizer_update"] = True
-        jitter = _step_jitter(model, label)
-        if jitter:  # the ranks' steps differ; a synchronous step waits for the slowest
+        # the ranks' steps differ; a synchronous step waits for the slowest (profiles from
+        # before it was measured: none)
+        jitter = 0.0 if profile is None else float(profile.source.get("step_jitter_cv", 0.0))
+        if jitter:
             sim["cluster"]["step_jitter_cv"] = jitter
     return real, sim
 
 
-def _step_jitter(model: str, label: str) -> float:
-    """The calibration profile's ``step_jitter_cv`` (0 for profiles measured before it)."""
+def _profile(model: str, label: str) -> workloads.MeasuredProfile | None:
+    """The calibration's measured profile of ``model`` (None if it has none)."""
     try:
-        return float(workloads.load_measured(model, label).source.get("step_jitter_cv", 0.0))
+        return workloads.load_measured(model, label)
     except ValueError:
-        return 0.0
-
-
-def _has_updates(model: str, label: str) -> bool:
-    """Whether the calibration's profile of ``model`` timed the optimizer updates (profiles
-    measured before they were have none)."""
-    try:
-        return any(t > 0 for t in workloads.load_measured(model, label).update_s)
-    except ValueError:
-        return False
+        return None
 
 
 def _payload_burst(nominal_gbps: float, fitted_gbps: float) -> int:
@@ -970,26 +966,28 @@ def fidelity(
                 configs.append(row)
                 if on_config is not None:
                     on_config(row)
+    real_specs = [real_spec for _, real_spec, _ in checked]
+    sims = [sim_spec for _, _, sim_spec in checked]
+
+    def rescored(twins: list[RunSpec]) -> float:
+        """The same real runs' MAPE against other twins."""
+        return statistics.fmean(
+            _ape(_twin(real_spec, twin).metrics["iteration_time_s"], row["real_iteration_s"])
+            for real_spec, twin, row in zip(real_specs, twins, configs, strict=True)
+        )
+
     by_latency = {latency: statistics.fmean(c["ape_pct"] for c in configs)}
-    for kind, twins in others.items():  # the same real runs, the other models' twins
-        errors = []
-        for (_, real_spec, _), twin, row in zip(checked, twins, configs, strict=True):
-            predicted = _twin(real_spec, twin).metrics["iteration_time_s"]
-            errors.append(_ape(predicted, row["real_iteration_s"]))
-        by_latency[kind] = statistics.fmean(errors)
+    for kind, twins in others.items():  # the other latency models' twins
+        by_latency[kind] = rescored(twins)
     without = {}
-    for name in ABLATIONS:  # the same real runs, the twins without one modelled effect
+    for name in ABLATIONS:  # the twins without one modelled effect
         default = getattr(CommCluster, name)
-        if all(getattr(s.cluster, name) == default for _, _, s in checked):
+        if all(getattr(s.cluster, name) == default for s in sims):
             continue  # no twin has it
-        errors = []
-        for (_, real_spec, sim_spec), row in zip(checked, configs, strict=True):
-            twin = dataclasses.replace(
-                sim_spec, cluster=dataclasses.replace(sim_spec.cluster, **{name: default})
-            )
-            errors.append(_ape(_twin(real_spec, twin).metrics["iteration_time_s"],
-                               row["real_iteration_s"]))  # fmt: skip
-        without[name] = statistics.fmean(errors)
+        without[name] = rescored(
+            [dataclasses.replace(s, cluster=dataclasses.replace(s.cluster, **{name: default}))
+             for s in sims]
+        )  # fmt: skip
     priority = testbed.get("comm_priority", "normal")
     return report(configs, label, latency, by_latency, priority, mape_without=without)
 

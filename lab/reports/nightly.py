@@ -160,7 +160,7 @@ def figure_owed(check: ClaimCheck) -> bool:
     return (
         check.state == ClaimCheck.DONE
         and check.experiment_id is not None
-        and any(check.per_condition.get(b) for b in check.per_condition)
+        and any(check.per_condition.values())
         and check.judged_at is not None
         and timezone.now() - check.judged_at <= FIGURE_GRACE
         and not claim_figure_path(check).exists()
