@@ -325,7 +325,7 @@ def _split_entry(
 
 
 PS_SERVERS = CommCluster().ps  # the PS arena's default server count
-PS_METHOD = (
+_PS_METHOD_BEFORE_CPU = (
     "PS arena, on the real PS transport with `ps.servers` server processes beside the "
     "workers: forward + backward timed alone and while the workers push 1 MiB to the servers "
     "in turn (one unanswered push per server); latency: the 10 %-trimmed mean time between "
@@ -334,6 +334,12 @@ PS_METHOD = (
     "reference half the round trip of one 4 KiB push and its answer while computing "
     "(half_round_trip_busy_us); aggregation: the "
     "slowest server's median time to sum a 1 MiB push (runners.real.probe.ps_overlap)"
+)
+PS_METHOD = (
+    _PS_METHOD_BEFORE_CPU
+    + "; message CPU: the compute time a 4 KiB push or its answer takes from a synthetic "
+    "backward it overlaps, pushed from the gradient hooks (message_cpu_us, "
+    "runners.real.probe.ps_message_cpu)"
 )
 
 
@@ -366,6 +372,11 @@ def _probe_ps(
         idle[model] = round(m.message_idle_s * 1e6, 3)
         trip[model] = round(m.half_round_trip_busy_s * 1e6, 3)
         agg.append(m.agg_bytes_per_s * 8 / 1e9)
+    say(f"  PS arena: a message's CPU beside {servers} server processes")
+    with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
+        cpu = probe.ps_message_cpu(
+            workers, servers, nominal, Path(tmp), threads=threads, comm_priority=comm_priority
+        )
     return {
         "servers": servers,
         "overlap_slowdown": slowdown,
@@ -373,6 +384,7 @@ def _probe_ps(
         "latency_idle_us": idle,
         "half_round_trip_busy_us": trip,
         "server_agg_gbps": round(statistics.median(agg), 3),
+        "message_cpu_us": round(cpu * 1e6, 3),
     }
 
 
@@ -565,7 +577,14 @@ def calibrate_ps(
         point["ps"] = _probe_ps(models, workers, point["nominal_gbps"], threads, say, prio)
 
     return _add_to_calibration(
-        label, progress, measure, PS_METHOD, "PS arena", "ps_date", slowdowns=("ps",)
+        label,
+        progress,
+        measure,
+        PS_METHOD,
+        "message_cpu_us",  # calibrations from before it: their PS arena's text replaced
+        "ps_date",
+        superseded=(_PS_METHOD_BEFORE_CPU,),
+        slowdowns=("ps",),
     )
 
 
@@ -797,10 +816,11 @@ def matched_specs(
     latency, busy or idle in the same sense, and ``split`` and ``engine`` there are the idle
     one, as the PS simulator has one latency and the PS transport is not the all-reduce
     engine; slow-down and aggregation rate), and both twins as many
-    server processes and machines as the probe had. An all-reduce twin negotiates its
-    reordering plans' decisions as the real engine does (``cluster.negotiation``) and, on a
-    shaped network, has its NICs' token bucket (``cluster.link_burst_bytes``: the depth
-    ``runners.real.testbed`` gives ``tc tbf``, in payload bytes; not fitted) and, where the
+    server processes and machines as the probe had. On a shaped network, both arenas' twins
+    have the NICs' token bucket (``cluster.link_burst_bytes``: the depth
+    ``runners.real.testbed`` gives ``tc tbf``, in payload bytes; not fitted). An all-reduce
+    twin negotiates its reordering plans' decisions as the real engine does (``cluster.
+    negotiation``) and, where the
     calibration measured it and the lab's engine runs the system (not DDP's or Horovod's own
     code), the CPU time each collective takes from the compute (``cluster.
     collective_cpu_us``), and where the calibration's profile timed them, each layer's
@@ -865,6 +885,8 @@ def matched_specs(
         "iterations": iterations,
         "warmup_iterations": 3,
     }
+    if nominal is not None:  # the shaper's token bucket, in payload bytes
+        sim["cluster"]["link_burst_bytes"] = _payload_burst(nominal, point["bandwidth_gbps"])
     if ps is not None:
         # The probe's layout: its server processes, as many server machines (PSLD, which may
         # scale out to every machine, then starts no more processes than the probe had).
@@ -872,6 +894,8 @@ def matched_specs(
         for cluster in (real_cluster, sim["cluster"]):
             cluster.update(ps=servers, servers=servers)
         sim["cluster"]["server_agg_gbps"] = float(ps["server_agg_gbps"])
+        if "message_cpu_us" in ps:  # calibrations from before it was measured: none
+            sim["cluster"]["message_cpu_us"] = float(ps["message_cpu_us"])
     else:
         sim["cluster"].update(
             # measured where the calibration has them; older ones: the ring's 0.5 each
@@ -880,8 +904,6 @@ def matched_specs(
             negotiation=True,  # the real engine negotiates reordering plans' decisions
             **interference,
         )
-        if nominal is not None:  # the shaper's token bucket, in payload bytes
-            sim["cluster"]["link_burst_bytes"] = _payload_burst(nominal, point["bandwidth_gbps"])
         cpu = point.get("collective_cpu_us", {}).get(model)
         if cpu is not None and system not in OWN_FRAMEWORKS:  # the lab's engine runs it
             sim["cluster"]["collective_cpu_us"] = float(cpu)
@@ -994,7 +1016,13 @@ def fidelity(
 
 # Modelled effects ``fidelity`` also scores the twins without (``mape_without``): what each
 # contributes, on the same real runs.
-ABLATIONS = ("step_jitter_cv", "optimizer_update", "collective_cpu_us")
+ABLATIONS = (
+    "step_jitter_cv",
+    "optimizer_update",
+    "collective_cpu_us",
+    "link_burst_bytes",
+    "message_cpu_us",
+)
 
 
 def _ape(predicted: float, measured: float) -> float:

@@ -125,10 +125,11 @@ class CommCluster:
     cycle that has tensors to fuse, before fusing them (its coordinator). Off: decisions are
     free (the papers' model). ``fidelity`` sets it.
 
-    ``link_burst_bytes`` (all-reduce arena): the NICs are shaped by a token bucket of this
-    depth (payload bytes) filled at the bandwidth, as ``tc tbf`` shapes the emulated testbed's:
-    a collective's bytes up to the tokens gathered while the links did not send pass at once,
-    the rest at the bandwidth. 0 (the default): links that always run at the bandwidth.
+    ``link_burst_bytes``: the NICs are shaped by a token bucket of this depth (payload bytes)
+    filled at the bandwidth, as ``tc tbf`` shapes the emulated testbed's: a collective's (PS
+    arena: a push's, a pull's, at every NIC it crosses) bytes up to the tokens gathered while
+    the links did not send pass at once, the rest at the bandwidth. 0 (the default): links
+    that always run at the bandwidth.
     ``fidelity`` sets the testbed's depth (``runners.real.testbed.burst_bytes``, 256 KiB of
     frames) in payload bytes: about 250 KiB, 8.4 ms of traffic at 0.25 Gbit/s.
 
@@ -158,6 +159,15 @@ class CommCluster:
     -m runners calibrate`` measures it as the spread of step k across processes computing at
     once (a slow spell they share is left out) and ``fidelity`` sets it. A reconstruction,
     labelled as such.
+
+    ``message_cpu_us`` (PS arena): the CPU time each message a worker's NIC carries (a push
+    it sends, a pull it receives) takes from the compute op its worker runs when the message
+    starts: the op ends that much later. The PS transport's threads (the worker's, the
+    servers', gloo's) on cores the training shares, as on our CPU testbed with the
+    communication threads ahead of the compute. 0 (the default): messages cost the compute
+    nothing. ``python -m runners calibrate`` measures it through the real PS transport
+    (``runners.real.probe.ps_message_cpu``) and ``fidelity`` sets it for the PS systems. A
+    reconstruction, labelled as such.
     """
 
     workers: int = 8
@@ -173,7 +183,7 @@ class CommCluster:
     busy_latency_us: float | None = None  # all-reduce arena: while computing (None: latency_us)
     overlap_comm_slowdown: float = 0.0  # all-reduce arena: bytes slower while computing
     negotiation: bool = False  # all-reduce arena: reordering plans negotiate each decision
-    link_burst_bytes: int = 0  # all-reduce arena: the NICs' token bucket (tc tbf), 0 = none
+    link_burst_bytes: int = 0  # the NICs' token bucket (tc tbf), 0 = none
     collective_cpu_us: float = 0.0  # all-reduce arena: CPU a collective takes from compute
     optimizer_update: bool = False  # all-reduce arena: a measured profile's update times
     step_jitter_cv: float = 0.0  # all-reduce arena: per-worker, per-step compute noise
@@ -184,6 +194,7 @@ class CommCluster:
     server_agg_gbps: float = 80.0
     ps_stragglers: tuple[PSStraggler, ...] = ()
     jitter_groups: int = 1  # PS arena: groups of workers with independent compute noise
+    message_cpu_us: float = 0.0  # PS arena: CPU a message takes from its worker's compute
 
 
 NETWORKS = ("auto", "shaped", "loopback")
@@ -280,7 +291,6 @@ ALLREDUCE_ONLY_FIELDS = (
     "busy_latency_us",
     "overlap_comm_slowdown",
     "negotiation",
-    "link_burst_bytes",
     "collective_cpu_us",
     "optimizer_update",
     "step_jitter_cv",
@@ -291,6 +301,7 @@ ALLREDUCE_ONLY_FIELDS = (
 # the same as before they existed. ``validate`` fills the default back in.
 _OMITTED_AT_DEFAULT = {
     "jitter_groups": CommCluster.jitter_groups,
+    "message_cpu_us": CommCluster.message_cpu_us,
     "reduce_scatter_cost": CommCluster.reduce_scatter_cost,
     "all_gather_cost": CommCluster.all_gather_cost,
     "cpu_collectives": CommCluster.cpu_collectives,
@@ -447,6 +458,12 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         " compute noise is independent per group; 1 means all workers of a group jitter"
         " together (fast); set it to the number of workers for per-worker noise)",
     ),
+    "message_cpu_us": (
+        float,
+        lambda v: 0 <= v <= 1e6,
+        "a number >= 0 (microseconds of CPU each PS message takes from its worker's compute; "
+        "0 = none)",
+    ),
 }
 _TOP_KEYS = {
     "system",
@@ -518,6 +535,12 @@ def validate_comm(raw: dict[str, Any], entry: registry.Entry) -> RunSpec:
             "cluster.jitter_groups",
             f"used by the parameter-server arena only: '{entry.name}' is in the"
             f" '{entry.arena}' arena (leave it out or set it to 1; got {cluster.jitter_groups})",
+        )
+    if cluster.message_cpu_us != CommCluster.message_cpu_us and entry.arena != "ps":
+        raise SpecError(
+            "cluster.message_cpu_us",
+            f"used by the parameter-server arena only: '{entry.name}' is in the"
+            f" '{entry.arena}' arena (leave it out)",
         )
     for key in ALLREDUCE_ONLY_FIELDS:
         if getattr(cluster, key) != getattr(CommCluster, key) and entry.arena != "allreduce":

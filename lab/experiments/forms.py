@@ -49,6 +49,7 @@ CLUSTER_KEYS = (
     "compute_jitter_cv",
     "overlap_slowdown",
     "stragglers",
+    "link_burst_bytes",
     *(key for key in run_spec.ALLREDUCE_ONLY_FIELDS if key not in CLI_ONLY_CLUSTER_KEYS),
     "ps",
     "servers",
@@ -56,9 +57,12 @@ CLUSTER_KEYS = (
     "server_agg_gbps",
     "ps_stragglers",
     "jitter_groups",
+    "message_cpu_us",
 )
 # Cluster fields the all-reduce arena alone uses (the spec refuses them elsewhere).
 ALLREDUCE_ONLY = run_spec.ALLREDUCE_ONLY_FIELDS
+# Cluster fields the PS arena alone uses (the spec refuses them elsewhere unless default).
+PS_ONLY = ("jitter_groups", "message_cpu_us")
 STRAGGLER_HELP = (
     "worker:slowdown, or worker:slowdown:bandwidth_factor for a slow NIC too, optionally "
     "@from-until iterations (until exclusive, open-ended if left out); "
@@ -244,8 +248,9 @@ class ExperimentForm(_ClusterArenaFields):
         required=False,
         min_value=0,
         initial=_DEFAULTS.link_burst_bytes,
-        help_text="after the links idle, up to this many bytes of a collective pass at once, "
-        "as tc tbf's burst shapes the emulated testbed (0 = links always at the bandwidth)",
+        help_text="after a NIC idles, up to this many bytes of a collective (or of a PS push "
+        "or pull) pass at once, as tc tbf's burst shapes the emulated testbed (0 = links "
+        "always at the bandwidth)",
     )
     cluster_collective_cpu_us = forms.FloatField(
         label="CPU per collective (us)",
@@ -292,6 +297,14 @@ class ExperimentForm(_ClusterArenaFields):
         help_text="workers' compute noise is independent per group (our modelling assumption); "
         "1 = all identical workers jitter together (fast), the number of workers = per-worker "
         "noise",
+    )
+    cluster_message_cpu_us = forms.FloatField(
+        label="CPU per message (us)",
+        required=False,
+        min_value=0,
+        initial=_DEFAULTS.message_cpu_us,
+        help_text="compute time each push or pull takes from the worker's op it overlaps, as "
+        "the PS transport's threads do on a CPU testbed (0 = none, as on a GPU)",
     )
     trace_generator = forms.ChoiceField(
         label="trace generator",
@@ -542,7 +555,9 @@ class ExperimentForm(_ClusterArenaFields):
         cluster = {}
         arena = registry.get(common["system"]).arena
         for key in CLUSTER_KEYS:
-            if key in ALLREDUCE_ONLY and arena != "allreduce":
+            if (key in ALLREDUCE_ONLY and arena != "allreduce") or (
+                key in PS_ONLY and arena != "ps"
+            ):
                 continue  # a hidden part of the form (set before another system was chosen)
             value = data.get(f"cluster_{key}")
             if key in COMM_SWEEP_KEYS:

@@ -202,6 +202,23 @@ def ps_overlap(
     )
 
 
+def ps_message_cpu(
+    workers: int,
+    servers: int,
+    bandwidth_gbps: float | None,
+    work: Path,
+    threads: int = 1,
+    comm_priority: str = "normal",
+) -> float:
+    """The compute time one PS message takes from a backward it overlaps (``_ps_cpu``), in
+    seconds: ``workers`` worker and ``servers`` server processes laid out as a real PS run
+    lays them out (``ps_overlap``'s layout); the simulator's ``cluster.message_cpu_us``."""
+    if servers < 1:
+        raise ValueError(f"servers must be at least 1 (got {servers})")
+    job = {"ps_cpu_workers": workers}
+    return float(_launch(job, workers + servers, bandwidth_gbps, work, threads, comm_priority))
+
+
 def _launch(
     job: dict,
     workers: int,
@@ -283,6 +300,8 @@ def main(argv: list[str]) -> int:
     try:
         if "overlap_model" in job:
             out: Any = _overlap(job["overlap_model"], int(job["steps"]), rank)
+        elif "ps_cpu_workers" in job:
+            out = _ps_cpu(rank, int(job["ps_cpu_workers"]))
         elif "ps_model" in job:
             out = _ps_overlap(
                 job["ps_model"],
@@ -575,6 +594,56 @@ def _engine_cpu(
     return statistics.median(per_collective) if per_collective else 0.0
 
 
+def _ps_server(rank: int, workers: int, elements: int) -> float:
+    """(A server rank of the PS probes.) Answer every push until every worker has stopped:
+    sum it into the key, step the key (SGD) after as many pushes as there are workers and
+    answer the push with the key (a pull of the same size). Returns the median time of
+    summing one push per byte summed (its size: ``elements`` values)."""
+    import threading
+
+    import torch
+    import torch.distributed as dist
+
+    from .ps import _DATA, PULL, PUSH, Channel
+
+    cv = threading.Condition()
+    table = list(range(dist.get_world_size()))  # logical rank = dist rank here
+    key, grad = torch.zeros(elements), torch.zeros(elements)
+    agg: list[float] = []
+    pushes = 0
+
+    def serve(h: list[int], payload: torch.Tensor | None, _s: float, _e: float) -> None:
+        nonlocal pushes
+        if h[0] != PUSH or payload is None:
+            with cv:
+                cv.notify_all()  # a STOP
+            return
+        start = time.perf_counter()
+        grad.add_(payload)
+        agg.append(time.perf_counter() - start)  # the sum alone: what the rate is of
+        pushes += 1
+        if pushes == workers:  # as many pushes as workers: step the key (SGD)
+            key.add_(grad, alpha=-0.01 / workers)
+            grad.zero_()
+            pushes = 0
+        with cv:  # data order, in arrival order (STOP, queued last, goes after it)
+            channel.post((_DATA, 0), h[4], PULL, h[1], h[2], payload=key.clone())
+
+    channel = Channel(rank, table, cv, serve)
+    dist.barrier()
+    with _communication():  # as a real run's server: all of it
+        channel.start()
+    with cv:
+        while not set(range(workers)) <= channel.stops and channel.error is None:
+            cv.wait(0.5)
+        channel.close()
+    channel.join()
+    dist.barrier()
+    # seconds per byte summed (the median push's time over its size): n pushes of S bytes
+    # then take n * S * per_byte, the simulator's n * S / server_agg rate
+    return statistics.median(agg) / (4 * elements) if agg else 0.0
+
+
 def _ps_overlap(
     model_name: str,
     steps: int,
@@ -600,41 +669,8 @@ def _ps_overlap(
     cv = threading.Condition()
     table = list(range(world))  # logical rank = dist rank here
 
-    if rank >= workers:  # a server: answer every push until every worker has stopped
-        key, grad = torch.zeros(elements), torch.zeros(elements)
-        agg: list[float] = []
-        pushes = 0
-
-        def serve(h: list[int], payload: torch.Tensor | None, _s: float, _e: float) -> None:
-            nonlocal pushes
-            if h[0] != PUSH or payload is None:
-                with cv:
-                    cv.notify_all()  # a STOP
-                return
-            start = time.perf_counter()
-            grad.add_(payload)
-            agg.append(time.perf_counter() - start)  # the sum alone: what the rate is of
-            pushes += 1
-            if pushes == workers:  # as many pushes as workers: step the key (SGD)
-                key.add_(grad, alpha=-0.01 / workers)
-                grad.zero_()
-                pushes = 0
-            with cv:  # data order, in arrival order (STOP, queued last, goes after it)
-                channel.post((_DATA, 0), h[4], PULL, h[1], h[2], payload=key.clone())
-
-        channel = Channel(rank, table, cv, serve)
-        dist.barrier()
-        with _communication():  # as a real run's server: all of it
-            channel.start()
-        with cv:
-            while not set(range(workers)) <= channel.stops and channel.error is None:
-                cv.wait(0.5)
-            channel.close()
-        channel.join()
-        dist.barrier()
-        # seconds per byte summed (the median push's time over its size): n pushes of S bytes
-        # then take n * S * per_byte, the simulator's n * S / server_agg rate
-        per_byte = statistics.median(agg) / (4 * elements) if agg else 0.0
+    if rank >= workers:
+        per_byte = _ps_server(rank, workers, elements)
         return [_slowest(0.0), _slowest(0.0), _slowest(0.0), _slowest(per_byte)]
 
     timed = _timed_steps(model_name, rank, workers)
@@ -692,6 +728,113 @@ def _ps_overlap(
     dist.barrier()
     small = _trimmed_mean(gaps[1:-1] or gaps)
     return [_slowest(alone), _slowest(busy), _slowest(small), _slowest(0.0)]
+
+
+PS_CPU_ELEMENTS = 1024  # the synthetic model's layers: 32 x 32 values, one 4 KiB key each
+
+
+def _ps_cpu(
+    rank: int,
+    workers: int,
+    layers: int = ENGINE_LAYERS,
+    iterations: int = ENGINE_ITERATIONS,
+    batch: int = CPU_BATCH,
+) -> float:
+    """(A rank of ``ps_message_cpu``.) The compute time one PS message (a push a worker
+    sends, or a pull it receives) takes from a backward pass it overlaps, on this machine and
+    testbed at this process's communication-thread priority, through the real PS transport
+    (``runners.real.ps.Channel``; servers as ``_ps_server``, on the same cores as in a real
+    run): ``_engine_cpu``'s synthetic model (``layers`` bias-free 32 x 32 linear layers, a
+    batch of ``batch`` rows: a backward of a few milliseconds) whose backward is timed alone
+    (no hooks), then with each layer's gradient pushed (4 KiB) to the servers in turn as it
+    is ready, from a post-accumulate-grad hook as a real run's worker pushes, every push
+    answered by a pull; each iteration waits for its answers before the next. The value is
+    the median over iterations of (backward time with the pushes - the median alone) / the
+    messages that started during that backward (pushes leaving the sender, pulls arriving),
+    the slowest worker's; servers report 0. What the messages' threads (the worker's, the
+    servers', gloo's) cost the compute on shared cores. Not a model of training: a synthetic
+    model's stream."""
+    import threading
+
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    from .ps import _DATA, PULL, PUSH, Channel
+
+    if rank >= workers:
+        _ps_server(rank, workers, PS_CPU_ELEMENTS)
+        return _slowest(0.0)
+    servers = list(range(workers, dist.get_world_size()))
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(32, 32, bias=False) for _ in range(layers)])
+    inputs = torch.randn(batch, 32)
+    warmup = 3
+    alone = []
+    for it in range(warmup + iterations):
+        loss = model(inputs).square().mean()
+        start = time.perf_counter()
+        loss.backward()
+        if it >= warmup:
+            alone.append(time.perf_counter() - start)
+        model.zero_grad(set_to_none=True)
+    base = statistics.median(alone)
+
+    cv = threading.Condition()
+    events: list[float] = []  # when each message started: a push's send, a pull's arrival
+    answered = sent = 0  # (under ``cv``)
+
+    def on_answer(h: list[int], payload: torch.Tensor | None, start: float, _e: float) -> None:
+        nonlocal answered
+        with cv:
+            if h[0] == PULL:
+                answered += 1
+                events.append(start)
+            cv.notify_all()
+
+    def pushed(start: float, _end: float) -> None:
+        with cv:
+            events.append(start)
+
+    channel = Channel(rank, list(range(dist.get_world_size())), cv, on_answer)
+
+    def hook(p: torch.Tensor) -> None:
+        nonlocal sent
+        assert p.grad is not None
+        with cv:  # as a real run's worker: one push per layer, to the servers in turn
+            server = servers[sent % len(servers)]
+            channel.post((_DATA, sent), server, PUSH, 0, sent, payload=p.grad.reshape(-1),
+                         done=pushed)  # fmt: skip
+            sent += 1
+
+    for layer in model:
+        layer.weight.register_post_accumulate_grad_hook(hook)
+    dist.barrier()
+    with _communication():  # the PS transport's client side, as a real run's
+        channel.start()
+    windows = []
+    for it in range(warmup + iterations):
+        loss = model(inputs).square().mean()
+        start = time.perf_counter()
+        loss.backward()
+        end = time.perf_counter()
+        with cv:  # every answer in before the gradients go (and the next iteration)
+            while answered < sent and channel.error is None:
+                cv.wait(0.5)
+        channel.failed()
+        model.zero_grad(set_to_none=True)
+        if it >= warmup:
+            windows.append((start, end))
+    with cv:
+        channel.close()
+    channel.join()
+    dist.barrier()
+    per_message = []
+    for start, end in windows:
+        overlapping = sum(start <= t < end for t in events)
+        if overlapping:
+            per_message.append(max(0.0, (end - start - base) / overlapping))
+    return _slowest(statistics.median(per_message) if per_message else 0.0)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,8 @@ Modelling choices (written down, labelled in reports):
 * ``collective_cpu_s`` (all-reduce arena): each collective the arena starts (``charge_cpu``)
   takes that much CPU time from the op each computing group runs then: the op ends that much
   later (the communication threads ahead of the compute on shared cores, as on our CPU
-  testbed; a reconstruction, labelled as such);
+  testbed; a reconstruction, labelled as such); the PS arena's ``cpu_per_message``
+  (``cluster.message_cpu_us``) likewise charges each message to its own group's op;
 * optimizer update time is not modelled here (0); the all-reduce arena adds a measured
   profile's per-layer update time to each layer's forward op with ``cluster.optimizer_update``
   (``runners.sim.allreduce.compute_setup``).
@@ -225,6 +226,7 @@ class ComputeJob:
         self.durations = self._durations()
         self.gamma = setup.overlap_slowdown
         self.cpu_per_collective = setup.collective_cpu_s
+        self.cpu_per_message = 0.0  # PS arena: ``cluster.message_cpu_us`` (set by its job)
         g = self.n_groups
         # CPU time collectives took from each group's running op, not yet added to it.
         self.cpu_debt = [0.0] * g
@@ -317,7 +319,12 @@ class ComputeJob:
         tl_from, tl_to = self.tl_from, self.tl_to
         gamma = self.gamma
         # Batched forward ops cannot be lengthened by a collective that starts among them.
-        batch = self.batch_forward and not gamma and not self.cpu_per_collective
+        batch = (
+            self.batch_forward
+            and not gamma
+            and not self.cpu_per_collective
+            and not self.cpu_per_message
+        )
         cpu_debt = self.cpu_debt
         params_ready, gradient_ready = self.params_ready, self.gradient_ready
         network_busy = self.network_busy

@@ -17,7 +17,19 @@ and its NIC out. A key (one whole tensor or one part) travels:
 the newest complete round; ``async``: each group's push is aggregated alone and pulled back at
 once. PS stragglers scale a server's NIC bandwidth (contention) and CPU time (interference),
 possibly only in some iterations; a worker straggler's ``bandwidth_factor`` scales its own
-NIC's (``B_w`` of its pushes and pulls; the worker is a group of its own). Modelling choices:
+NIC's (``B_w`` of its pushes and pulls; the worker is a group of its own).
+
+With ``cluster.link_burst_bytes`` (the NICs shaped by a token bucket, as ``tc tbf`` shapes
+the emulated testbed's, each direction of each NIC), every worker uplink and downlink and every
+server NIC in and out has a bucket of that depth, full at the start, filled at the NIC's rate
+of the moment (a straggler's scaled one) while it does not send at the shaped rate (idle, a
+transfer's latency, a cut-through transfer waiting for the bytes it forwards): a transfer's
+bytes up to the tokens pass at once, the rest at the rate. Key migrations (PSLD) pass at the
+rate. With ``cluster.message_cpu_us``, each push a worker group's uplink starts and each pull
+its downlink starts takes that much CPU time from the op the group computes then (it ends
+that much later; ``ComputeJob``'s CPU debt, as the all-reduce arena's ``collective_cpu_us``):
+the PS transport's threads ahead of the compute on shared cores, as on our CPU testbed (a
+reconstruction, labelled as such). Modelling choices:
 store-and-forward at the aggregation, no TCP dynamics, one transfer at a time per NIC
 direction, one PS per server machine; an item that reaches an idle resource starts at once, so
 one that arrives at the very instant the resource frees may start before a higher-priority one
@@ -63,7 +75,8 @@ class _Station:
     and serves its tasks in turn from the top of the heap: the same order as one entry per
     task, since with consecutive sequence numbers nothing can sort between them."""
 
-    __slots__ = ("begin", "fifo", "free_at", "name", "pending", "queue", "server")
+    __slots__ = ("begin", "fifo", "free_at", "name", "pending", "queue", "server", "tokens",
+                 "tokens_at")  # fmt: skip
 
     def __init__(self, name: str, fifo: bool, server: int = -1) -> None:
         self.name = name
@@ -72,6 +85,9 @@ class _Station:
         self.free_at = 0.0
         self.pending = False
         self.server = server
+        # A NIC's token bucket (``cluster.link_burst_bytes``): bytes it held at ``tokens_at``.
+        self.tokens = 0.0
+        self.tokens_at = 0.0
         # Set by ``_PSJob._bind``: ``begin(st, item)`` starts ``item`` on this idle station;
         # ``begin(st)``, the event at ``free_at``, serves the queue.
         self.begin: Callable[..., None] = _unbound
@@ -176,6 +192,8 @@ class _PSJob(ComputeJob):
         self.bw_worker = c.bandwidth_gbps * 1e9 / 8
         self.bw_server = c.server_bandwidth_gbps * 1e9 / 8
         self.agg_rate = c.server_agg_gbps * 1e9 / 8
+        self.burst = float(c.link_burst_bytes)
+        self.cpu_per_message = c.message_cpu_us * 1e-6
         # Per server, per iteration: NIC bandwidth factor and CPU slow-down.
         bw_factor = np.ones((n_servers, self.n_iter))
         cpu_factor = np.ones((n_servers, self.n_iter))
@@ -216,6 +234,8 @@ class _PSJob(ComputeJob):
         self.s_in = [_Station(f"ps{j}.in", nic_fifo, j) for j in range(n_servers)]
         self.s_cpu = [_Station(f"ps{j}.cpu", cpu_fifo, j) for j in range(n_servers)]
         self.s_out = [_Station(f"ps{j}.out", nic_fifo, j) for j in range(n_servers)]
+        for st in (*self.uplink, *self.downlink, *self.s_in, *self.s_out):
+            st.tokens = self.burst  # full at the start, as a shaper that has not sent
         # Orders: per (order draw, iteration) priority of each task on the worker queues.
         self.order_draw = list(range(self.n_groups)) if order_draw is None else list(order_draw)
         if len(self.order_draw) != self.n_groups:
@@ -377,6 +397,25 @@ class _PSJob(ComputeJob):
         # The downlinks a pull goes to: ``targets[g]`` for group ``g``, ``targets[-1]`` all.
         targets = [(g,) for g in range(n_groups)] + [range(n_groups)]
 
+        burst = self.burst
+        msg_cpu = self.cpu_per_message
+        cpu_debt, bwd_next = self.cpu_debt, self.bwd_next
+
+        def bucket(st: _Station, now: float, nbytes: float, rate: float, latency: float) -> float:
+            """``cluster.link_burst_bytes``: how long ``nbytes`` take on NIC ``st`` from
+            ``now`` through its token bucket (filled at ``rate`` up to ``burst`` while the
+            link does not send at the shaped rate): the bytes its tokens cover pass at once,
+            the rest at ``rate``, after ``latency``, during which the bucket fills."""
+            tokens = st.tokens + (now - st.tokens_at) * rate
+            if tokens > burst:
+                tokens = burst
+            used = nbytes if nbytes < tokens else tokens
+            duration = latency + (nbytes - used) / rate
+            tokens = tokens - used + latency * rate
+            st.tokens = burst if tokens > burst else tokens
+            st.tokens_at = now + duration
+            return duration
+
         def enqueue(st: _Station, k1: int, k2: int, item: tuple) -> None:
             """The general enqueue of ``item`` (``st.begin``'s arguments after the station);
             the hot paths inline it."""
@@ -469,10 +508,15 @@ class _PSJob(ComputeJob):
                         entry[6] = i + 1
             now = loop.now
             slow = link_slow[g]
-            if slow is None or it >= len(slow) or slow[it] == 1.0:
+            if burst:
+                factor = 1.0 if slow is None or it >= len(slow) else slow[it]
+                end = now + bucket(st, now, sizes[task], bw_worker * factor, alpha)
+            elif slow is None or it >= len(slow) or slow[it] == 1.0:
                 end = now + link_s[task]
             else:
                 end = now + alpha + sizes[task] / (bw_worker * slow[it])
+            if msg_cpu and (busy[g] or bwd_next[g] >= 0):  # ``cluster.message_cpu_us``
+                cpu_debt[g] += msg_cpu
             # Cut-through: the server's NIC may start receiving now (enqueue, inlined).
             si = s_in[server]
             if si.pending or si.free_at > now:
@@ -512,10 +556,15 @@ class _PSJob(ComputeJob):
                     _, _, _, it, task, g, min_end = heappop(q)
             now = loop.now
             slow = link_slow[g]
-            if slow is None or it >= len(slow) or slow[it] == 1.0:
+            if burst:
+                factor = 1.0 if slow is None or it >= len(slow) else slow[it]
+                end = now + bucket(st, now, sizes[task], bw_worker * factor, alpha)
+            elif slow is None or it >= len(slow) or slow[it] == 1.0:
                 end = now + link_s[task]
             else:
                 end = now + alpha + sizes[task] / (bw_worker * slow[it])
+            if msg_cpu and (busy[g] or bwd_next[g] >= 0):  # ``cluster.message_cpu_us``
+                cpu_debt[g] += msg_cpu
             if end < min_end:
                 end = min_end
             if g == 0:
@@ -547,7 +596,10 @@ class _PSJob(ComputeJob):
                 self._begin_migration(st, it, g, server)
                 return
             now = loop.now
-            end = now + group_bytes[g][task] / server_bw[server][it]
+            if burst:
+                end = now + bucket(st, now, group_bytes[g][task], server_bw[server][it], 0.0)
+            else:
+                end = now + group_bytes[g][task] / server_bw[server][it]
             if end < min_end:
                 end = min_end
             st.free_at = end
@@ -598,7 +650,10 @@ class _PSJob(ComputeJob):
                 self._begin_migration(st, it, g, server)
                 return
             now = loop.now
-            end = now + group_bytes[g][task] / server_bw[server][it]
+            if burst:
+                end = now + bucket(st, now, group_bytes[g][task], server_bw[server][it], 0.0)
+            else:
+                end = now + group_bytes[g][task] / server_bw[server][it]
             k2 = prio[task]  # the priority order's
             for tg in targets[g]:
                 dl = downlink[tg]

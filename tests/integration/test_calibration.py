@@ -63,6 +63,9 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
         # a push and its answer cross the shaper and two processes' threads: not free
         assert ps["latency_busy_us"][MODEL] > 10
         assert ps["server_agg_gbps"] > 0
+        # what a message's threads take from a backward: measured, a CPU time (with spare
+        # cores it may be none; the simulator's PS twins get it)
+        assert 0 <= ps["message_cpu_us"] < 1e6
     profile = workloads.load_measured(MODEL, label)
     assert len(profile.fwd_s) == len(workloads.load_profile(MODEL).layers)
     assert all(t > 0 for t in profile.fwd_s)

@@ -198,7 +198,7 @@ PS_POINT = {
 def test_a_ps_system_s_twins_get_the_ps_arena_s_measurements():
     """A PS system's simulated twin gets the PS probe's latency, slow-down and aggregation
     rate (not the all-reduce ones), and both twins the probe's server count; none of the
-    all-reduce-only fields."""
+    all-reduce-only fields; the shaper's token bucket, as every twin on a shaped network."""
     measured = json.loads(json.dumps(TESTBED))
     measured["network"][1].update(reduce_scatter_cost=1.02, all_gather_cost=0.57, ps=PS_POINT)
     real, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, measured, latency="busy")
@@ -210,6 +210,7 @@ def test_a_ps_system_s_twins_get_the_ps_arena_s_measurements():
     assert c.bandwidth_gbps == 0.94  # the network's fit, as for every system
     assert real_spec.cluster.ps == c.ps == 3
     assert real_spec.cluster.servers == c.servers == 3  # PSLD starts no more processes
+    assert c.link_burst_bytes == int(262144 * 0.94)
     # an all-reduce system at the same network keeps the all-reduce measurements
     _, wfbp = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, measured, latency="busy")
     assert (wfbp["cluster"]["latency_us"], wfbp["cluster"]["overlap_slowdown"]) == (900.0, 0.4)
@@ -241,10 +242,23 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
             agg_bytes_per_s=4e9,  # 32 Gbit/s
         )
 
+    def fake_message_cpu(workers, servers, nominal, work, threads, comm_priority):
+        seen.append(("message", workers, servers, nominal))
+        return 3e-4 if nominal is None else 4e-4
+
     monkeypatch.setattr(probe, "ps_overlap", fake_ps_overlap)
+    monkeypatch.setattr(probe, "ps_message_cpu", fake_message_cpu)
+    # a calibration from before the message CPU: its PS arena text is replaced, not doubled
+    doc["method"] = f"m; {fidelity._PS_METHOD_BEFORE_CPU}"
+    (tmp_path / "cpu.json").write_text(json.dumps(doc))
     assert cli.main(["calibrate", "--label", "cpu", "--ps-only", "--json"]) == 0
     servers = fidelity.PS_SERVERS
-    assert seen == [("vgg16-debug", 2, servers, None), ("vgg16-debug", 2, servers, 1.0)]
+    assert seen == [
+        ("vgg16-debug", 2, servers, None),
+        ("message", 2, servers, None),
+        ("vgg16-debug", 2, servers, 1.0),
+        ("message", 2, servers, 1.0),
+    ]
     stored = json.loads((tmp_path / "cpu.json").read_text())
     loop, shaped = stored["network"]
     assert shaped["ps"] == {
@@ -254,13 +268,16 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
         "latency_idle_us": {"vgg16-debug": 500.0},
         "half_round_trip_busy_us": {"vgg16-debug": 3000.0},
         "server_agg_gbps": 32.0,
+        "message_cpu_us": 400.0,
     }
     assert loop["ps"]["latency_busy_us"] == {"vgg16-debug": 2000.0}
+    assert loop["ps"]["message_cpu_us"] == 300.0
     assert shaped["latency_busy_us"] == TESTBED["network"][1]["latency_busy_us"], "kept"
-    assert "PS arena" in stored["method"] and stored["ps_date"]
+    assert stored["method"] == f"m; {fidelity.PS_METHOD}" and stored["ps_date"]
     assert not list(tmp_path.glob("*.tmp"))
     _, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, stored, latency="busy")
     assert validate(sim).cluster.latency_us == 4000.0
+    assert validate(sim).cluster.message_cpu_us == 400.0
     for latency in ("idle", "split", "engine"):  # the PS simulator has one latency: the idle
         _, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, stored, latency=latency)
         assert validate(sim).cluster.latency_us == 500.0
@@ -284,6 +301,7 @@ def test_a_busy_machine_s_slowdown_is_written_as_measured_with_a_warning_or_refu
         return probe.PSProbe(slowdown, 2e-3, 5e-4, 3e-3, 4e9)
 
     monkeypatch.setattr(probe, "ps_overlap", busy_ps_overlap)
+    monkeypatch.setattr(probe, "ps_message_cpu", lambda *args, **kw: 4e-4)
     assert cli.main(["calibrate", "--label", "cpu", "--ps-only"]) == code
     err = capsys.readouterr().err
     said = f"compute while PS pushes run of vgg16-debug measured {1 + slowdown:.1f}x as slow"
@@ -620,7 +638,10 @@ def test_the_report_scores_the_same_runs_without_each_modelled_effect(monkeypatc
     monkeypatch.setattr(fidelity, "_twin", fake_twin)
     result = fidelity.fidelity("cpu", ("wfbp",), ("vgg16-debug",), (1.0,), 5, repeats=1)
     assert result["mape_pct"] == pytest.approx(2.5)
-    assert result["mape_without"] == pytest.approx({"step_jitter_cv": 10.0})
+    # the shaper's token bucket, which this fake twin ignores, changes nothing
+    assert result["mape_without"] == pytest.approx(
+        {"step_jitter_cv": 10.0, "link_burst_bytes": 2.5}
+    )
     assert "without one modelled effect: step_jitter_cv 10.0%" in fidelity.format_report(result)
 
 

@@ -245,7 +245,23 @@ def test_the_collective_fields_reach_all_reduce_runs_and_are_dropped_elsewhere(b
     assert "reduce_scatter_cost" not in run.spec["cluster"]
     assert "busy_latency_us" not in run.spec["cluster"] and "negotiation" not in run.spec["cluster"]
     assert "step_jitter_cv" not in run.spec["cluster"]
-    assert "link_burst_bytes" not in run.spec["cluster"]
+    # the shaper's bucket applies to the PS arena's NICs as well
+    assert run.spec["cluster"]["link_burst_bytes"] == 262144
+
+
+def test_the_message_cpu_reaches_ps_runs_and_is_dropped_elsewhere(browser):
+    """``message_cpu_us`` (PS arena): a PS experiment's runs get it; an all-reduce experiment
+    ignores it (a hidden part of the form), and so does ``jitter_groups``."""
+    ps = {**FORM, "system": "ps-default", "baselines": ["byteps"], "params": "{}",
+          "cluster_message_cpu_us": "350", "cluster_jitter_groups": "2"}  # fmt: skip
+    assert browser.post(reverse("experiment-new"), ps).status_code == 302
+    cluster = Experiment.objects.get().runs.first().spec["cluster"]
+    assert cluster["message_cpu_us"] == 350.0 and cluster["jitter_groups"] == 2
+    allreduce = {**FORM, "cluster_message_cpu_us": "350", "cluster_jitter_groups": "2"}
+    assert browser.post(reverse("experiment-new"), allreduce).status_code == 302
+    run = Experiment.objects.order_by("-pk").first().runs.first()
+    assert "message_cpu_us" not in run.spec["cluster"]
+    assert run.spec["cluster"].get("jitter_groups", 1) == 1
 
 
 def test_the_form_preselects_the_baselines_of_the_systems_arena(browser):

@@ -21,7 +21,7 @@ from runners.policies.ps import PSLDController
 from runners.policies.tictac import tac_priorities, tic_priorities
 from runners.sim import ps as ps_sim
 from runners.sim.engine import LayerTimes, WorkerGroup
-from runners.spec import validate
+from runners.spec import SpecError, validate
 from tests.unit.simruns import raw_spec, run, run_layers
 
 MB = 1_000_000
@@ -373,6 +373,103 @@ def test_straggler_time_of_one_layer_and_a_2x_slower_worker_by_hand():
     assert m["straggler_time_pct"] == pytest.approx(100 * 30 / 65, rel=1e-9)
     assert m["straggler_time_mean_pct"] == pytest.approx(100 * 30 / 65, rel=1e-9)
     assert result.units["straggler_time_pct"] == result.units["straggler_time_mean_pct"] == "%"
+
+
+@pytest.mark.parametrize(
+    ("burst", "iteration_ms"),
+    [(0, 33.0), (MB // 2, 32.0), (MB, 31.0), (4 * MB, 31.0)],
+    ids=["none", "half-a-key", "one-key", "deeper"],
+)
+def test_the_nics_token_bucket_lets_a_key_through_by_hand(burst, iteration_ms):
+    """``link_burst_bytes`` in the PS arena, by hand. One 1 MB layer (forward 10 ms, backward
+    20 ms), one worker, one PS, 8 Gbit/s (1 MB = 1 ms on a NIC), aggregation 1 ms, no latency.
+    Without a bucket: 30 ms of compute, the push 1 ms (the server's NIC in, cut-through, ends
+    with it), the aggregation 1 ms, the pull 1 ms (the downlink, cut-through, with it): 33 ms.
+    With a bucket of half the key each transfer's first half passes at once: 0.5 + 1 + 0.5 =
+    32 ms; with one of the key or deeper the transfers take no time: 31 ms. Each NIC idles
+    30 ms per iteration, enough to fill its bucket again, so every iteration is the same."""
+    layers = (LayerTimes("only", 0.010, 0.020, MB),)
+    _, result = run_layers(
+        "tictac-tic",
+        layers,
+        workers=1,
+        ps=1,
+        servers=1,
+        bandwidth_gbps=8,
+        server_agg_gbps=8,
+        latency_us=0,
+        link_burst_bytes=burst,
+        iterations=4,
+    )
+    times = [r["iteration_time_s"] for r in result.series]
+    assert times == pytest.approx([iteration_ms / 1e3] * len(times), rel=1e-9)
+    pushes = [e - s for _, r, op, _, s, e, _ in result.timeline if r == "uplink" and op == "push"]
+    assert pushes == pytest.approx([max(0.0, MB - burst) / 1e9] * len(pushes), abs=1e-12)
+
+
+def test_the_bucket_fills_during_a_transfer_s_latency_not_while_it_sends():
+    """Three 1 MB keys pushed back to back on a 1 MB/ms uplink with a 1 MB bucket and 0.5 ms
+    of latency per transfer: the first passes at once (0.5 ms, the latency), which refills
+    0.5 MB; the second then pays 0.5 MB at the rate (0.5 + 0.5 ms) and refills 0.5 MB again
+    in its latency, and so does the third."""
+    layers = tuple(LayerTimes(f"l{i}", 0.010, 1e-9, MB) for i in range(3))
+    spec, result = run_layers(
+        "ps-default",
+        layers,
+        params={"order_groups": 1},
+        workers=1,
+        ps=1,
+        servers=1,
+        bandwidth_gbps=8,
+        server_agg_gbps=1000,
+        latency_us=500,
+        link_burst_bytes=MB,
+        iterations=3,
+        warmup=0,
+    )
+    first = [(s, e) for i, r, op, _, s, e, _ in result.timeline
+             if i == 0 and r == "uplink" and op == "push"]  # fmt: skip
+    assert [e - s for s, e in first] == pytest.approx([0.0005, 0.001, 0.001], rel=1e-6)
+
+
+@pytest.mark.parametrize(("cpu_us", "iteration_ms"), [(0, 63.0), (500, 64.0), (2000, 67.0)])
+def test_each_message_takes_its_cpu_from_the_op_its_worker_computes_by_hand(cpu_us, iteration_ms):
+    """``message_cpu_us`` by hand. Two 1 MB layers a -> b (forward 10 ms, backward 20 ms
+    each), one worker, one PS, 8 Gbit/s (1 MB = 1 ms), aggregation 1 ms, no latency. Backward
+    runs b, then a. b's push starts as a's backward does, and b's pull arrives 3 ms later, a
+    still computing: each takes ``cpu_us`` from a's backward. a's own push and pull find the
+    worker idle (waiting for them): free. Iteration: 20 + 20 + (20 + 2 x cpu) + 3 ms."""
+    layers = (LayerTimes("a", 0.010, 0.020, MB), LayerTimes("b", 0.010, 0.020, MB, (0,)))
+    _, result = run_layers(
+        "tictac-tic",
+        layers,
+        workers=1,
+        ps=1,
+        servers=1,
+        bandwidth_gbps=8,
+        server_agg_gbps=8,
+        latency_us=0,
+        message_cpu_us=cpu_us,
+        iterations=4,
+    )
+    times = [r["iteration_time_s"] for r in result.series]
+    assert times == pytest.approx([iteration_ms / 1e3] * len(times), rel=1e-9)
+    backward_a = [e - s for _, r, op, name, s, e, _ in result.timeline
+                  if r == "compute" and op == "backward" and name == "a"]  # fmt: skip
+    assert backward_a == pytest.approx([0.020 + 2 * cpu_us * 1e-6] * len(backward_a), rel=1e-9)
+
+
+def test_message_cpu_is_the_ps_arena_s_field():
+    """The all-reduce arena refuses ``message_cpu_us`` (its collectives have
+    ``collective_cpu_us``); left out, a PS spec's run key is the one from before the field."""
+    with pytest.raises(SpecError, match="parameter-server arena only") as err:
+        validate(raw_spec("wfbp", message_cpu_us=10.0))
+    assert err.value.field == "cluster.message_cpu_us"
+    with pytest.raises(SpecError) as err:
+        validate(raw_spec("ps-default", message_cpu_us=-1.0))
+    assert err.value.field == "cluster.message_cpu_us"
+    assert "message_cpu_us" not in validate(raw_spec("ps-default")).as_dict()["cluster"]
+    assert validate(raw_spec("ps-default", message_cpu_us=5)).cluster.message_cpu_us == 5.0
 
 
 def test_identical_workers_with_one_order_have_no_straggler_time():

@@ -338,7 +338,6 @@ BAD_SPECS = [
     ("negotiation-in-the-ps-arena", ps_cluster(negotiation=True), "cluster.negotiation"),
     ("burst-negative", with_cluster(link_burst_bytes=-1), "cluster.link_burst_bytes"),
     ("burst-not-an-integer", with_cluster(link_burst_bytes=1.5), "cluster.link_burst_bytes"),
-    ("burst-in-the-ps-arena", ps_cluster(link_burst_bytes=1024), "cluster.link_burst_bytes"),
     (
         "reduce-scatter-cost-in-the-ps-arena",
         ps_cluster(reduce_scatter_cost=1.0),
