@@ -525,6 +525,11 @@ def _print_point(point: dict[str, Any]) -> None:
             for m, v in ps["overlap_slowdown"].items()
         )
         + f", aggregation {ps['server_agg_gbps']:.1f} Gbit/s"
+        + (
+            f", {ps['message_cpu_us']:.0f} us of compute per message"
+            if "message_cpu_us" in ps
+            else ""
+        )
         if ps
         else ""
     )

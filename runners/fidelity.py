@@ -23,16 +23,19 @@ them (``python -m runners calibrate`` / ``python -m runners fidelity``).
   ``cluster.ps`` server processes beside the workers): per model, the compute slow-down while
   the workers push and pull, the time a small message holds a link in a stream of pushes and
   answers while they compute and while they idle (the PS simulator's ``overlap_slowdown`` and
-  ``latency_us``, busy or idle), and the servers' aggregation rate (``server_agg_gbps``), under
-  ``ps`` of each network;
+  ``latency_us``, busy or idle), and the servers' aggregation rate (``server_agg_gbps``); and
+  per network the compute time one message takes from a backward it overlaps
+  (``runners.real.probe.ps_message_cpu``, the simulator's ``message_cpu_us``), under ``ps``
+  of each network;
 
 all written to ``workloads/profiles/testbeds/<label>.json``.
 
 **fidelity** runs matched configurations (systems x models x bandwidths): each for real on the
 testbed, and in the simulator with the calibrated profile (``measured:<label>``, no compute
 jitter) and the fitted bandwidth, latency, overlap slow-down and split collectives' costs of
-that network (for a PS system: the PS arena's latency, slow-down and aggregation rate), the
-plan the real run executed, and the real engine's negotiation of reordering plans. It reports
+that network (for a PS system: the PS arena's latency, slow-down, aggregation rate and message
+CPU), on a shaped network the shaper's token bucket, the plan the real run executed, and the
+real engine's negotiation of reordering plans. It reports
 per configuration both iteration times and the simulator's absolute percentage error, and
 their mean (MAPE) per system and overall. Nothing in the simulator is fitted to the training runs
 themselves: only the calibration measurements above feed it.

@@ -79,9 +79,9 @@ def _in_window(start: int, until: int | None, iteration: int) -> bool:
 @dataclass(frozen=True)
 class CommCluster:
     """Cluster of a communication arena (one training job). The ``ps``/``server*`` fields are
-    used by the parameter-server arena only (accepted and ignored elsewhere); so is
-    ``jitter_groups``, which other arenas refuse unless it is 1 (a noise model they would
-    silently not apply).
+    used by the parameter-server arena only (accepted and ignored elsewhere); so are
+    ``jitter_groups`` and ``message_cpu_us`` (``PS_ONLY_FIELDS``), which other arenas refuse
+    unless default (a model they would silently not apply).
 
     ``jitter_groups`` is a modelling assumption of the PS arena's simulator, not a property of
     the hardware: workers' compute noise (``compute_jitter_cv``) is independent per group. The
@@ -295,6 +295,10 @@ ALLREDUCE_ONLY_FIELDS = (
     "optimizer_update",
     "step_jitter_cv",
 )
+
+# Cluster fields the PS arena alone uses (other arenas refuse them unless default; the ``ps`` /
+# ``server*`` fields are accepted and ignored elsewhere).
+PS_ONLY_FIELDS = ("jitter_groups", "message_cpu_us")
 
 # Fields left out of ``RunSpec.as_dict`` at their default: added after results were recorded,
 # so the resolved spec (and the run key hashed from it) of a run that does not set them is

@@ -19,6 +19,7 @@ from lab.experiments.forms import (
     CLI_ONLY_CLUSTER_KEYS,
     CLUSTER_KEYS,
     CLUSTER_SWEEP_KEYS,
+    PS_ONLY,
     REAL_KEYS,
     STRAGGLER_NAMES,
     TRACE_FILE_KEYS,
@@ -115,6 +116,11 @@ def _form_data(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[str
             if key in cluster and arena not in (None, "allreduce"):
                 errors[f"cluster.{key}"] = [
                     f"used by the all-reduce arena only ({system} is in the {arena} arena)"
+                ]
+        for key in PS_ONLY:  # likewise
+            if key in cluster and arena not in (None, "ps"):
+                errors[f"cluster.{key}"] = [
+                    f"used by the parameter-server arena only ({system} is in the {arena} arena)"
                 ]
         if "trace" in body:
             errors["trace"] = ["only for a system of the cluster arena"]

@@ -62,7 +62,7 @@ CLUSTER_KEYS = (
 # Cluster fields the all-reduce arena alone uses (the spec refuses them elsewhere).
 ALLREDUCE_ONLY = run_spec.ALLREDUCE_ONLY_FIELDS
 # Cluster fields the PS arena alone uses (the spec refuses them elsewhere unless default).
-PS_ONLY = ("jitter_groups", "message_cpu_us")
+PS_ONLY = run_spec.PS_ONLY_FIELDS
 STRAGGLER_HELP = (
     "worker:slowdown, or worker:slowdown:bandwidth_factor for a slow NIC too, optionally "
     "@from-until iterations (until exclusive, open-ended if left out); "

@@ -12,7 +12,8 @@ ones' slow-down while the rank computes against while it idles (``cluster.busy_l
 times reduce-scatter and all-gather against the all-reduce (the simulator's
 ``cluster.reduce_scatter_cost`` / ``all_gather_cost``); ``ps_overlap`` is the
 parameter-server arena's counterpart of ``overlap``, with server processes beside the
-workers. ``runners.fidelity.calibrate`` uses all five.
+workers, and ``ps_message_cpu`` the compute time one PS message takes from a backward it
+overlaps. ``runners.fidelity.calibrate`` uses all six.
 """
 
 from __future__ import annotations

@@ -829,7 +829,11 @@ class _PSJob(ComputeJob):
     def _begin_migration(self, st: _Station, it: int, size: int, server: int) -> None:
         """Moving keys between servers (PSLD): ``size`` bytes for iteration ``it``."""
         now = self.loop.now
-        end = now + size / (self.bw_server * self.bw_factor_l[server][min(it, self.n_iter - 1)])
+        rate = self.bw_server * self.bw_factor_l[server][min(it, self.n_iter - 1)]
+        end = now + size / rate
+        if self.burst:  # the bucket filled until now, not while the keys pass at the rate
+            st.tokens = min(self.burst, st.tokens + (now - st.tokens_at) * rate)
+            st.tokens_at = end
         st.free_at = end
         self.busy_s[server][min(it, self.n_iter)] += end - now
         if self.tl_from <= it < self.tl_to:

@@ -202,7 +202,24 @@ def test_the_all_reduce_only_cluster_fields_are_refused_for_a_ps_system(client, 
     ps = {**body, "system": "ps-default", "baselines": ["byteps"]}
     response = post(client, "/api/experiments/", ps, token)
     assert response.status_code == 400
-    assert "all-reduce arena only" in response.json()["errors"]["cluster.cpu_collectives"][0]
+    errors = response.json()["errors"]
+    assert "all-reduce arena only" in errors["cluster.cpu_collectives"][0]
+    assert "cluster.link_burst_bytes" not in errors  # both arenas' NICs have the bucket
+
+
+@pytest.mark.parametrize(("key", "value"), [("message_cpu_us", 350.0), ("jitter_groups", 2)])
+def test_the_ps_only_cluster_fields_are_refused_for_an_all_reduce_system(client, token, key, value):
+    """The form drops a PS-only field for another arena (a hidden part of the page); the API
+    refuses it, naming the field, rather than dropping it silently."""
+    body = {**BODY, "system": "ps-default", "baselines": ["byteps"], "params": {}}
+    body["cluster"] = {"workers": 4, key: value}
+    response = post(client, "/api/experiments/", body, token)
+    assert response.status_code == 201, response.json()
+    assert Run.objects.filter(system="ps-default").first().spec["cluster"][key] == value
+    wfbp = {**body, "system": "wfbp", "baselines": ["horovod"]}
+    response = post(client, "/api/experiments/", wfbp, token)
+    assert response.status_code == 400
+    assert "parameter-server arena only" in response.json()["errors"][f"cluster.{key}"][0]
 
 
 def test_a_cluster_arena_experiment_runs_its_entries_on_the_given_trace(client, token):

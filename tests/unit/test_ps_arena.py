@@ -459,6 +459,30 @@ def test_each_message_takes_its_cpu_from_the_op_its_worker_computes_by_hand(cpu_
     assert backward_a == pytest.approx([0.020 + 2 * cpu_us * 1e-6] * len(backward_a), rel=1e-9)
 
 
+def test_each_group_pays_for_its_own_messages():
+    """The same two layers, two workers, worker 1 twice as slow (a group of its own). Worker
+    0's b push starts as its a backward does (it pays once); b's pull waits for worker 1's
+    push and arrives after worker 0's a backward ended (free for it), but while worker 1's a
+    backward runs: worker 1 pays for its push and its pull."""
+    layers = (LayerTimes("a", 0.010, 0.020, MB), LayerTimes("b", 0.010, 0.020, MB, (0,)))
+    kw = dict(workers=2, ps=1, servers=1, bandwidth_gbps=8, server_agg_gbps=8, latency_us=0,
+              stragglers=[{"worker": 1, "slowdown": 2}], iterations=4)  # fmt: skip
+
+    def backward_a(cpu_us):
+        _, result = run_layers("tictac-tic", layers, message_cpu_us=cpu_us, **kw)
+        out = defaultdict(list)
+        for _, resource, op, name, s, e, _ in result.timeline:
+            if op == "backward" and name == "a":
+                out[resource].append(e - s)
+        return out
+
+    base, charged = backward_a(0), backward_a(500)
+    assert set(base) == {"compute[w0]", "compute[w1]"}
+    for resource, paid in (("compute[w0]", 1), ("compute[w1]", 2)):
+        expected = [t + paid * 500e-6 for t in base[resource]]
+        assert charged[resource] == pytest.approx(expected, rel=1e-9), resource
+
+
 def test_message_cpu_is_the_ps_arena_s_field():
     """The all-reduce arena refuses ``message_cpu_us`` (its collectives have
     ``collective_cpu_us``); left out, a PS spec's run key is the one from before the field."""
