@@ -17,14 +17,18 @@
 # against CUDA, NCCL and this torch: build with a CUDA *devel* image of the same Ubuntu release
 # as the base (the virtual environment is copied across, so Python must be the same):
 #   docker build -f docker/runner-cuda.Dockerfile --build-arg WITH_HOROVOD=1 \
-#     --build-arg BUILD_IMAGE=nvidia/cuda:12.8.1-cudnn-devel-ubuntu24.04 \
+#     --build-arg BUILD_IMAGE=nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04 \
 #     --build-arg LAB_COMMIT=$(git rev-parse HEAD) -t lab-runner:cuda .
 # (the C++17 patch of scripts/horovod-wheel.sh is applied here too; about 10 minutes.)
+# CUDA 13 because torch 2.13.0's PyPI wheel is built against it (its metadata, read 2026-11-23:
+# cuda-toolkit==13.0.3, nvidia-nccl-cu13==2.29.7, nvidia-cudnn-cu13==9.20.0.48): Horovod's NCCL
+# operations must be compiled against the CUDA and NCCL torch uses. Horovod 0.28.1 predates
+# CUDA 13; whether it compiles against it is untested. The host's driver must support CUDA 13.
 #
 # BASE_IMAGE: an image with the CUDA runtime (the torch wheel brings its own CUDA libraries, so
 # any Ubuntu/Debian with apt works too, the driver comes from the NVIDIA Container Toolkit).
 # Ubuntu 24.04 has Python 3.12, which the lab supports (requires-python >= 3.11).
-ARG BASE_IMAGE=nvidia/cuda:12.8.1-runtime-ubuntu24.04
+ARG BASE_IMAGE=nvidia/cuda:13.0.1-runtime-ubuntu24.04
 ARG BUILD_IMAGE=${BASE_IMAGE}
 
 FROM ${BUILD_IMAGE} AS deps
