@@ -459,6 +459,22 @@ def test_each_message_takes_its_cpu_from_the_op_its_worker_computes_by_hand(cpu_
     assert backward_a == pytest.approx([0.020 + 2 * cpu_us * 1e-6] * len(backward_a), rel=1e-9)
 
 
+def test_a_key_migration_passes_at_the_rate_and_keeps_the_bucket_s_clock():
+    """PSLD's migrations do not use the bucket, and the bucket does not fill while one sends
+    at the rate: a server NIC whose bucket was empty at 0, at 8 Gbit/s (1 MB/ms), migrating
+    1 MB from 0.5 ms has filled half a MB by then, takes 1 ms, and still holds half a MB at
+    its end (not the 1.5 MB's worth the elapsed time would give)."""
+    spec = validate(raw_spec("psld", ps=2, servers=2, bandwidth_gbps=8, link_burst_bytes=4 * MB))
+    setup, plan = plan_of(spec)
+    job = ps_sim._PSJob(setup, spec, plan)
+    st = job.s_in[0]
+    st.tokens, st.tokens_at = 0.0, 0.0
+    job.loop.now = 0.0005
+    job._begin_migration(st, 0, MB, 0)
+    assert st.free_at == pytest.approx(0.0015, rel=1e-12)
+    assert (st.tokens, st.tokens_at) == pytest.approx((MB / 2, 0.0015), rel=1e-12)
+
+
 def test_each_group_pays_for_its_own_messages():
     """The same two layers, two workers, worker 1 twice as slow (a group of its own). Worker
     0's b push starts as its a backward does (it pays once); b's pull waits for worker 1's
