@@ -531,6 +531,42 @@ def _engine_stream(layers: int = ENGINE_LAYERS, iterations: int = ENGINE_ITERATI
 CPU_BATCH = 1024  # the synthetic model's batch in _engine_cpu: a backward of a few ms alone
 
 
+SYNTHETIC_WARMUP = 3  # the synthetic backward's untimed first iterations
+
+
+def _synthetic_backward(layers: int, iterations: int, batch: int) -> tuple[Any, Any, float]:
+    """The CPU probes' synthetic model (``layers`` bias-free 32 x 32 linear layers, seeded),
+    its input (``batch`` rows) and the median time of its backward alone (plain autograd, no
+    hooks) over ``iterations`` after ``SYNTHETIC_WARMUP``."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(32, 32, bias=False) for _ in range(layers)])
+    inputs = torch.randn(batch, 32)
+    alone = []
+    for it in range(SYNTHETIC_WARMUP + iterations):
+        loss = model(inputs).square().mean()
+        start = time.perf_counter()
+        loss.backward()
+        if it >= SYNTHETIC_WARMUP:
+            alone.append(time.perf_counter() - start)
+        model.zero_grad(set_to_none=True)
+    return model, inputs, statistics.median(alone)
+
+
+def _cost_per_event(windows: list[tuple[float, float]], events: list[float], base: float) -> float:
+    """The median over ``windows`` (backward passes, start and end) of the time each took
+    beyond ``base`` over the ``events`` (instants) that fell in it: what one event cost the
+    compute (0 when no window had any)."""
+    per_event = []
+    for start, end in windows:
+        overlapping = sum(start <= t < end for t in events)
+        if overlapping:
+            per_event.append(max(0.0, (end - start - base) / overlapping))
+    return statistics.median(per_event) if per_event else 0.0
+
+
 def _engine_cpu(
     layers: int = ENGINE_LAYERS, iterations: int = ENGINE_ITERATIONS, batch: int = CPU_BATCH
 ) -> float:
@@ -545,25 +581,12 @@ def _engine_cpu(
     that started during that backward (the slowest rank's): what a collective's threads (the
     engine's dispatcher, gloo's, the completion hand-off) and the engine's hooks cost the
     compute on shared cores. Not a model of training: a synthetic model's stream."""
-    import torch
-    from torch import nn
 
     from ..policies.allreduce import CommPlan, CommTask
     from .engine import Engine, bind_layers
 
-    torch.manual_seed(0)
-    model = nn.Sequential(*[nn.Linear(32, 32, bias=False) for _ in range(layers)])
-    inputs = torch.randn(batch, 32)
-    warmup = 3
-    alone = []
-    for it in range(warmup + iterations):
-        loss = model(inputs).square().mean()
-        start = time.perf_counter()
-        loss.backward()
-        if it >= warmup:
-            alone.append(time.perf_counter() - start)
-        model.zero_grad(set_to_none=True)
-    base = statistics.median(alone)
+    model, inputs, base = _synthetic_backward(layers, iterations, batch)
+    warmup = SYNTHETIC_WARMUP
     binding = bind_layers(model, [str(i) for i in range(layers)])
     tasks = tuple(
         CommTask(layers=(i,), size_bytes=binding.numel(i) * 4, priority=layers - 1 - i)
@@ -587,12 +610,7 @@ def _engine_cpu(
         if it >= warmup:
             windows.append((start, time.perf_counter()))
     engine.finish()
-    per_collective = []
-    for start, end in windows:
-        overlapping = sum(start <= s < end for s in starts)
-        if overlapping:
-            per_collective.append(max(0.0, (end - start - base) / overlapping))
-    return statistics.median(per_collective) if per_collective else 0.0
+    return _cost_per_event(windows, starts, base)
 
 
 def _ps_server(rank: int, workers: int, elements: int) -> float:
@@ -759,7 +777,6 @@ def _ps_cpu(
 
     import torch
     import torch.distributed as dist
-    from torch import nn
 
     from .ps import _DATA, PULL, PUSH, Channel
 
@@ -767,19 +784,8 @@ def _ps_cpu(
         _ps_server(rank, workers, PS_CPU_ELEMENTS)
         return _slowest(0.0)
     servers = list(range(workers, dist.get_world_size()))
-    torch.manual_seed(0)
-    model = nn.Sequential(*[nn.Linear(32, 32, bias=False) for _ in range(layers)])
-    inputs = torch.randn(batch, 32)
-    warmup = 3
-    alone = []
-    for it in range(warmup + iterations):
-        loss = model(inputs).square().mean()
-        start = time.perf_counter()
-        loss.backward()
-        if it >= warmup:
-            alone.append(time.perf_counter() - start)
-        model.zero_grad(set_to_none=True)
-    base = statistics.median(alone)
+    model, inputs, base = _synthetic_backward(layers, iterations, batch)
+    warmup = SYNTHETIC_WARMUP
 
     cv = threading.Condition()
     events: list[float] = []  # when each message started: a push's send, a pull's arrival
@@ -830,12 +836,7 @@ def _ps_cpu(
         channel.close()
     channel.join()
     dist.barrier()
-    per_message = []
-    for start, end in windows:
-        overlapping = sum(start <= t < end for t in events)
-        if overlapping:
-            per_message.append(max(0.0, (end - start - base) / overlapping))
-    return _slowest(statistics.median(per_message) if per_message else 0.0)
+    return _slowest(_cost_per_event(windows, events, base))
 
 
 if __name__ == "__main__":

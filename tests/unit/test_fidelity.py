@@ -79,6 +79,18 @@ def test_the_fit_refuses_what_it_cannot_fit():
         probe.fit_alpha_beta([(4096, 1e-4), (1 << 20, 2e-3), (1 << 21, 1e-3)], 2)
 
 
+def test_the_cpu_probes_divide_each_backward_s_extra_time_by_the_events_in_it():
+    """``collective_cpu_us`` / ``message_cpu_us``: per backward (window), its time beyond the
+    backward alone over the collectives or messages that started in it; the median over
+    windows. A window without any is left out; a faster one than alone counts 0."""
+    base = 0.002
+    windows = [(0.0, 0.006), (1.0, 1.003), (2.0, 2.010), (3.0, 3.001)]
+    events = [0.001, 0.002, 0.0059, 0.006, 1.001, 2.0, 2.005, 3.0, 5.0]  # 0.006: not in it
+    # 4 ms / 3, 1 ms / 1, 8 ms / 2, max(0, -1 ms) / 1: median of (1.33, 1, 4, 0) ms
+    assert probe._cost_per_event(windows, events, base) == pytest.approx((1e-3 + 4e-3 / 3) / 2)
+    assert probe._cost_per_event(windows, [9.0], base) == 0.0
+
+
 def test_calibrate_measures_again_once_when_times_do_not_grow(monkeypatch):
     """Times that shrink with size mean a disturbed measurement: one more, with twice the
     repeats, and the entry says so; two disturbed ones fail with what to do next. (The probe
