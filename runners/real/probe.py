@@ -302,7 +302,12 @@ def main(argv: list[str]) -> int:
         if "overlap_model" in job:
             out: Any = _overlap(job["overlap_model"], int(job["steps"]), rank)
         elif "ps_cpu_workers" in job:
-            out = _ps_cpu(rank, int(job["ps_cpu_workers"]))
+            out = _ps_cpu(
+                rank,
+                int(job["ps_cpu_workers"]),
+                batch=int(job.get("batch", CPU_BATCH)),
+                width=int(job.get("width", 32)),
+            )
         elif "ps_model" in job:
             out = _ps_overlap(
                 job["ps_model"],
@@ -534,16 +539,18 @@ CPU_BATCH = 1024  # the synthetic model's batch in _engine_cpu: a backward of a 
 SYNTHETIC_WARMUP = 3  # the synthetic backward's untimed first iterations
 
 
-def _synthetic_backward(layers: int, iterations: int, batch: int) -> tuple[Any, Any, float]:
-    """The CPU probes' synthetic model (``layers`` bias-free 32 x 32 linear layers, seeded),
-    its input (``batch`` rows) and the median time of its backward alone (plain autograd, no
-    hooks) over ``iterations`` after ``SYNTHETIC_WARMUP``."""
+def _synthetic_backward(
+    layers: int, iterations: int, batch: int, width: int = 32
+) -> tuple[Any, Any, float]:
+    """The CPU probes' synthetic model (``layers`` bias-free ``width`` x ``width`` linear
+    layers, seeded), its input (``batch`` rows) and the median time of its backward alone
+    (plain autograd, no hooks) over ``iterations`` after ``SYNTHETIC_WARMUP``."""
     import torch
     from torch import nn
 
     torch.manual_seed(0)
-    model = nn.Sequential(*[nn.Linear(32, 32, bias=False) for _ in range(layers)])
-    inputs = torch.randn(batch, 32)
+    model = nn.Sequential(*[nn.Linear(width, width, bias=False) for _ in range(layers)])
+    inputs = torch.randn(batch, width)
     alone = []
     for it in range(SYNTHETIC_WARMUP + iterations):
         loss = model(inputs).square().mean()
@@ -749,15 +756,13 @@ def _ps_overlap(
     return [_slowest(alone), _slowest(busy), _slowest(small), _slowest(0.0)]
 
 
-PS_CPU_ELEMENTS = 1024  # the synthetic model's layers: 32 x 32 values, one 4 KiB key each
-
-
 def _ps_cpu(
     rank: int,
     workers: int,
     layers: int = ENGINE_LAYERS,
     iterations: int = ENGINE_ITERATIONS,
     batch: int = CPU_BATCH,
+    width: int = 32,
 ) -> float:
     """(A rank of ``ps_message_cpu``.) The compute time one PS message (a push a worker
     sends, or a pull it receives) takes from a backward pass it overlaps, on this machine and
@@ -772,7 +777,7 @@ def _ps_cpu(
     messages that started during that backward (pushes leaving the sender, pulls arriving),
     the slowest worker's; servers report 0. What the messages' threads (the worker's, the
     servers', gloo's) cost the compute on shared cores. Not a model of training: a synthetic
-    model's stream."""
+    model's stream. ``width``: the layers' (a key of ``width**2`` values; 32: 4 KiB)."""
     import threading
 
     import torch
@@ -781,10 +786,10 @@ def _ps_cpu(
     from .ps import _DATA, PULL, PUSH, Channel
 
     if rank >= workers:
-        _ps_server(rank, workers, PS_CPU_ELEMENTS)
+        _ps_server(rank, workers, width * width)
         return _slowest(0.0)
     servers = list(range(workers, dist.get_world_size()))
-    model, inputs, base = _synthetic_backward(layers, iterations, batch)
+    model, inputs, base = _synthetic_backward(layers, iterations, batch, width)
     warmup = SYNTHETIC_WARMUP
 
     cv = threading.Condition()
