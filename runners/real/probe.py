@@ -768,16 +768,16 @@ def _ps_cpu(
     sends, or a pull it receives) takes from a backward pass it overlaps, on this machine and
     testbed at this process's communication-thread priority, through the real PS transport
     (``runners.real.ps.Channel``; servers as ``_ps_server``, on the same cores as in a real
-    run): ``_engine_cpu``'s synthetic model (``layers`` bias-free 32 x 32 linear layers, a
-    batch of ``batch`` rows: a backward of a few milliseconds) whose backward is timed alone
-    (no hooks), then with each layer's gradient pushed (4 KiB) to the servers in turn as it
-    is ready, from a post-accumulate-grad hook as a real run's worker pushes, every push
-    answered by a pull; each iteration waits for its answers before the next. The value is
+    run): ``_engine_cpu``'s synthetic model (``layers`` bias-free ``width`` x ``width``
+    linear layers, a batch of ``batch`` rows: a backward of a few milliseconds) whose backward
+    is timed alone (no hooks), then with each layer's gradient pushed (``width**2`` values; 4
+    KiB at the default 32) to the servers in turn as it is ready, from a post-accumulate-grad
+    hook as a real run's worker pushes, every push answered by a pull; each iteration waits for its answers before the next. The value is
     the median over iterations of (backward time with the pushes - the median alone) / the
     messages that started during that backward (pushes leaving the sender, pulls arriving),
     the slowest worker's; servers report 0. What the messages' threads (the worker's, the
     servers', gloo's) cost the compute on shared cores. Not a model of training: a synthetic
-    model's stream. ``width``: the layers' (a key of ``width**2`` values; 32: 4 KiB)."""
+    model's stream."""
     import threading
 
     import torch
