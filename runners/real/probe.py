@@ -772,12 +772,12 @@ def _ps_cpu(
     linear layers, a batch of ``batch`` rows: a backward of a few milliseconds) whose backward
     is timed alone (no hooks), then with each layer's gradient pushed (``width**2`` values; 4
     KiB at the default 32) to the servers in turn as it is ready, from a post-accumulate-grad
-    hook as a real run's worker pushes, every push answered by a pull; each iteration waits for its answers before the next. The value is
-    the median over iterations of (backward time with the pushes - the median alone) / the
-    messages that started during that backward (pushes leaving the sender, pulls arriving),
-    the slowest worker's; servers report 0. What the messages' threads (the worker's, the
-    servers', gloo's) cost the compute on shared cores. Not a model of training: a synthetic
-    model's stream."""
+    hook as a real run's worker pushes, every push answered by a pull; each iteration waits
+    for its answers before the next. The value is the median over iterations of (backward
+    time with the pushes - the median alone) / the messages that started during that
+    backward (pushes leaving the sender, pulls arriving), the slowest worker's; servers report
+    0. What the messages' threads (the worker's, the servers', gloo's) cost the compute on
+    shared cores. Not a model of training: a synthetic model's stream."""
     import threading
 
     import torch
