@@ -299,6 +299,12 @@ ALLREDUCE_ONLY_FIELDS = (
 # Cluster fields the PS arena alone uses (other arenas refuse them unless default; the ``ps`` /
 # ``server*`` fields are accepted and ignored elsewhere).
 PS_ONLY_FIELDS = ("jitter_groups", "message_cpu_us")
+# The arena each arena-only cluster field belongs to; ARENA_NAMES, how errors name it.
+FIELD_ARENA = {
+    **{key: "allreduce" for key in ALLREDUCE_ONLY_FIELDS},
+    **{key: "ps" for key in PS_ONLY_FIELDS},
+}
+ARENA_NAMES = {"allreduce": "all-reduce", "ps": "parameter-server"}
 
 # Fields left out of ``RunSpec.as_dict`` at their default: added after results were recorded,
 # so the resolved spec (and the run key hashed from it) of a run that does not set them is
@@ -534,24 +540,13 @@ def validate_comm(raw: dict[str, Any], entry: registry.Entry) -> RunSpec:
     if not isinstance(labels, dict):
         raise SpecError("labels", "must be a mapping")
     cluster = _cluster(raw.get("cluster", {}))
-    if cluster.jitter_groups != CommCluster.jitter_groups and entry.arena != "ps":
-        raise SpecError(
-            "cluster.jitter_groups",
-            f"used by the parameter-server arena only: '{entry.name}' is in the"
-            f" '{entry.arena}' arena (leave it out or set it to 1; got {cluster.jitter_groups})",
-        )
-    if cluster.message_cpu_us != CommCluster.message_cpu_us and entry.arena != "ps":
-        raise SpecError(
-            "cluster.message_cpu_us",
-            f"used by the parameter-server arena only: '{entry.name}' is in the"
-            f" '{entry.arena}' arena (leave it out)",
-        )
-    for key in ALLREDUCE_ONLY_FIELDS:
-        if getattr(cluster, key) != getattr(CommCluster, key) and entry.arena != "allreduce":
+    for key, arena in FIELD_ARENA.items():
+        value, default = getattr(cluster, key), getattr(CommCluster, key)
+        if value != default and entry.arena != arena:
             raise SpecError(
                 f"cluster.{key}",
-                f"used by the all-reduce arena only: '{entry.name}' is in the "
-                f"'{entry.arena}' arena (leave it out)",
+                f"used by the {ARENA_NAMES[arena]} arena only: '{entry.name}' is in the "
+                f"'{entry.arena}' arena (leave it out or set it to {default}; got {value})",
             )
     for i, straggler in enumerate(cluster.stragglers):
         if straggler.bandwidth_factor != 1.0 and entry.arena not in ("allreduce", "ps"):

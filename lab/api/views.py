@@ -13,13 +13,12 @@ from django.views.decorators.http import require_http_methods
 from lab import actions
 from lab.accounts.auth import token_required
 from lab.experiments.forms import (
-    ALLREDUCE_ONLY,
     ARENA_CLUSTER_FIELDS,
     ARENA_PREFIX,
     CLI_ONLY_CLUSTER_KEYS,
     CLUSTER_KEYS,
     CLUSTER_SWEEP_KEYS,
-    PS_ONLY,
+    FIELD_ARENA,
     REAL_KEYS,
     STRAGGLER_NAMES,
     TRACE_FILE_KEYS,
@@ -31,6 +30,7 @@ from lab.experiments.forms import (
 from lab.experiments.models import Experiment
 from lab.reports import figures
 from lab.runs.models import CONDITION_KEYS, Run
+from runners.spec import ARENA_NAMES
 
 FIELDS = {
     "name",
@@ -112,15 +112,10 @@ def _form_data(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[str
     else:
         _comm_data(cluster, data, errors)
         arena = actions.arena_of(system) if isinstance(system, str) else None
-        for key in ALLREDUCE_ONLY:  # the form drops them for other arenas: refuse them here
-            if key in cluster and arena not in (None, "allreduce"):
+        for key, only in FIELD_ARENA.items():  # the form drops them elsewhere: refuse them
+            if key in cluster and arena not in (None, only):
                 errors[f"cluster.{key}"] = [
-                    f"used by the all-reduce arena only ({system} is in the {arena} arena)"
-                ]
-        for key in PS_ONLY:  # likewise
-            if key in cluster and arena not in (None, "ps"):
-                errors[f"cluster.{key}"] = [
-                    f"used by the parameter-server arena only ({system} is in the {arena} arena)"
+                    f"used by the {ARENA_NAMES[only]} arena only ({system} is in the {arena} arena)"
                 ]
         if "trace" in body:
             errors["trace"] = ["only for a system of the cluster arena"]

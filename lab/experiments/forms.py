@@ -59,10 +59,9 @@ CLUSTER_KEYS = (
     "jitter_groups",
     "message_cpu_us",
 )
-# Cluster fields the all-reduce arena alone uses (the spec refuses them elsewhere).
-ALLREDUCE_ONLY = run_spec.ALLREDUCE_ONLY_FIELDS
-# Cluster fields the PS arena alone uses (the spec refuses them elsewhere unless default).
-PS_ONLY = run_spec.PS_ONLY_FIELDS
+# Cluster fields one arena alone uses (the spec refuses them elsewhere unless default): key ->
+# its arena.
+FIELD_ARENA = run_spec.FIELD_ARENA
 STRAGGLER_HELP = (
     "worker:slowdown, or worker:slowdown:bandwidth_factor for a slow NIC too, optionally "
     "@from-until iterations (until exclusive, open-ended if left out); "
@@ -555,9 +554,7 @@ class ExperimentForm(_ClusterArenaFields):
         cluster = {}
         arena = registry.get(common["system"]).arena
         for key in CLUSTER_KEYS:
-            if (key in ALLREDUCE_ONLY and arena != "allreduce") or (
-                key in PS_ONLY and arena != "ps"
-            ):
+            if FIELD_ARENA.get(key, arena) != arena:
                 continue  # a hidden part of the form (set before another system was chosen)
             value = data.get(f"cluster_{key}")
             if key in COMM_SWEEP_KEYS:
