@@ -168,7 +168,7 @@ class Stack:
         with urllib.request.urlopen(request, timeout=30) as r:
             return r.read()
 
-    def wait_finished(self, experiment_id: int, timeout_s: float = 180) -> dict[str, Any]:
+    def wait_finished(self, experiment_id: int, timeout_s: float = 300) -> dict[str, Any]:
         def finished() -> dict[str, Any] | None:
             status, data = self.api("GET", f"/api/experiments/{experiment_id}/")
             assert status == 200, data
