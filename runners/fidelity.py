@@ -821,7 +821,7 @@ def matched_specs(
     engine; slow-down and aggregation rate), and both twins as many
     server processes and machines as the probe had. On a shaped network, both arenas' twins
     have the NICs' token bucket (``cluster.link_burst_bytes``: the depth
-    ``runners.real.testbed`` gives ``tc tbf``, in payload bytes; not fitted). An all-reduce
+    ``runners.real.testbed`` gives its shaper, in payload bytes; not fitted). An all-reduce
     twin negotiates its reordering plans' decisions as the real engine does (``cluster.
     negotiation``) and, where the
     calibration measured it and the lab's engine runs the system (not DDP's or Horovod's own
@@ -932,7 +932,7 @@ def _profile(model: str, label: str) -> workloads.MeasuredProfile | None:
 
 
 def _payload_burst(nominal_gbps: float, fitted_gbps: float) -> int:
-    """The testbed's token bucket (``tc tbf`` counts frames, headers included) in the payload
+    """The testbed's token bucket (``tc htb`` counts frames, headers included) in the payload
     bytes the simulator counts: its depth times the fitted bandwidth's share of the nominal."""
     from .real import testbed as tb
 

@@ -126,7 +126,7 @@ class CommCluster:
     free (the papers' model). ``fidelity`` sets it.
 
     ``link_burst_bytes``: the NICs are shaped by a token bucket of this depth (payload bytes)
-    filled at the bandwidth, as ``tc tbf`` shapes the emulated testbed's: a collective's (PS
+    filled at the bandwidth, as ``tc htb`` shapes the emulated testbed's: a collective's (PS
     arena: a push's, a pull's, at every NIC it crosses) bytes up to the tokens gathered while
     the links did not send pass at once, the rest at the bandwidth. 0 (the default): links
     that always run at the bandwidth.
@@ -183,7 +183,7 @@ class CommCluster:
     busy_latency_us: float | None = None  # all-reduce arena: while computing (None: latency_us)
     overlap_comm_slowdown: float = 0.0  # all-reduce arena: bytes slower while computing
     negotiation: bool = False  # all-reduce arena: reordering plans negotiate each decision
-    link_burst_bytes: int = 0  # the NICs' token bucket (tc tbf), 0 = none
+    link_burst_bytes: int = 0  # the NICs' token bucket (the testbed's tc htb), 0 = none
     collective_cpu_us: float = 0.0  # all-reduce arena: CPU a collective takes from compute
     optimizer_update: bool = False  # all-reduce arena: a measured profile's update times
     step_jitter_cv: float = 0.0  # all-reduce arena: per-worker, per-step compute noise
@@ -429,7 +429,7 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
     "link_burst_bytes": (
         int,
         lambda v: 0 <= v <= 1 << 40,
-        "an integer >= 0 (bytes a NIC's token bucket holds, as tc tbf's burst; 0 = no bucket)",
+        "an integer >= 0 (bytes a NIC's token bucket holds, as the testbed's burst; 0 = no bucket)",
     ),
     "collective_cpu_us": (
         float,

@@ -248,7 +248,7 @@ class ExperimentForm(_ClusterArenaFields):
         min_value=0,
         initial=_DEFAULTS.link_burst_bytes,
         help_text="after a NIC idles, up to this many bytes of a collective (or of a PS push "
-        "or pull) pass at once, as tc tbf's burst shapes the emulated testbed (0 = links "
+        "or pull) pass at once, as the shaper's burst shapes the emulated testbed (0 = links "
         "always at the bandwidth)",
     )
     cluster_collective_cpu_us = forms.FloatField(

@@ -259,7 +259,7 @@ def fit_alpha_beta(rows: list[tuple[int, float]], workers: int) -> tuple[float, 
     """Fit ``t(S) = 2(n-1) * alpha + 2(n-1)/n * S / B`` (the simulator's ring all-reduce) to
     measured ``(S bytes, t seconds)``: returns ``(alpha_s, B bytes/s)``.
 
-    Two regimes, because the shaper's token bucket (``tc tbf``, burst 256 KiB) lets small
+    Two regimes, because the shaper's token bucket (``tc htb``, burst 256 KiB) lets small
     messages through at line rate: B comes from the Theil-Sen slope (median of the pairwise
     slopes, robust to one disturbed size on a shared machine) over the sizes of at least
     ``LARGE_BYTES`` (the throughput a long transfer sees); alpha is the median, over the

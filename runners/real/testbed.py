@@ -1,8 +1,14 @@
 """The emulated network of real runs (root only): every node (a training rank, later a
 parameter server) in its own network namespace, joined to a bridge in a "switch" namespace by
-a veth pair, each direction shaped with ``tc tbf`` to the node's NIC bandwidth. Added latency
-uses ``netem`` when the kernel has it (``netem_available``); this project's machines lack
-``sch_netem``, so there the testbed's own latency stands and is reported as not emulated.
+a veth pair, each direction shaped to the node's NIC bandwidth by ``tc htb``: one token bucket
+for the NIC (``burst_bytes`` deep), in which pure TCP acknowledgements go first, in a class of
+their own, as on a full-duplex NIC a direction's acknowledgements do not wait behind the other
+direction's data. (With one ``tc tbf`` queue per direction, as before 2026-11-23, they did: a
+transfer running against another one in the opposite direction took 1.2-1.7 times as long as
+alone, because its acknowledgements queued behind up to a burst of the other's data; see
+``shaper_commands``.) Added latency uses ``netem`` under both classes when the kernel has it
+(``netem_available``); this project's machines lack ``sch_netem``, so there the testbed's own
+latency stands and is reported as not emulated.
 
 Nothing is left behind: ``testbed()`` tears everything down on exit, a detached *reaper*
 process deletes the namespaces if the launcher is killed (even by SIGKILL), and every start
@@ -28,8 +34,14 @@ from dataclasses import dataclass, field
 PREFIX = "labnet"
 _NAME = re.compile(rf"^({PREFIX}-(\d+)-\d+)-(sw|\d+)$")
 _counter = itertools.count()
-MIN_BURST_BYTES = 256 * 1024  # above a GSO super-packet (64 KiB), which tbf would drop
-QUEUE_LATENCY_MS = 100
+MIN_BURST_BYTES = 256 * 1024  # above a GSO super-packet (64 KiB), which a shaper would drop
+ACK_SHARE = 0.05  # the acknowledgements' class: its guaranteed share of the NIC (it may use all)
+# A pure TCP acknowledgement (u32 matches): TCP, an IPv4 header of 20 bytes, shorter than 64
+# bytes in all (timestamps and SACK blocks fit; a data segment with 12 bytes or more of payload
+# does not), flags ACK alone. Data never goes first, so no TCP stream is reordered.
+ACK_MATCH = ["match", "ip", "protocol", "6", "0xff", "match", "u8", "0x05", "0x0f", "at", "0",
+             "match", "u16", "0x0000", "0xffc0", "at", "2", "match", "u8", "0x10", "0xff", "at",
+             "33"]  # fmt: skip
 NATIVE_LATENCY_US = 100.0  # what may be asked for without netem (the testbed's own, below)
 
 
@@ -114,17 +126,53 @@ def burst_bytes(gbps: float) -> int:
     return max(MIN_BURST_BYTES, int(gbps * 1e9 / 8 / 1000))
 
 
-def tbf_args(gbps: float) -> list[str]:
-    """``tc`` arguments of a token bucket at ``gbps`` Gbit/s."""
-    return [
-        "tbf",
-        "rate",
-        f"{int(gbps * 1e9)}bit",
-        "burst",
-        str(burst_bytes(gbps)),
-        "latency",
-        f"{QUEUE_LATENCY_MS}ms",
-    ]
+def shaper_commands(
+    dev: str, gbps: float, delay: str | None = None, change: bool = False
+) -> list[list[str]]:
+    """``tc`` commands (for ``tc -batch``) shaping ``dev``'s egress to ``gbps`` Gbit/s: HTB
+    class ``1:1`` at the NIC's rate with a ``burst_bytes`` bucket, holding ``1:10`` for pure
+    TCP acknowledgements (priority 0, ``ACK_MATCH``) and ``1:20`` for everything else (the
+    default). Both may borrow the whole rate; the acknowledgements are served first, so a
+    transfer's acknowledgements never wait behind the data of one going the other way, and
+    the two directions of a link run at full rate each (``tests/integration/test_real_mode``
+    measures it). ``delay``: a ``netem`` delay under both classes. ``change``: re-rate the
+    classes of an already shaped ``dev`` (time-varying stragglers) without dropping what is
+    queued."""
+    rate = max(int(gbps * 1e9), 8000)
+    ack = max(int(rate * ACK_SHARE), 8000)
+    bucket = ["burst", str(burst_bytes(gbps)), "cburst", str(burst_bytes(gbps))]
+    verb = "change" if change else "add"
+    classes = [
+        ["class", verb, "dev", dev, "parent", "1:", "classid", "1:1", "htb",
+         "rate", f"{rate}bit", "ceil", f"{rate}bit", *bucket],
+        ["class", verb, "dev", dev, "parent", "1:1", "classid", "1:10", "htb",
+         "rate", f"{ack}bit", "ceil", f"{rate}bit", *bucket, "prio", "0", "quantum", "65536"],
+        ["class", verb, "dev", dev, "parent", "1:1", "classid", "1:20", "htb",
+         "rate", f"{rate - ack}bit", "ceil", f"{rate}bit", *bucket, "prio", "1",
+         "quantum", "65536"],
+    ]  # fmt: skip
+    if change:
+        return classes
+    commands = [["qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "20"]]
+    commands += classes
+    commands.append(["filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio",
+                     "1", "u32", *ACK_MATCH, "flowid", "1:10"])  # fmt: skip
+    if delay is not None:
+        for leaf in ("10", "20"):
+            commands.append(["qdisc", "add", "dev", dev, "parent", f"1:{leaf}", "handle",
+                             f"{leaf}:", "netem", "delay", delay])  # fmt: skip
+    return commands
+
+
+def _tc_batch(namespace: str, commands: list[list[str]]) -> None:
+    result = subprocess.run(
+        ["ip", "netns", "exec", namespace, "tc", "-batch", "-"],
+        input="".join(" ".join(c) + "\n" for c in commands),
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode:
+        raise TestbedError(f"tc in {namespace}: {result.stderr.strip()}")
 
 
 @dataclass
@@ -136,6 +184,7 @@ class Testbed:
     latency_us: float = 0.0
     netem: bool = False
     created: list[str] = field(default_factory=list)
+    shaped: set[int] = field(default_factory=set)
 
     @property
     def nodes(self) -> int:
@@ -175,21 +224,20 @@ class Testbed:
             self.shape(k, self.bandwidth_gbps[k])
 
     def shape(self, k: int, gbps: float) -> None:
-        """(Re)shape node k's NIC, both directions, to ``gbps`` (time-varying stragglers)."""
-        half_delay = f"{self.latency_us / 2:g}us"
+        """(Re)shape node k's NIC, both directions, to ``gbps`` (time-varying stragglers:
+        the classes change rate, what is queued stays)."""
+        change = k in self.shaped
+        delay = f"{self.latency_us / 2:g}us" if self.netem else None
         for ns, dev in ((self.namespace(k), "eth0"), (self.switch, f"v{k}")):
-            _tc(ns, "qdisc", "del", "dev", dev, "root", check=False)
-            if self.netem:
-                _tc(ns, "qdisc", "add", "dev", dev, "root", "handle", "1:", "netem", "delay",
-                    half_delay)  # fmt: skip
-                _tc(ns, "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "2:",
-                    *tbf_args(gbps))  # fmt: skip
-            else:
-                _tc(ns, "qdisc", "add", "dev", dev, "root", "handle", "1:", *tbf_args(gbps))
+            _tc_batch(ns, shaper_commands(dev, gbps, delay, change))
+        self.shaped.add(k)
         self.bandwidth_gbps[k] = gbps
 
     def qdiscs(self, k: int) -> str:
-        return _tc(self.namespace(k), "qdisc", "show", "dev", "eth0").stdout
+        """Node k's NIC as ``tc`` shows it: queueing disciplines, then classes."""
+        ns = self.namespace(k)
+        return (_tc(ns, "qdisc", "show", "dev", "eth0").stdout
+                + _tc(ns, "class", "show", "dev", "eth0").stdout)  # fmt: skip
 
     def teardown(self) -> None:
         for ns in reversed(self.created):

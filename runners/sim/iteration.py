@@ -38,7 +38,7 @@ and the delay:
   collective that starts, a negotiation round's included, takes that much CPU time from the
   op each computing group runs then (``ComputeJob.charge_cpu``);
 * with ``burst_bytes`` (``cluster.link_burst_bytes``: the NICs shaped by a token bucket, as
-  ``tc tbf`` shapes the emulated testbed's), each NIC's bucket fills at the bandwidth up to
+  ``tc htb`` shapes the emulated testbed's), each NIC's bucket fills at the bandwidth up to
   that many bytes while the channel is empty; a collective's bytes per link (``2(n-1)/n`` of
   its size for an all-reduce, times its cost for a split collective) up to the tokens pass at
   once, only the rest at the bandwidth (its latency, and on the busy network the CPU's share

@@ -19,7 +19,7 @@ once. PS stragglers scale a server's NIC bandwidth (contention) and CPU time (in
 possibly only in some iterations; a worker straggler's ``bandwidth_factor`` scales its own
 NIC's (``B_w`` of its pushes and pulls; the worker is a group of its own).
 
-With ``cluster.link_burst_bytes`` (the NICs shaped by a token bucket, as ``tc tbf`` shapes
+With ``cluster.link_burst_bytes`` (the NICs shaped by a token bucket, as ``tc htb`` shapes
 the emulated testbed's, each direction of each NIC), every worker uplink and downlink and every
 server NIC in and out has a bucket of that depth, full at the start, filled at the NIC's rate
 of the moment (a straggler's scaled one) while it does not send at the shaped rate (idle, a

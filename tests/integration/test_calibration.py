@@ -37,7 +37,7 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
     testbed = fidelity.load_testbed(label)
     loop, shaped = testbed["network"]
     assert loop["nominal_gbps"] is None and shaped["nominal_gbps"] == 0.5
-    # The shaper's rate bounds what the fit finds (tbf; headers and gloo's own traffic on top).
+    # The shaper's rate bounds what the fit finds (htb; headers and gloo's own traffic on top).
     assert 0.3 <= shaped["bandwidth_gbps"] <= 0.55
     assert loop["bandwidth_gbps"] > shaped["bandwidth_gbps"]
     for point in (loop, shaped):
