@@ -517,6 +517,17 @@ def _print_point(point: dict[str, Any]) -> None:
         if "reduce_scatter_cost" in point
         else ""
     )
+    cpu = point.get("collective_cpu_us", {})
+    rounds = point.get("negotiation_cpu_us", {})
+    cpu_line = (
+        "  compute per collective (per negotiation round): "
+        + ", ".join(
+            f"{m} {v:.0f} us" + (f" ({rounds[m]:.0f} us)" if m in rounds else "")
+            for m, v in cpu.items()
+        )
+        if cpu
+        else ""
+    )
     ps = point.get("ps")
     ps_line = (
         f"  PS arena ({ps['servers']} servers): "
@@ -536,7 +547,7 @@ def _print_point(point: dict[str, Any]) -> None:
     print(
         f"{where:20} bandwidth {point['bandwidth_gbps']:8.3f} Gbit/s  latency "
         f"{point['latency_us']:7.1f} us  compute while communicating (latency while "
-        f"computing): {slow}{split}{ps_line}"
+        f"computing): {slow}{cpu_line}{split}{ps_line}"
     )
 
 

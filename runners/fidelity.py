@@ -451,7 +451,9 @@ OVERLAP_METHOD = (
     "and while it idles (latency_idle_us); the 1 MiB all-reduces' time while computing over "
     "idle, minus 1 (comm_slowdown); 4 KiB all-reduces issued by the lab's engine on idle "
     "ranks, a synthetic model's stream (latency_engine_us); the compute time such an engine "
-    "collective takes from a synthetic backward it overlaps (collective_cpu_us)"
+    "collective takes from a synthetic backward it overlaps (collective_cpu_us); the compute "
+    "time a negotiation round of the engine (one 16-byte all-reduce before a dispatch) takes "
+    "from that backward, beyond its collectives' (negotiation_cpu_us)"
 )
 
 
@@ -500,6 +502,7 @@ def _probe_overlap(
         "comm_slowdown": ("comm_slowdown", 1.0, 4),
         "latency_engine_us": ("latency_engine_s", 1e6, 3),
         "collective_cpu_us": ("collective_cpu_s", 1e6, 3),
+        "negotiation_cpu_us": ("negotiation_cpu_s", 1e6, 3),
     }
     return {
         key: {
@@ -527,7 +530,7 @@ def calibrate_overlap(
         progress,
         measure,
         OVERLAP_METHOD,
-        "collective_cpu_us",
+        "negotiation_cpu_us",
         "overlap_date",
         superseded=_OLD_OVERLAP_METHODS,
         slowdowns=("overlap_slowdown", "comm_slowdown"),
@@ -535,12 +538,14 @@ def calibrate_overlap(
 
 
 # What calibrations before ``latency_idle_us``, then before ``latency_engine_us``, then
-# before ``collective_cpu_us``, said of their overlap measurement.
+# before ``collective_cpu_us``, then before ``negotiation_cpu_us``, said of their overlap
+# measurement.
 _OLD_OVERLAP_METHODS = (
     "overlap slow-down per model: forward + backward timed alone and while a thread keeps "
     "1 MiB all-reduces going (runners.real.probe.overlap)",
     OVERLAP_METHOD.split("; 4 KiB all-reduces issued by")[0],
     OVERLAP_METHOD.split("; the compute time such an engine")[0],
+    OVERLAP_METHOD.split("; the compute time a negotiation round")[0],
 )
 
 
@@ -910,6 +915,9 @@ def matched_specs(
         cpu = point.get("collective_cpu_us", {}).get(model)
         if cpu is not None and system not in OWN_FRAMEWORKS:  # the lab's engine runs it
             sim["cluster"]["collective_cpu_us"] = float(cpu)
+            rounds = point.get("negotiation_cpu_us", {}).get(model)
+            if rounds is not None:  # calibrations from before it was measured: a collective's
+                sim["cluster"]["negotiation_cpu_us"] = float(rounds)
         profile = _profile(model, label)
         # every real system updates each parameter (profiles from before the updates were
         # timed have none)
@@ -1023,6 +1031,7 @@ ABLATIONS = (
     "step_jitter_cv",
     "optimizer_update",
     "collective_cpu_us",
+    "negotiation_cpu_us",
     "link_burst_bytes",
     "message_cpu_us",
 )

@@ -141,6 +141,13 @@ class CommCluster:
     GPU's compute). ``python -m runners calibrate`` measures it through the lab's engine and
     ``fidelity`` sets it for the systems that engine runs. A reconstruction, labelled as such.
 
+    ``negotiation_cpu_us`` (all-reduce arena, with ``negotiation``): the CPU time a negotiation
+    round takes from the compute, in place of ``collective_cpu_us`` for the rounds. Left out
+    (the default): a round costs what a collective does. ``python -m runners calibrate``
+    measures it through the lab's engine (a round is one 16-byte all-reduce, issued
+    synchronously by the engine's dispatcher; beyond the collectives' own cost) and
+    ``fidelity`` sets it. A reconstruction, labelled as such.
+
     ``optimizer_update`` (all-reduce arena; needs ``gpu: measured:<label>``): each layer's
     forward takes its measured momentum-SGD update time longer (the profile's ``update_s``:
     one parameter at a time, as the lab's engine and ``torch.optim.SGD`` on CPU apply it; the
@@ -185,6 +192,7 @@ class CommCluster:
     negotiation: bool = False  # all-reduce arena: reordering plans negotiate each decision
     link_burst_bytes: int = 0  # the NICs' token bucket (the testbed's tc htb), 0 = none
     collective_cpu_us: float = 0.0  # all-reduce arena: CPU a collective takes from compute
+    negotiation_cpu_us: float | None = None  # all-reduce arena: a round's (None: a collective's)
     optimizer_update: bool = False  # all-reduce arena: a measured profile's update times
     step_jitter_cv: float = 0.0  # all-reduce arena: per-worker, per-step compute noise
     stragglers: tuple[Straggler, ...] = ()
@@ -292,6 +300,7 @@ ALLREDUCE_ONLY_FIELDS = (
     "overlap_comm_slowdown",
     "negotiation",
     "collective_cpu_us",
+    "negotiation_cpu_us",
     "optimizer_update",
     "step_jitter_cv",
 )
@@ -320,6 +329,7 @@ _OMITTED_AT_DEFAULT = {
     "negotiation": CommCluster.negotiation,
     "link_burst_bytes": CommCluster.link_burst_bytes,
     "collective_cpu_us": CommCluster.collective_cpu_us,
+    "negotiation_cpu_us": CommCluster.negotiation_cpu_us,
     "optimizer_update": CommCluster.optimizer_update,
     "step_jitter_cv": CommCluster.step_jitter_cv,
 }
@@ -436,6 +446,12 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         lambda v: 0 <= v <= 1e6,
         "a number >= 0 (microseconds of CPU each collective takes from the compute it "
         "overlaps; 0 = none)",
+    ),
+    "negotiation_cpu_us": (
+        float,
+        lambda v: 0 <= v <= 1e6,
+        "a number >= 0 (microseconds of CPU each negotiation round takes from the compute it "
+        "overlaps; left out: collective_cpu_us)",
     ),
     "optimizer_update": (
         bool,

@@ -259,6 +259,13 @@ class ExperimentForm(_ClusterArenaFields):
         help_text="compute time each collective takes from the op it overlaps, as the "
         "communication threads do on a CPU testbed (0 = none, as on a GPU)",
     )
+    cluster_negotiation_cpu_us = forms.FloatField(
+        label="CPU per negotiation round (us)",
+        required=False,
+        min_value=0,
+        help_text="compute time each negotiation round takes from the op it overlaps; empty = "
+        "the CPU per collective above (python -m runners calibrate measures it on CPU testbeds)",
+    )
     cluster_step_jitter_cv = forms.FloatField(
         label="per-step compute jitter (CV)",
         required=False,

@@ -294,6 +294,7 @@ class Engine:
         approximation: str = "stale",
         negotiate: bool | None = None,
         record: Any = None,
+        on_negotiation: Any = None,
     ) -> None:
         if approximation not in APPROXIMATIONS:
             raise ValueError(f"approximation must be one of {', '.join(APPROXIMATIONS)}")
@@ -309,6 +310,7 @@ class Engine:
         # A separate group for the negotiation, so it does not queue behind gradient traffic.
         self._neg_group = dist.new_group(backend="gloo") if self.negotiate else None
         self.record = record  # callable(iteration, resource, op, layer, start, end, bytes) or None
+        self.on_negotiation = on_negotiation  # callable(start) per negotiation round, or None
 
         self._layer_of: dict[int, int] = {}
         group_of_layer = {layer: g for g, grp in enumerate(self.groups) for layer in grp.layers}
@@ -579,6 +581,8 @@ class Engine:
                     self._cv.wait(0.05)
             if self.negotiate:
                 counts = torch.tensor([R_loc, C_loc], dtype=torch.int64)
+                if self.on_negotiation is not None:
+                    self.on_negotiation(time.perf_counter())
                 dist.all_reduce(counts, op=dist.ReduceOp.MIN, group=self._neg_group)
                 R, C = int(counts[0]), int(counts[1])
                 with self._cv:

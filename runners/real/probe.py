@@ -100,6 +100,7 @@ class OverlapProbe:
     comm_slowdown: float  # a 1 MiB all-reduce's time while computing over idle, minus 1 (>= 0)
     latency_engine_s: float  # a 4 KiB all-reduce in a stream through the lab's engine, idle
     collective_cpu_s: float = 0.0  # compute time an engine collective takes from a backward
+    negotiation_cpu_s: float = 0.0  # the same of a negotiation round, beyond its collectives
 
 
 def overlap(
@@ -123,8 +124,10 @@ def overlap(
     ranks, but issued by the lab's real engine (``_engine_stream``), as training runs issue
     them: asynchronous, from its communication thread, each completion handed back to the
     waiting threads (per ring step, 10 %-trimmed mean); and ``collective_cpu_s``, the compute
-    time such a collective takes from a backward pass it overlaps (``_engine_cpu``)."""
-    alone, busy, small_busy, big_busy, big_idle, small_idle, engine, cpu = _launch(
+    time such a collective takes from a backward pass it overlaps (``_engine_cpu``), then
+    ``negotiation_cpu_s``, what a negotiation round takes beyond that (``_engine_cpu`` with
+    ``negotiate``)."""
+    alone, busy, small_busy, big_busy, big_idle, small_idle, engine, cpu, rounds = _launch(
         {"overlap_model": model, "steps": steps},
         workers, bandwidth_gbps, work, threads, comm_priority,
     )  # fmt: skip
@@ -136,6 +139,7 @@ def overlap(
         comm_slowdown=max(0.0, big_busy / big_idle - 1.0),
         latency_engine_s=engine / steps_per,
         collective_cpu_s=cpu,
+        negotiation_cpu_s=rounds,
     )
 
 
@@ -484,7 +488,8 @@ def _overlap(model_name: str, steps: int, rank: int) -> list[float]:
     _, small_idle = traffic_while(1024, idling)
     engine = _engine_stream()
     cpu = _engine_cpu()
-    values = (alone, busy, small_busy, big_busy, big_idle, small_idle, engine, cpu)
+    rounds = _engine_cpu(negotiate=True, per_collective=cpu)
+    values = (alone, busy, small_busy, big_busy, big_idle, small_idle, engine, cpu, rounds)
     return [_slowest(v) for v in values]
 
 
@@ -562,20 +567,32 @@ def _synthetic_backward(
     return model, inputs, statistics.median(alone)
 
 
-def _cost_per_event(windows: list[tuple[float, float]], events: list[float], base: float) -> float:
+def _cost_per_event(
+    windows: list[tuple[float, float]],
+    events: list[float],
+    base: float,
+    known: list[float] | None = None,
+    known_cost: float = 0.0,
+) -> float:
     """The median over ``windows`` (backward passes, start and end) of the time each took
-    beyond ``base`` over the ``events`` (instants) that fell in it: what one event cost the
-    compute (0 when no window had any)."""
+    beyond ``base``, less ``known_cost`` for each of the ``known`` instants in it, over the
+    ``events`` (instants) that fell in it: what one event cost the compute (0 when no window
+    had any)."""
     per_event = []
     for start, end in windows:
         overlapping = sum(start <= t < end for t in events)
         if overlapping:
-            per_event.append(max(0.0, (end - start - base) / overlapping))
+            paid = known_cost * sum(start <= t < end for t in known or ())
+            per_event.append(max(0.0, (end - start - base - paid) / overlapping))
     return statistics.median(per_event) if per_event else 0.0
 
 
 def _engine_cpu(
-    layers: int = ENGINE_LAYERS, iterations: int = ENGINE_ITERATIONS, batch: int = CPU_BATCH
+    layers: int = ENGINE_LAYERS,
+    iterations: int = ENGINE_ITERATIONS,
+    batch: int = CPU_BATCH,
+    negotiate: bool = False,
+    per_collective: float = 0.0,
 ) -> float:
     """(Every rank.) The compute time one collective issued by the lab's engine takes from a
     backward pass it overlaps, on this machine at this process's communication-thread
@@ -587,7 +604,13 @@ def _engine_cpu(
     iterations of (backward time through the engine - the median alone) / the collectives
     that started during that backward (the slowest rank's): what a collective's threads (the
     engine's dispatcher, gloo's, the completion hand-off) and the engine's hooks cost the
-    compute on shared cores. Not a model of training: a synthetic model's stream."""
+    compute on shared cores. Not a model of training: a synthetic model's stream.
+
+    With ``negotiate``, the engine negotiates each dispatch decision (a round: one 16-byte
+    MIN all-reduce on a group of its own, issued by its dispatcher and waited for there, as
+    for reordering plans), and the value is per round instead: each iteration's backward time
+    beyond the median alone, less ``per_collective`` for each collective that started in it,
+    over the rounds that started in it (median over iterations)."""
 
     from ..policies.allreduce import CommPlan, CommTask
     from .engine import Engine, bind_layers
@@ -601,13 +624,15 @@ def _engine_cpu(
     )
     plan = CommPlan(tasks=tasks, credit_bytes=float("inf"), cross_barrier=False)
     starts: list[float] = []
+    rounds: list[float] = []
 
     def record(it: int, resource: str, _op: str, _layer: str, start: float, _e: float, _b: int):
         if resource == "network":
             starts.append(start)
 
     with _communication():
-        engine = Engine(model, binding, plan, lr=1e-9, record=record)
+        engine = Engine(model, binding, plan, lr=1e-9, negotiate=negotiate, record=record,
+                        on_negotiation=rounds.append)  # fmt: skip
     windows = []
     for it in range(warmup + iterations):
         engine.begin(it)  # waits for the previous iteration's collectives
@@ -617,6 +642,8 @@ def _engine_cpu(
         if it >= warmup:
             windows.append((start, time.perf_counter()))
     engine.finish()
+    if negotiate:
+        return _cost_per_event(windows, rounds, base, known=starts, known_cost=per_collective)
     return _cost_per_event(windows, starts, base)
 
 

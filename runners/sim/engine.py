@@ -27,9 +27,10 @@ Modelling choices (written down, labelled in reports):
 * ``overlap_slowdown`` (gamma): an op that *starts* while its group's network is busy takes
   ``1 + gamma`` times longer (Echo-style interference, applied at op start, not integrated);
 * ``collective_cpu_s`` (all-reduce arena): each collective the arena starts (``charge_cpu``)
-  takes that much CPU time from the op each computing group runs then: the op ends that much
-  later (the communication threads ahead of the compute on shared cores, as on our CPU
-  testbed; a reconstruction, labelled as such); the PS arena's ``cpu_per_message``
+  takes that much CPU time from the op each computing group runs then (a negotiation round's,
+  ``negotiation_cpu_s`` when set): the op ends that much later (the communication threads
+  ahead of the compute on shared cores, as on our CPU testbed; a reconstruction, labelled as
+  such); the PS arena's ``cpu_per_message``
   (``cluster.message_cpu_us``) likewise charges each message to its own group's op;
 * optimizer update time is not modelled here (0); the all-reduce arena adds a measured
   profile's per-layer update time to each layer's forward op with ``cluster.optimizer_update``
@@ -106,6 +107,8 @@ class ComputeSetup:
     link_factors: tuple[float, ...] = ()
     # All-reduce arena: CPU time each collective takes from the compute op it overlaps.
     collective_cpu_s: float = 0.0
+    # All-reduce arena: CPU time a negotiation round takes so (None: a collective's).
+    negotiation_cpu_s: float | None = None
     # All-reduce arena: per-worker, per-iteration compute noise (CV of one draw per step).
     step_jitter_cv: float = 0.0
 
@@ -226,6 +229,9 @@ class ComputeJob:
         self.durations = self._durations()
         self.gamma = setup.overlap_slowdown
         self.cpu_per_collective = setup.collective_cpu_s
+        self.cpu_per_round = (
+            setup.collective_cpu_s if setup.negotiation_cpu_s is None else setup.negotiation_cpu_s
+        )
         self.cpu_per_message = 0.0  # PS arena: ``cluster.message_cpu_us`` (set by its job)
         g = self.n_groups
         # CPU time collectives took from each group's running op, not yet added to it.
@@ -323,6 +329,7 @@ class ComputeJob:
             self.batch_forward
             and not gamma
             and not self.cpu_per_collective
+            and not self.cpu_per_round
             and not self.cpu_per_message
         )
         cpu_debt = self.cpu_debt
@@ -463,12 +470,13 @@ class ComputeJob:
         self._forward_done = forward_done
         self._compute_done = compute_done
 
-    def charge_cpu(self) -> None:
+    def charge_cpu(self, negotiation: bool = False) -> None:
         """A collective starts: each group computing now loses ``collective_cpu_s`` of its
-        running op's time (added when the op would have ended). A group in the middle of its
-        backward pass computes now even between two ops (a gradient's collective starts as
-        the next op does): the op that starts now pays."""
-        cost = self.cpu_per_collective
+        running op's time (added when the op would have ended); a negotiation round's
+        collective, ``negotiation_cpu_s`` (when set). A group in the middle of its backward
+        pass computes now even between two ops (a gradient's collective starts as the next op
+        does): the op that starts now pays."""
+        cost = self.cpu_per_round if negotiation else self.cpu_per_collective
         if cost:
             busy, bwd_next, debt = self.busy, self.bwd_next, self.cpu_debt
             for g in range(self.n_groups):

@@ -36,7 +36,8 @@ and the delay:
   small all-reduce per cycle), then fuses them; a cycle due meanwhile waits for it;
 * with ``collective_cpu_s`` (``cluster.collective_cpu_us``, on the compute setup), every
   collective that starts, a negotiation round's included, takes that much CPU time from the
-  op each computing group runs then (``ComputeJob.charge_cpu``);
+  op each computing group runs then (``ComputeJob.charge_cpu``); a round's is
+  ``negotiation_cpu_s`` instead when set (``cluster.negotiation_cpu_us``);
 * with ``burst_bytes`` (``cluster.link_burst_bytes``: the NICs shaped by a token bucket, as
   ``tc htb`` shapes the emulated testbed's), each NIC's bucket fills at the bandwidth up to
   that many bytes while the channel is empty; a collective's bytes per link (``2(n-1)/n`` of
@@ -256,7 +257,7 @@ class _AllReduceJob(ComputeJob):
             return
         if self.negotiate_cycles:
             self.cycle_negotiating = True
-            self.charge_cpu()  # the coordinator's collective
+            self.charge_cpu(negotiation=True)  # the coordinator's collective
             self.loop.after(self._round_s(), self._cycle_negotiated, entries)
             return
         self._fuse(entries)
@@ -304,7 +305,7 @@ class _AllReduceJob(ComputeJob):
         if self.round_running or self.credit_left <= 0 or not (self.unadmitted or self.ready):
             return
         self.round_running = True
-        self.charge_cpu()  # the round's collective
+        self.charge_cpu(negotiation=True)  # the round's collective
         # What the ranks agree on is what they had when the round started: the tasks ready
         # then, and the credit left then (bytes completed during the round count next round).
         self.loop.after(self._round_s(), self._round_done, len(self.unadmitted), self.credit_left)

@@ -89,6 +89,13 @@ def test_the_cpu_probes_divide_each_backward_s_extra_time_by_the_events_in_it():
     # 4 ms / 3, 1 ms / 1, 8 ms / 2, max(0, -1 ms) / 1: median of (1.33, 1, 4, 0) ms
     assert probe._cost_per_event(windows, events, base) == pytest.approx((1e-3 + 4e-3 / 3) / 2)
     assert probe._cost_per_event(windows, [9.0], base) == 0.0
+    # ``negotiation_cpu_us``: the rounds in a window pay what its collectives (``known``, 0.5
+    # ms each) did not: (4 - 2 x 0.5) / 1, (1 - 0.5) / 1, (8 - 0) / 2 ms (the last window has
+    # no round); median 3 ms
+    rounds, known = [0.0005, 1.0, 2.001, 2.002], [0.001, 0.002, 1.001]
+    assert probe._cost_per_event(
+        windows, rounds, base, known=known, known_cost=5e-4
+    ) == pytest.approx(3e-3)
 
 
 def test_calibrate_measures_again_once_when_times_do_not_grow(monkeypatch):
@@ -358,6 +365,7 @@ def test_calibrate_overlap_only_measures_the_interference_again_and_split_uses_i
             comm_slowdown=0.5,
             latency_engine_s=3 * idle[(len(seen) - 1) % 5],
             collective_cpu_s=2e-4,
+            negotiation_cpu_s=5e-5,
         )
 
     monkeypatch.setattr(probe, "overlap", fake_overlap)
@@ -372,8 +380,9 @@ def test_calibrate_overlap_only_measures_the_interference_again_and_split_uses_i
     assert shaped["comm_slowdown"] == {"vgg16-debug": 0.5}
     assert shaped["latency_engine_us"] == {"vgg16-debug": 1200.0}
     assert shaped["collective_cpu_us"] == {"vgg16-debug": 200.0}
+    assert shaped["negotiation_cpu_us"] == {"vgg16-debug": 50.0}
     assert shaped["latency_us"] == 120.0, "the alpha-beta fit is kept"
-    assert "collective_cpu_us" in stored["method"] and stored["overlap_date"]
+    assert "negotiation_cpu_us" in stored["method"] and stored["overlap_date"]
     assert stored["method"].startswith("m; split; overlap per model"), "the old text replaced"
     assert stored["method"].count("overlap per model") == 1
     _, sim = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, stored)  # engine, the default
@@ -381,9 +390,11 @@ def test_calibrate_overlap_only_measures_the_interference_again_and_split_uses_i
     assert (c.latency_us, c.busy_latency_us, c.overlap_comm_slowdown) == (1200.0, 2000.0, 0.5)
     assert c.negotiation, "the real engine negotiates reordering plans"
     assert c.collective_cpu_us == 200.0, "the lab's engine runs wfbp: its CPU per collective"
+    assert c.negotiation_cpu_us == 50.0, "and per negotiation round"
     for own in fidelity.OWN_FRAMEWORKS:  # PyTorch DDP's and Horovod's own code: not measured
         _, twin = fidelity.matched_specs(own, "vgg16-debug", 1.0, stored)
         assert validate(twin).cluster.collective_cpu_us == 0.0
+        assert validate(twin).cluster.negotiation_cpu_us is None
     _, split = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, stored, latency="split")
     c = validate(split).cluster
     assert (c.latency_us, c.busy_latency_us, c.overlap_comm_slowdown) == (400.0, 2000.0, 0.5)
@@ -396,7 +407,7 @@ def test_overlap_only_replaces_the_previous_method_text_once(tmp_path, monkeypat
     """A calibration whose method ends with the overlap text from before the engine's latency
     gets the new text in its place; measuring again leaves one copy."""
     monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
-    fake = probe.OverlapProbe(0.1, 1e-3, 4e-4, 0.2, 8e-4, 3e-4)
+    fake = probe.OverlapProbe(0.1, 1e-3, 4e-4, 0.2, 8e-4, 3e-4, 1e-4)
     monkeypatch.setattr(probe, "overlap", lambda *args, **kwargs: fake)
     for old in fidelity._OLD_OVERLAP_METHODS[1:]:  # one older text starts the other
         doc = {**TESTBED, "method": f"m; {old}"}
@@ -407,6 +418,7 @@ def test_overlap_only_replaces_the_previous_method_text_once(tmp_path, monkeypat
             assert stored["method"] == f"m; {fidelity.OVERLAP_METHOD}"
     assert stored["network"][0]["latency_engine_us"] == {"vgg16-debug": 800.0}
     assert stored["network"][0]["collective_cpu_us"] == {"vgg16-debug": 300.0}
+    assert stored["network"][0]["negotiation_cpu_us"] == {"vgg16-debug": 100.0}
 
 
 def test_the_twin_simulates_the_plan_the_real_run_executed(monkeypatch):

@@ -467,9 +467,9 @@ def test_a_negotiation_round_is_charged_like_a_collective(monkeypatch):
     calls: list = []  # the jobs charged, kept alive (PACE's planning simulates jobs too)
     charge = ComputeJob.charge_cpu
 
-    def counting(self):
+    def counting(self, negotiation=False):
         calls.append(self)
-        charge(self)
+        charge(self, negotiation)
 
     def charges_of_the_run() -> int:  # the measured run's job is the last one charged
         return sum(1 for job in calls if job is calls[-1])
@@ -484,6 +484,28 @@ def test_a_negotiation_round_is_charged_like_a_collective(monkeypatch):
     assert sum(1 for r in negotiated.timeline if r[1] == "network") == collectives
     assert charges_of_the_run() > collectives
     assert negotiated.metrics["compute_time_s"] > free.metrics["compute_time_s"]
+
+
+def test_a_negotiation_round_takes_its_own_cpu_time_when_measured():
+    """``negotiation_cpu_us``: each negotiation round takes that much CPU from the compute op
+    it overlaps, in place of ``collective_cpu_us``; left out, a round costs a collective's.
+    The gradient collectives keep theirs. PS systems refuse it (no negotiation there)."""
+    kw = {"workers": 2, "bandwidth_gbps": 1.0, "latency_us": 200.0, "iterations": 3}
+    kw |= {"negotiation": True, "collective_cpu_us": 300.0}
+    _, default = run("pace", "resnet50", **kw)
+    _, same = run("pace", "resnet50", **kw, negotiation_cpu_us=300.0)
+    _, cheap = run("pace", "resnet50", **kw, negotiation_cpu_us=0.0)
+    _, dear = run("pace", "resnet50", **kw, negotiation_cpu_us=900.0)
+    assert same.metrics == default.metrics
+    compute = [r.metrics["compute_time_s"] for r in (cheap, default, dear)]
+    assert compute[0] < compute[1] < compute[2]
+    kw["collective_cpu_us"] = 0.0
+    _, free = run("pace", "resnet50", **kw, negotiation_cpu_us=0.0)
+    _, rounds_only = run("pace", "resnet50", **kw, negotiation_cpu_us=300.0)
+    assert rounds_only.metrics["compute_time_s"] > free.metrics["compute_time_s"]
+    with pytest.raises(SpecError) as err:
+        validate(raw_spec("ps-default", negotiation_cpu_us=100.0))
+    assert err.value.field == "cluster.negotiation_cpu_us"
 
 
 def test_negotiation_makes_each_decision_of_a_reordering_plan_wait_a_small_collective():
