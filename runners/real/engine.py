@@ -294,7 +294,7 @@ class Engine:
         approximation: str = "stale",
         negotiate: bool | None = None,
         record: Any = None,
-        on_negotiation: Any = None,
+        on_negotiation: Callable[[float], None] | None = None,
     ) -> None:
         if approximation not in APPROXIMATIONS:
             raise ValueError(f"approximation must be one of {', '.join(APPROXIMATIONS)}")

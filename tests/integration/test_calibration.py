@@ -49,6 +49,10 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
         # the same all-reduces issued by the lab's engine (a synthetic model's stream)
         assert point["latency_engine_us"][MODEL] > 10
         assert point["comm_slowdown"][MODEL] >= 0
+        # what a collective, and a negotiation round beyond its collectives, take from the
+        # compute (clamped at 0; a round's may be 0 on an idle machine)
+        assert 0 <= point["collective_cpu_us"][MODEL] < 1e6
+        assert 0 <= point["negotiation_cpu_us"][MODEL] < 1e6
         assert [row["bytes"] for row in point["allreduce"]] == sorted(
             row["bytes"] for row in point["allreduce"]
         )
