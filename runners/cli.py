@@ -520,7 +520,8 @@ def _print_point(point: dict[str, Any]) -> None:
     cpu = point.get("collective_cpu_us", {})
     rounds = point.get("negotiation_cpu_us", {})
     cpu_line = (
-        "  compute per collective (per negotiation round): "
+        "  compute per collective"
+        + (" (per negotiation round): " if rounds else ": ")
         + ", ".join(
             f"{m} {v:.0f} us" + (f" ({rounds[m]:.0f} us)" if m in rounds else "")
             for m, v in cpu.items()

@@ -69,7 +69,8 @@ DEFAULT_MODELS = ("vgg16-debug", "resnet50-debug")
 DEFAULT_BANDWIDTHS = (0.25, 1.0)
 # Systems whose real runs use their framework's own implementation (PyTorch DDP's reducer,
 # Horovod's background thread), not the lab's engine: the engine's measured CPU cost per
-# collective (``collective_cpu_us``) is not theirs, and their own is not measured (0).
+# collective (``collective_cpu_us``) and per negotiation round (``negotiation_cpu_us``) is not
+# theirs, and their own is not measured (0).
 OWN_FRAMEWORKS = ("ddp", "horovod")
 DEFAULT_SYSTEMS = ("wfbp", "ddp", "horovod", "bytescheduler", "pace", "dear", "delayed-allreduce")
 MAPE_TARGET_PCT = 10.0
@@ -453,7 +454,7 @@ OVERLAP_METHOD = (
     "ranks, a synthetic model's stream (latency_engine_us); the compute time such an engine "
     "collective takes from a synthetic backward it overlaps (collective_cpu_us); the compute "
     "time a negotiation round of the engine (one 16-byte all-reduce before a dispatch) takes "
-    "from that backward, beyond its collectives' (negotiation_cpu_us)"
+    "from that backward, beyond the gradient collectives' (negotiation_cpu_us)"
 )
 
 
@@ -831,8 +832,9 @@ def matched_specs(
     negotiation``) and, where the
     calibration measured it and the lab's engine runs the system (not DDP's or Horovod's own
     code), the CPU time each collective takes from the compute (``cluster.
-    collective_cpu_us``), and where the calibration's profile timed them, each layer's
-    optimizer update (``cluster.optimizer_update``: every real system updates each parameter
+    collective_cpu_us``) and each negotiation round (``cluster.negotiation_cpu_us``), and
+    where the calibration's profile timed them, each layer's optimizer update (``cluster.
+    optimizer_update``: every real system updates each parameter
     every iteration), and where it measured the ranks' per-step noise, ``cluster.
     step_jitter_cv`` (a synchronous step waits for the slowest rank). The real run gets the
     calibration's communication-thread priority (``real.comm_priority``; calibrations from
@@ -1026,7 +1028,9 @@ def fidelity(
 
 
 # Modelled effects ``fidelity`` also scores the twins without (``mape_without``): what each
-# contributes, on the same real runs.
+# contributes, on the same real runs. Each field goes back to its default alone: without
+# ``collective_cpu_us`` the rounds keep their own ``negotiation_cpu_us``; without that, a round
+# costs a collective's (the model before it).
 ABLATIONS = (
     "step_jitter_cv",
     "optimizer_update",

@@ -134,18 +134,19 @@ class CommCluster:
     frames) in payload bytes: about 250 KiB, 8.4 ms of traffic at 0.25 Gbit/s.
 
     ``collective_cpu_us`` (all-reduce arena): the CPU time each collective (a negotiation
-    round's included) takes from the compute op that runs on its ranks when it starts: the op
-    ends that much later. The communication threads' CPU work on cores the training shares, as
-    on our CPU testbed with the communication threads ahead of the compute (``real.
-    comm_priority: realtime``). 0 (the default): the collectives cost the compute nothing (a
-    GPU's compute). ``python -m runners calibrate`` measures it through the lab's engine and
-    ``fidelity`` sets it for the systems that engine runs. A reconstruction, labelled as such.
+    round's included, unless ``negotiation_cpu_us`` is set) takes from the compute op that runs
+    on its ranks when it starts: the op ends that much later. The communication threads' CPU
+    work on cores the training shares, as on our CPU testbed with the communication threads
+    ahead of the compute (``real.comm_priority: realtime``). 0 (the default): the collectives
+    cost the compute nothing (a GPU's compute). ``python -m runners calibrate`` measures it
+    through the lab's engine and ``fidelity`` sets it for the systems that engine runs. A
+    reconstruction, labelled as such.
 
     ``negotiation_cpu_us`` (all-reduce arena, with ``negotiation``): the CPU time a negotiation
     round takes from the compute, in place of ``collective_cpu_us`` for the rounds. Left out
     (the default): a round costs what a collective does. ``python -m runners calibrate``
     measures it through the lab's engine (a round is one 16-byte all-reduce, issued
-    synchronously by the engine's dispatcher; beyond the collectives' own cost) and
+    synchronously by the engine's dispatcher; beyond the gradient collectives' cost) and
     ``fidelity`` sets it. A reconstruction, labelled as such.
 
     ``optimizer_update`` (all-reduce arena; needs ``gpu: measured:<label>``): each layer's

@@ -39,7 +39,7 @@ from . import testbed as tb
 log = logging.getLogger("runners")
 
 ROOT = Path(__file__).resolve().parents[2]
-MAX_SHAPED_GBPS = 10.0  # the shaper on a veth pair: above this the testbed is CPU-bound here
+MAX_SHAPED_GBPS = 10.0  # the shaper on a veth pair: above this CPU-bound here (tbf)
 MIN_SHAPED_GBPS = 0.001
 RANKS_PER_CPU = 4
 RANK_BASE_BYTES = 400 * 2**20  # a rank's Python + torch before the model

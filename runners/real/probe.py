@@ -100,7 +100,7 @@ class OverlapProbe:
     comm_slowdown: float  # a 1 MiB all-reduce's time while computing over idle, minus 1 (>= 0)
     latency_engine_s: float  # a 4 KiB all-reduce in a stream through the lab's engine, idle
     collective_cpu_s: float = 0.0  # compute time an engine collective takes from a backward
-    negotiation_cpu_s: float = 0.0  # the same of a negotiation round, beyond its collectives
+    negotiation_cpu_s: float = 0.0  # the same of a round, beyond the gradient collectives'
 
 
 def overlap(
@@ -125,8 +125,8 @@ def overlap(
     them: asynchronous, from its communication thread, each completion handed back to the
     waiting threads (per ring step, 10 %-trimmed mean); and ``collective_cpu_s``, the compute
     time such a collective takes from a backward pass it overlaps (``_engine_cpu``), then
-    ``negotiation_cpu_s``, what a negotiation round takes beyond that (``_engine_cpu`` with
-    ``negotiate``)."""
+    ``negotiation_cpu_s``, what a negotiation round takes beyond the gradient collectives'
+    (``_engine_cpu`` with ``negotiate``)."""
     alone, busy, small_busy, big_busy, big_idle, small_idle, engine, cpu, rounds = _launch(
         {"overlap_model": model, "steps": steps},
         workers, bandwidth_gbps, work, threads, comm_priority,

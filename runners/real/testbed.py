@@ -34,14 +34,26 @@ from dataclasses import dataclass, field
 PREFIX = "labnet"
 _NAME = re.compile(rf"^({PREFIX}-(\d+)-\d+)-(sw|\d+)$")
 _counter = itertools.count()
-MIN_BURST_BYTES = 256 * 1024  # above a GSO super-packet (64 KiB), which a shaper would drop
+MIN_BURST_BYTES = 256 * 1024  # above a GSO super-packet (64 KiB), which tbf would drop
+QUEUE_LATENCY_MS = 100  # a class's queue holds this long of its NIC's traffic (and a burst)
 ACK_SHARE = 0.05  # the acknowledgements' class: its guaranteed share of the NIC (it may use all)
-# A pure TCP acknowledgement (u32 matches): TCP, an IPv4 header of 20 bytes, shorter than 64
-# bytes in all (timestamps and SACK blocks fit; a data segment with 12 bytes or more of payload
-# does not), flags ACK alone. Data never goes first, so no TCP stream is reordered.
-ACK_MATCH = ["match", "ip", "protocol", "6", "0xff", "match", "u8", "0x05", "0x0f", "at", "0",
-             "match", "u16", "0x0000", "0xffc0", "at", "2", "match", "u8", "0x10", "0xff", "at",
-             "33"]  # fmt: skip
+
+
+def ack_matches() -> list[list[str]]:
+    """``u32`` matches (one filter each) of a pure TCP acknowledgement: TCP in an IPv4 header
+    of 20 bytes, a total length of exactly the two headers (one match per TCP header length,
+    5-15 words: timestamps and SACK blocks included, no payload however small, so data never
+    goes first and no TCP stream is reordered), flags ACK without SYN, FIN, RST or PSH."""
+    return [
+        ["match", "ip", "protocol", "6", "0xff",
+         "match", "u8", "0x05", "0x0f", "at", "0",
+         "match", "u16", f"0x{20 + 4 * words:04x}", "0xffff", "at", "2",
+         "match", "u8", f"0x{words << 4:02x}", "0xf0", "at", "32",
+         "match", "u8", "0x10", "0x1f", "at", "33"]
+        for words in range(5, 16)
+    ]  # fmt: skip
+
+
 NATIVE_LATENCY_US = 100.0  # what may be asked for without netem (the testbed's own, below)
 
 
@@ -131,13 +143,14 @@ def shaper_commands(
 ) -> list[list[str]]:
     """``tc`` commands (for ``tc -batch``) shaping ``dev``'s egress to ``gbps`` Gbit/s: HTB
     class ``1:1`` at the NIC's rate with a ``burst_bytes`` bucket, holding ``1:10`` for pure
-    TCP acknowledgements (priority 0, ``ACK_MATCH``) and ``1:20`` for everything else (the
-    default). Both may borrow the whole rate; the acknowledgements are served first, so a
-    transfer's acknowledgements never wait behind the data of one going the other way, and
-    the two directions of a link run at full rate each (``tests/integration/test_real_mode``
-    measures it). ``delay``: a ``netem`` delay under both classes. ``change``: re-rate the
-    classes of an already shaped ``dev`` (time-varying stragglers) without dropping what is
-    queued."""
+    TCP acknowledgements (priority 0, ``ack_matches``) and ``1:20`` for everything else (the
+    default), each queueing up to ``QUEUE_LATENCY_MS`` of the rate plus a burst (as the
+    ``tbf`` before it; what it holds beyond is dropped). Both may borrow the whole rate; the
+    acknowledgements are served first, so a transfer's acknowledgements never wait behind
+    the data of one going the other way, and the two directions of a link run at full rate
+    each (``tests/integration/test_real_mode`` measures it). ``delay``: a ``netem`` delay
+    under both classes (in place of the byte limits). ``change``: re-rate the classes of an
+    already shaped ``dev`` (time-varying stragglers) without dropping what is queued."""
     rate = max(int(gbps * 1e9), 8000)
     ack = max(int(rate * ACK_SHARE), 8000)
     bucket = ["burst", str(burst_bytes(gbps)), "cburst", str(burst_bytes(gbps))]
@@ -155,12 +168,14 @@ def shaper_commands(
         return classes
     commands = [["qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "20"]]
     commands += classes
-    commands.append(["filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio",
-                     "1", "u32", *ACK_MATCH, "flowid", "1:10"])  # fmt: skip
-    if delay is not None:
-        for leaf in ("10", "20"):
-            commands.append(["qdisc", "add", "dev", dev, "parent", f"1:{leaf}", "handle",
-                             f"{leaf}:", "netem", "delay", delay])  # fmt: skip
+    for match in ack_matches():
+        commands.append(["filter", "add", "dev", dev, "parent", "1:", "protocol", "ip",
+                         "prio", "1", "u32", *match, "flowid", "1:10"])  # fmt: skip
+    limit = int(gbps * 1e9 / 8 * QUEUE_LATENCY_MS / 1000) + burst_bytes(gbps)
+    leaf = ["netem", "delay", delay] if delay is not None else ["bfifo", "limit", str(limit)]
+    for minor in ("10", "20"):
+        commands.append(["qdisc", "add", "dev", dev, "parent", f"1:{minor}", "handle",
+                         f"{minor}:", *leaf])  # fmt: skip
     return commands
 
 

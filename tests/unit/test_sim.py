@@ -506,6 +506,14 @@ def test_a_negotiation_round_takes_its_own_cpu_time_when_measured():
     with pytest.raises(SpecError) as err:
         validate(raw_spec("ps-default", negotiation_cpu_us=100.0))
     assert err.value.field == "cluster.negotiation_cpu_us"
+    with pytest.raises(SpecError) as err:
+        validate(raw_spec("pace", negotiation_cpu_us=-1.0))
+    assert err.value.field == "cluster.negotiation_cpu_us"
+    # left out, the resolved spec (and the run key hashed from it) is the one from before it
+    assert "negotiation_cpu_us" not in validate(raw_spec("pace")).as_dict()["cluster"]
+    kept = validate(raw_spec("pace", negotiation_cpu_us=150))
+    assert kept.cluster.negotiation_cpu_us == 150.0
+    assert validate(kept.as_dict()) == kept
 
 
 def test_negotiation_makes_each_decision_of_a_reordering_plan_wait_a_small_collective():
