@@ -510,17 +510,11 @@ def _engine_stream(layers: int = ENGINE_LAYERS, iterations: int = ENGINE_ITERATI
     import torch
     from torch import nn
 
-    from ..policies.allreduce import CommPlan, CommTask
-    from .engine import Engine, bind_layers
+    from .engine import Engine
 
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Linear(32, 32, bias=False) for _ in range(layers)])
-    binding = bind_layers(model, [str(i) for i in range(layers)])
-    tasks = tuple(
-        CommTask(layers=(i,), size_bytes=binding.numel(i) * 4, priority=layers - 1 - i)
-        for i in range(layers)
-    )
-    plan = CommPlan(tasks=tasks, credit_bytes=float("inf"), cross_barrier=False)
+    binding, plan = _layer_plan(model, layers)
     warmup = 3
     times: list[float] = []
 
@@ -536,6 +530,21 @@ def _engine_stream(layers: int = ENGINE_LAYERS, iterations: int = ENGINE_ITERATI
         model(inputs).square().mean().backward()
     engine.finish()
     return _trimmed_mean(times)
+
+
+def _layer_plan(model: Any, layers: int) -> tuple[Any, Any]:
+    """The engine probes' binding of a synthetic model (one layer per module) and its plan:
+    one all-reduce per layer, released as its gradient is ready (first ready, first issued),
+    no credit limit, a global barrier."""
+    from ..policies.allreduce import CommPlan, CommTask
+    from .engine import bind_layers
+
+    binding = bind_layers(model, [str(i) for i in range(layers)])
+    tasks = tuple(
+        CommTask(layers=(i,), size_bytes=binding.numel(i) * 4, priority=layers - 1 - i)
+        for i in range(layers)
+    )
+    return binding, CommPlan(tasks=tasks, credit_bytes=float("inf"), cross_barrier=False)
 
 
 CPU_BATCH = 1024  # the synthetic model's batch in _engine_cpu: a backward of a few ms alone
@@ -612,17 +621,11 @@ def _engine_cpu(
     beyond the median alone, less ``per_collective`` for each collective that started in it,
     over the rounds that started in it (median over iterations)."""
 
-    from ..policies.allreduce import CommPlan, CommTask
-    from .engine import Engine, bind_layers
+    from .engine import Engine
 
     model, inputs, base = _synthetic_backward(layers, iterations, batch)
     warmup = SYNTHETIC_WARMUP
-    binding = bind_layers(model, [str(i) for i in range(layers)])
-    tasks = tuple(
-        CommTask(layers=(i,), size_bytes=binding.numel(i) * 4, priority=layers - 1 - i)
-        for i in range(layers)
-    )
-    plan = CommPlan(tasks=tasks, credit_bytes=float("inf"), cross_barrier=False)
+    binding, plan = _layer_plan(model, layers)
     starts: list[float] = []
     rounds: list[float] = []
 

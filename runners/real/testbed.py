@@ -68,9 +68,14 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return result
 
 
-def _tc(namespace: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def _tc(
+    namespace: str, *args: str, check: bool = True, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
-        ["ip", "netns", "exec", namespace, "tc", *args], capture_output=True, text=True
+        ["ip", "netns", "exec", namespace, "tc", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
     )
     if check and result.returncode:
         raise TestbedError(f"tc {' '.join(args)} in {namespace}: {result.stderr.strip()}")
@@ -153,7 +158,8 @@ def shaper_commands(
     already shaped ``dev`` (time-varying stragglers) without dropping what is queued."""
     rate = max(int(gbps * 1e9), 8000)
     ack = max(int(rate * ACK_SHARE), 8000)
-    bucket = ["burst", str(burst_bytes(gbps)), "cburst", str(burst_bytes(gbps))]
+    burst = burst_bytes(gbps)
+    bucket = ["burst", str(burst), "cburst", str(burst)]
     verb = "change" if change else "add"
     classes = [
         ["class", verb, "dev", dev, "parent", "1:", "classid", "1:1", "htb",
@@ -171,23 +177,12 @@ def shaper_commands(
     for match in ack_matches():
         commands.append(["filter", "add", "dev", dev, "parent", "1:", "protocol", "ip",
                          "prio", "1", "u32", *match, "flowid", "1:10"])  # fmt: skip
-    limit = int(gbps * 1e9 / 8 * QUEUE_LATENCY_MS / 1000) + burst_bytes(gbps)
+    limit = int(gbps * 1e9 / 8 * QUEUE_LATENCY_MS / 1000) + burst
     leaf = ["netem", "delay", delay] if delay is not None else ["bfifo", "limit", str(limit)]
     for minor in ("10", "20"):
         commands.append(["qdisc", "add", "dev", dev, "parent", f"1:{minor}", "handle",
                          f"{minor}:", *leaf])  # fmt: skip
     return commands
-
-
-def _tc_batch(namespace: str, commands: list[list[str]]) -> None:
-    result = subprocess.run(
-        ["ip", "netns", "exec", namespace, "tc", "-batch", "-"],
-        input="".join(" ".join(c) + "\n" for c in commands),
-        capture_output=True,
-        text=True,
-    )
-    if result.returncode:
-        raise TestbedError(f"tc in {namespace}: {result.stderr.strip()}")
 
 
 @dataclass
@@ -199,7 +194,6 @@ class Testbed:
     latency_us: float = 0.0
     netem: bool = False
     created: list[str] = field(default_factory=list)
-    shaped: set[int] = field(default_factory=set)
 
     @property
     def nodes(self) -> int:
@@ -236,16 +230,18 @@ class Testbed:
             _ip("-n", ns, "addr", "add", f"{self.address(k)}/16", "dev", "eth0")
             _ip("-n", ns, "link", "set", "eth0", "up")
             _ip("-n", ns, "link", "set", "lo", "up")
-            self.shape(k, self.bandwidth_gbps[k])
+            self._shape(k, self.bandwidth_gbps[k], change=False)
 
     def shape(self, k: int, gbps: float) -> None:
-        """(Re)shape node k's NIC, both directions, to ``gbps`` (time-varying stragglers:
+        """Re-shape node k's NIC, both directions, to ``gbps`` (time-varying stragglers:
         the classes change rate, what is queued stays)."""
-        change = k in self.shaped
+        self._shape(k, gbps, change=True)
+
+    def _shape(self, k: int, gbps: float, change: bool) -> None:
         delay = f"{self.latency_us / 2:g}us" if self.netem else None
         for ns, dev in ((self.namespace(k), "eth0"), (self.switch, f"v{k}")):
-            _tc_batch(ns, shaper_commands(dev, gbps, delay, change))
-        self.shaped.add(k)
+            commands = shaper_commands(dev, gbps, delay, change)
+            _tc(ns, "-batch", "-", stdin="".join(" ".join(c) + "\n" for c in commands))
         self.bandwidth_gbps[k] = gbps
 
     def qdiscs(self, k: int) -> str:
