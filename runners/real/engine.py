@@ -215,11 +215,17 @@ def attach_hooks(
 
 
 def iteration_row(
-    it: int, begin: float, times: tuple[float, float, float], loss: torch.Tensor, warmup: bool
+    it: int,
+    begin: float,
+    times: tuple[float, float, float],
+    loss: torch.Tensor,
+    warmup: bool,
+    cpu_begin: float | None = None,
 ) -> dict[str, Any]:
-    """A rank's record of iteration ``it`` (``times``: forward start, backward start, end)."""
+    """A rank's record of iteration ``it`` (``times``: forward start, backward start, end;
+    ``cpu_begin``: the process's CPU time, ``time.process_time()``, at ``begin``)."""
     forward_start, backward_start, end = times
-    return {
+    row = {
         "iteration": it,
         "begin": begin,
         "forward_s": backward_start - forward_start,
@@ -227,20 +233,32 @@ def iteration_row(
         "loss": float(loss.detach()),
         "warmup": warmup,
     }
+    if cpu_begin is not None:
+        row["cpu_begin"] = cpu_begin
+    return row
 
 
 def set_iteration_times(
     iterations: list[dict[str, Any]],
     finished: float,
     stats: Callable[[int], dict[str, float]] | None = None,
+    cpu_finished: float | None = None,
 ) -> None:
     """An iteration lasts from its begin to the next one's (the last: to ``finished``); with
-    ``stats``, each row also gets the executor's per-iteration statistics."""
+    ``stats``, each row also gets the executor's per-iteration statistics. Rows with a
+    ``cpu_begin`` get ``cpu_s``: the CPU time the process (every thread of it: compute,
+    communication, gloo's) used over the same interval (the last: to ``cpu_finished``)."""
     for i, row in enumerate(iterations):
         end = iterations[i + 1]["begin"] if i + 1 < len(iterations) else finished
         row["iteration_time_s"] = end - row["begin"]
         if stats is not None:
             row.update(stats(row["iteration"]))
+    for i, row in enumerate(iterations):
+        cpu_end = iterations[i + 1].get("cpu_begin") if i + 1 < len(iterations) else cpu_finished
+        if "cpu_begin" in row and cpu_end is not None:
+            row["cpu_s"] = cpu_end - row["cpu_begin"]
+    for row in iterations:
+        row.pop("cpu_begin", None)
 
 
 def write_record(job_dir: Path, name: str, rank: int, result: dict[str, Any]) -> None:

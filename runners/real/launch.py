@@ -764,6 +764,8 @@ def _results(spec: RunSpec, ranks: list[dict[str, Any]], network: Network) -> Re
             "compute_time_s": compute,
             "loss": statistics.fmean(row["loss"] for row in rows),
         }
+        if all("cpu_s" in row for row in rows):  # the process's, every thread of it
+            entry["cpu_time_s"] = statistics.fmean(row["cpu_s"] for row in rows)
         if "comm_s" in rows[0]:
             entry["comm_time_s"] = statistics.fmean(row["comm_s"] for row in rows)
             entry["exposed_comm_s"] = statistics.fmean(row["wait_s"] for row in rows)
@@ -805,6 +807,12 @@ def _results(spec: RunSpec, ranks: list[dict[str, Any]], network: Network) -> Re
             units[key] = "s"
         metrics["negotiations_per_iteration"] = statistics.fmean(s["negotiations"] for s in steady)
         units["negotiations_per_iteration"] = ""
+    if all("cpu_time_s" in s for s in steady):
+        # CPU time a rank's process used per iteration (compute, communication, gloo's
+        # threads) and the cores that is: above 1 with threads=1, communication's own
+        metrics["cpu_time_s"] = statistics.fmean(s["cpu_time_s"] for s in steady)
+        metrics["cpu_cores_per_rank"] = metrics["cpu_time_s"] / mean if mean > 0 else math.nan
+        units.update(cpu_time_s="s", cpu_cores_per_rank="cores")
     evaluation = next((r["eval"] for r in ranks if "eval" in r), None)
     for key, value in (evaluation or {}).items():
         metrics[key] = value

@@ -356,6 +356,10 @@ def _server_metrics(
     }
     units = {"ps_max_busy_s": "s", "ps_mean_busy_s": "s", "ps_servers_used": "servers",
              "ps_migrated_bytes": "bytes"}  # fmt: skip
+    spans = [r["cpu"] for r in records if r.get("cpu", {}).get("wall_s", 0.0) > 0]
+    if spans:  # what the servers take from the machine's cores (on one host: from the workers')
+        metrics["server_cpu_cores"] = sum(c["cpu_s"] / c["wall_s"] for c in spans)
+        units["server_cpu_cores"] = "cores"
     if plan.server_mode != "sync":
         count = sum(r["staleness"]["count"] for r in records)
         metrics["mean_staleness"] = sum(r["staleness"]["sum"] for r in records) / max(1, count)
@@ -943,6 +947,7 @@ def _work(ctx: Context) -> dict[str, Any]:
         straggle.factor = slowdown(stragglers, worker, it)
         inputs, targets = next(batches)
         begin = time.perf_counter()
+        cpu_begin = time.process_time()
         ps.begin(it)
         straggle.reset()
         forward_start = time.perf_counter()
@@ -952,14 +957,14 @@ def _work(ctx: Context) -> dict[str, Any]:
         end = time.perf_counter()
         times = (forward_start, backward_start, end)
         warmup = it < int(spec["warmup_iterations"])
-        iterations.append(iteration_row(it, begin, times, loss, warmup))
+        iterations.append(iteration_row(it, begin, times, loss, warmup, cpu_begin))
         if worker == 0:
             print(f"progress {it + 1} {total}", flush=True)
     threads = priority.census()  # while the transport's threads are alive
     ps.finish()
-    finished = time.perf_counter()
+    finished, cpu_finished = time.perf_counter(), time.process_time()
     ps.close()
-    set_iteration_times(iterations, finished, ps.stats)
+    set_iteration_times(iterations, finished, ps.stats, cpu_finished)
     info: dict[str, Any] = {"assignment": ps.assign.by_it[max(ps.assign.by_it)]}
     if controller is not None:
         info["psld"] = {
@@ -1038,6 +1043,9 @@ class PSServer:
         first, end = ctx.job["timeline"]
         self.window = range(first, end)
         self.timeline: list[list[Any]] = []
+        self.first_measured = int(spec["warmup_iterations"])
+        # (wall, process CPU) at the first measured push taken and after the last one handled
+        self.cpu_marks: list[tuple[float, float]] = []
 
     def _cpu_factors(self, spec: dict[str, Any]) -> list[float]:
         factors = [1.0] * (self.total + 1)
@@ -1092,7 +1100,12 @@ class PSServer:
                     break
                 _, _, h, payload = heapq.heappop(self.inbox)
             if h[0] == PUSH:
+                measured = h[2] >= self.first_measured
+                if measured and not self.cpu_marks:
+                    self.cpu_marks.append((time.perf_counter(), time.process_time()))
                 self._push(h, payload)
+                if measured:
+                    self.cpu_marks[1:] = [(time.perf_counter(), time.process_time())]
             else:
                 self._migrated_in(h, payload)
         with self.cv:
@@ -1269,6 +1282,9 @@ class PSServer:
             "keys": sorted(self.state),
             "timeline": self.timeline,
         }
+        if len(self.cpu_marks) == 2:  # the measured rounds' span: its wall and CPU time
+            (w0, c0), (w1, c1) = self.cpu_marks
+            out["cpu"] = {"wall_s": w1 - w0, "cpu_s": c1 - c0}
         if self.log is not None:
             out["log"] = {str(k): v for k, v in self.log.items()}
         return out

@@ -254,6 +254,7 @@ def _train(
         straggle.factor = slowdown(stragglers, worker, it)
         inputs, targets = next(batches)
         begin = time.perf_counter()
+        cpu_begin = time.process_time()
         if engine is not None:
             engine.begin(it)
             straggle.reset()
@@ -267,14 +268,16 @@ def _train(
             forward_start, backward_start, end, loss = step(inputs, targets, loss_fn)
         times = (forward_start, backward_start, end)
         warmup = it < int(spec["warmup_iterations"])
-        iterations.append(iteration_row(it, begin, times, loss, warmup))
+        iterations.append(iteration_row(it, begin, times, loss, warmup, cpu_begin))
         if rank == 0:
             print(f"progress {it + 1} {total}", flush=True)
     threads = priority.census()  # while the communication threads are all alive
     if engine is not None:
         engine.finish()
-    finished = time.perf_counter()
-    set_iteration_times(iterations, finished, engine.stats if engine is not None else None)
+    finished, cpu_finished = time.perf_counter(), time.process_time()
+    set_iteration_times(
+        iterations, finished, engine.stats if engine is not None else None, cpu_finished
+    )
     result: dict[str, Any] = {
         "rank": rank,
         "worker": worker,

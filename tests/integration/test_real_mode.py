@@ -345,6 +345,8 @@ def test_compute_time_leaves_out_the_forward_s_waits_for_parameters(tmp_path):
     m = summary["metrics"]
     assert m["exposed_comm_s"] > 0.5 * m["iteration_time_s"], m  # the waits are there
     assert 0 < m["compute_time_s"] < 0.3 * m["iteration_time_s"], m
+    # the waits block (no spinning): the ranks' processes use a fraction of a core
+    assert 0 < m["cpu_time_s"] < 0.5 * m["iteration_time_s"], m
     assert not _ours()
 
 

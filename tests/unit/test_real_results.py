@@ -107,3 +107,37 @@ def test_a_wait_one_rank_pays_an_iteration_after_the_other_counts_once():
     assert [s["iteration_time_s"] for s in result.series[1:]] == pytest.approx(
         [0.018, 0.018, 0.043, 0.043, 0.018, 0.018]
     )
+
+
+def test_each_iteration_s_cpu_time_runs_from_its_begin_to_the_next():
+    """``set_iteration_times`` turns each row's process CPU time at its begin into the CPU
+    time of its interval (the last: to the CPU time at the end), and drops the marks."""
+    from runners.real.engine import iteration_row, set_iteration_times
+
+    loss = __import__("torch").tensor(1.0)
+    rows = [iteration_row(i, 0.1 * i, (0.1 * i, 0.1 * i, 0.1 * i), loss, False, 2.0 + i * i)
+            for i in range(3)]  # fmt: skip
+    set_iteration_times(rows, 0.3, cpu_finished=10.0)
+    assert [row["cpu_s"] for row in rows] == pytest.approx([1.0, 3.0, 4.0])
+    assert not any("cpu_begin" in row for row in rows)
+    plain = [iteration_row(0, 0.0, (0.0, 0.0, 0.0), loss, False)]
+    set_iteration_times(plain, 0.1)
+    assert "cpu_s" not in plain[0]
+
+
+def test_the_ranks_cpu_time_is_the_steady_iterations_mean_and_its_cores():
+    times = [0.020, 0.022, 0.021, 0.023]
+    ranks = [_rank(times, drain=0.05), _rank(times, drain=0.05)]
+    for r, rank in enumerate(ranks):
+        for i, row in enumerate(rank["iterations"]):
+            row["cpu_s"] = 0.5 if row["warmup"] else 0.010 + 0.002 * r + 0.001 * i
+    result = launch._results(_spec(len(times)), ranks, launch.Network("loopback"))
+    want = statistics.fmean(0.011 + 0.001 * i for i in (1, 2, 3))  # warm-up and last left out
+    assert result.metrics["cpu_time_s"] == pytest.approx(want)
+    assert result.metrics["cpu_cores_per_rank"] == pytest.approx(
+        want / result.metrics["iteration_time_s"]
+    )
+    assert result.units["cpu_cores_per_rank"] == "cores"
+    del ranks[1]["iterations"][2]["cpu_s"]  # a record without it (older worker): none
+    result = launch._results(_spec(len(times)), ranks, launch.Network("loopback"))
+    assert "cpu_time_s" not in result.metrics
