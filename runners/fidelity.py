@@ -1105,7 +1105,7 @@ def _row(
     times = [r.metrics["iteration_time_s"] for r in runs]
     measured = statistics.median(times)
     predicted = sim.metrics["iteration_time_s"]
-    return {
+    row = {
         "system": system,
         "workload": model,
         "bandwidth_gbps": nominal,
@@ -1122,6 +1122,11 @@ def _row(
         "real_compute_s": statistics.median(r.metrics["compute_time_s"] for r in runs),
         "sim_compute_s": sim.metrics["compute_time_s"],
     }
+    if all("cpu_cores" in r.metrics for r in runs):  # runs from before it was measured: none
+        # the cores its processes used (ranks and servers) on this one machine, whose cores
+        # they share; the simulator gives each a machine of its own
+        row["real_cpu_cores"] = statistics.median(r.metrics["cpu_cores"] for r in runs)
+    return row
 
 
 def report(
@@ -1175,6 +1180,8 @@ def report(
         if spreads
         else None,
         "mape_pct": mape,
+        # the real runs' processes share this machine's cores (``real_cpu_cores`` per row)
+        "machine_cores": os.cpu_count(),
         "mape_by_latency": mape_by_latency or {latency: mape},
         "mape_without": mape_without or {},
         "target_pct": MAPE_TARGET_PCT,
@@ -1191,14 +1198,25 @@ def format_report(result: dict[str, Any]) -> str:
     def where(gbps: float | None) -> str:
         return "loopback" if gbps is None else f"{gbps:g} Gbit/s"
 
+    cores = result.get("machine_cores")
+    with_cores = cores is not None and any("real_cpu_cores" in c for c in result["configs"])
     lines = [
         f"{'system':18} {'workload':18} {'network':12} {'real ms':>9} {'sim ms':>9} {'error':>7}"
+        + (f" {'cores used':>10}" if with_cores else "")
     ]
     for c in result["configs"]:
-        lines.append(
+        line = (
             f"{c['system']:18} {c['workload']:18} {where(c['bandwidth_gbps']):12} "
             f"{c['real_iteration_s'] * 1e3:9.1f} {c['sim_iteration_s'] * 1e3:9.1f} "
             f"{c['ape_pct']:6.1f}%"
+        )
+        if with_cores and "real_cpu_cores" in c:
+            line += f" {c['real_cpu_cores']:5.2f} of {cores}"
+        lines.append(line)
+    if with_cores:
+        lines.append(
+            "(cores used: the real run's processes, ranks and servers, on this machine's "
+            f"{cores} cores; the simulator gives each process a machine of its own)"
         )
     lines.append("")
     for system, value in result["per_system_mape_pct"].items():

@@ -812,7 +812,8 @@ def _results(spec: RunSpec, ranks: list[dict[str, Any]], network: Network) -> Re
         # threads) and the cores that is: above 1 with threads=1, communication's own
         metrics["cpu_time_s"] = statistics.fmean(s["cpu_time_s"] for s in steady)
         metrics["cpu_cores_per_rank"] = metrics["cpu_time_s"] / mean if mean > 0 else math.nan
-        units.update(cpu_time_s="s", cpu_cores_per_rank="cores")
+        metrics["cpu_cores"] = len(ranks) * metrics["cpu_cores_per_rank"]  # the PS: + servers'
+        units.update(cpu_time_s="s", cpu_cores_per_rank="cores", cpu_cores="cores")
     evaluation = next((r["eval"] for r in ranks if "eval" in r), None)
     for key, value in (evaluation or {}).items():
         metrics[key] = value

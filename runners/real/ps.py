@@ -319,6 +319,8 @@ def run(
     result = launch._results(spec, ranks, network)
     result.comm_priority, result.comm_priority_note = prio, prio_note
     metrics, units = _server_metrics(spec, plan, ranks, records)
+    if "cpu_cores" in result.metrics:  # the whole run's: the workers' and the servers'
+        metrics["cpu_cores"] = result.metrics["cpu_cores"] + metrics.get("server_cpu_cores", 0.0)
     result.metrics.update(metrics)
     result.units.update(units)
     result.metrics["real_wall_s"] = wall_s

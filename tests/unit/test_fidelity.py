@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 
 import pytest
 
@@ -537,6 +538,7 @@ def test_the_report_averages_errors_and_computes_speedups():
     assert speedup["sim"] == pytest.approx(0.036 / 0.021)
     text = fidelity.format_report(out)
     assert "MAPE overall 5.0% over 3 configurations (misses" in text
+    assert "cores used" not in text  # runs without the processes' CPU time
     many = fidelity.report([_row("wfbp", 0.04, 0.041)] * 12, "unit")
     assert many["meets_target"]
 
@@ -599,6 +601,7 @@ def test_repeated_real_runs_go_in_rounds_and_their_median_is_scored(monkeypatch)
         order.append(spec.system)
         t = next(times)
         metrics = {"iteration_time_s": t, "iteration_time_median_s": t, "compute_time_s": 0.01}
+        metrics["cpu_cores"] = 40 * t  # the processes' cores (ranks and servers)
         return SimpleNamespace(metrics=metrics, network=SimpleNamespace(kind="shaped"))
 
     def fake_twin(real_spec, sim_spec):
@@ -634,6 +637,10 @@ def test_repeated_real_runs_go_in_rounds_and_their_median_is_scored(monkeypatch)
     # ranges over medians: 0.010 / 0.036 and 0.016 / 0.050; their median
     assert result["real_spread_pct"] == pytest.approx(100 * (0.010 / 0.036 + 0.016 / 0.050) / 2)
     assert "within their range in 1 of 2" in fidelity.format_report(result)
+    # the cores the runs' processes used: the median of a configuration's runs, shown
+    assert wfbp["real_cpu_cores"] == pytest.approx(40 * 0.036)
+    assert result["machine_cores"] == os.cpu_count()
+    assert f" 1.44 of {os.cpu_count()}" in fidelity.format_report(result).splitlines()[1]
 
 
 def test_the_report_scores_the_same_runs_without_each_modelled_effect(monkeypatch):
