@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test install install-dev horovod lint format bench clean help images
+.PHONY: run test install install-dev horovod lint format bench clean help images image-cuda
 
 help:
 	@echo "make run     set up and start the lab (portal + worker + beat) on http://127.0.0.1:8000/"
@@ -13,6 +13,7 @@ help:
 	@echo "make bench   simulator benchmarks (python -m runners bench)"
 	@echo "make horovod build (once, then cached) and install the real Horovod into .venv"
 	@echo "make images  container images: runner (CPU) and portal; LAB_LOCAL_SERVICES=1 adds Redis/PostgreSQL (docker/README.md)"
+	@echo "make image-cuda  the CUDA runner image lab-runner:cuda (PyPI's CUDA torch, offline from a host-made wheelhouse)"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +55,10 @@ bench: install
 # Container images (docker/README.md); rebuilds only those whose inputs changed.
 images: install
 	scripts/images.sh
+
+# The CUDA runner image (2.7 GB of wheels; not part of `make images`).
+image-cuda: install
+	scripts/images.sh runner-cuda
 
 clean:
 	rm -rf var/broker var/static .pytest_cache .ruff_cache

@@ -3,11 +3,16 @@
 # `python -m runners run spec.json --out run` in /work, as user `lab` (uid 1000), and the docker
 # executor gives it its GPUs by UUID (device requests; needs the NVIDIA Container Toolkit).
 #
-# NOT BUILT OR TESTED ON OUR MACHINES: they have no GPU and cannot pull nvidia/cuda from a
-# registry (and pip inside a build there cannot verify PyPI's certificate). Build it on a GPU host
-# that reaches Docker Hub and PyPI, from the project root:
+# Two ways to build it, from the project root:
+# * `make image-cuda` (scripts/images.sh runner-cuda): the wheels downloaded on the host first
+#   (docker/wheelhouse.sh --cuda: PyPI's CUDA build of torch and its NVIDIA libraries), then an
+#   offline build on the lab's Debian base. Built and tested this way on our machines, which
+#   have no GPU, no registry and no certificates for PyPI inside a build (the tests:
+#   tests/integration/test_cuda_image.py); a run on a GPU is not verified.
+# * on a host that reaches Docker Hub and PyPI, from the package index:
 #   docker build -f docker/runner-cuda.Dockerfile --build-arg LAB_COMMIT=$(git rev-parse HEAD) \
 #     -t lab-runner:cuda .
+# Then, on a GPU host:
 #   docker run --rm --gpus all lab-runner:cuda list            # then, to check the GPU:
 #   docker run --rm --gpus all --entrypoint python lab-runner:cuda -c \
 #     'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.device_count())'
@@ -46,9 +51,18 @@ ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CH
 RUN apt-get update -qq \
  && apt-get install -y -qq --no-install-recommends python3 python3-venv ca-certificates >/dev/null \
  && rm -rf /var/lib/apt/lists/*
-COPY docker/requirements-runner.txt /tmp/requirements-runner.txt
+# With docker/wheelhouse-cuda (docker/wheelhouse.sh --cuda; scripts/images.sh runner-cuda sends
+# it in the build context) pip installs from it, offline; without it (the project root as the
+# context: .dockerignore leaves the folder out, and the pattern below then matches nothing) from
+# the package index.
+COPY docker/requirements-runner.txt docker/wheelhouse-cud[a] /wheelhouse/
 RUN python3 -m venv /opt/venv \
- && /opt/venv/bin/pip install --quiet -r /tmp/requirements-runner.txt \
+ && if ls /wheelhouse/torch-*.whl >/dev/null 2>&1; then \
+      /opt/venv/bin/pip install --quiet --no-index --find-links /wheelhouse -r /wheelhouse/requirements-runner.txt; \
+    else \
+      /opt/venv/bin/pip install --quiet -r /wheelhouse/requirements-runner.txt; \
+    fi \
+ && rm -rf /wheelhouse \
  && /opt/venv/bin/python -c "import sys, torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda); sys.exit(1 if sys.argv[1] == '1' and not torch.version.cuda else 0)" "$EXPECT_CUDA"
 # Horovod 0.28.1 from its sdist (pinned by hash), CMAKE_CXX_STANDARD 14 -> 17 as in
 # scripts/horovod-wheel.sh, NCCL for GPU collectives and Gloo for the rest, no MPI.

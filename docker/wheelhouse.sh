@@ -3,9 +3,37 @@
 # reaches PyPI and has the local torch wheel), so image builds need no network and no
 # certificates inside the build. Adds the cached Horovod wheel (`make horovod`) when present.
 # Idempotent: pip skips wheels already there.
+#
+#   docker/wheelhouse.sh           docker/wheelhouse/: the CPU runner and the portal images
+#   docker/wheelhouse.sh --cuda    docker/wheelhouse-cuda/: the CUDA runner image, i.e. the
+#                                  CUDA build of torch (PyPI's default Linux wheel) with its
+#                                  NVIDIA libraries, about 2.7 GB
+#
+# For --cuda, pip ignores this machine's pip configuration and find-links (--isolated), so
+# that a local CPU wheel of torch (a higher version, 2.13.0+cpu) cannot stand in for the
+# CUDA one, and reads LAB_CUDA_INDEX_URL (default https://pypi.org/simple). A torch without
+# CUDA in the result stops the script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PIP="${PIP:-.venv/bin/pip}"
+
+if [ "${1:-}" = --cuda ]; then
+  house=docker/wheelhouse-cuda
+  index="${LAB_CUDA_INDEX_URL:-https://pypi.org/simple}"
+  mkdir -p "$house"
+  PIP_FIND_LINKS="" "$PIP" download --isolated --quiet --only-binary=:all: --index-url "$index" \
+    --dest "$house" -r docker/requirements-runner.txt
+  if ls "$house"/torch-*+cpu-*.whl >/dev/null 2>&1 || ! ls "$house"/nvidia_nccl_*.whl >/dev/null 2>&1; then
+    echo "wheelhouse: $house has no CUDA build of torch (a +cpu wheel, or no NCCL): check LAB_CUDA_INDEX_URL ($index)" >&2
+    exit 1
+  fi
+  du -sh "$house" | awk '{print "wheelhouse (CUDA): " $1}'
+  exit 0
+elif [ -n "${1:-}" ]; then
+  echo "usage: docker/wheelhouse.sh [--cuda]" >&2
+  exit 2
+fi
+
 house=docker/wheelhouse
 mkdir -p "$house"
 "$PIP" download --quiet --only-binary=:all: --dest "$house" \

@@ -4,10 +4,22 @@
 # (docker/wheelhouse.sh), the CPU runner image, the portal image and, with LAB_LOCAL_SERVICES=1,
 # Redis and PostgreSQL images made from Debian packages (for machines that cannot pull).
 #
-#   scripts/images.sh [runner] [portal] [services]     default: runner portal (+ services)
+#   scripts/images.sh [runner] [portal] [services] [runner-cuda]
+#                                              default: runner portal (+ services)
+#
+# runner-cuda (`make image-cuda`, never by default): the CUDA runner image
+# (docker/runner-cuda.Dockerfile) on LAB_CUDA_BASE_IMAGE, installed offline from
+# docker/wheelhouse-cuda (docker/wheelhouse.sh --cuda: PyPI's CUDA build of torch and its NVIDIA
+# libraries, about 2.7 GB), without Horovod (Horovod with NCCL needs a CUDA devel image: see
+# docker/README.md). Its build context is a folder of hard links (var/images/context-cuda), so
+# that the other images' builds do not send the CUDA wheels.
 #
 #   LAB_BASE_IMAGE      base of every image      default lab-base:bookworm (made locally)
 #   LAB_RUNNER_IMAGE    the CPU runner image     default lab-runner:cpu
+#   LAB_RUNNER_CUDA_IMAGE  the CUDA runner image default lab-runner:cuda
+#   LAB_CUDA_BASE_IMAGE    its base              default LAB_BASE_IMAGE (the wheels bring CUDA;
+#                                                the host's NVIDIA driver, through the NVIDIA
+#                                                Container Toolkit, brings the rest)
 #   LAB_PORTAL_IMAGE    the portal image         default lab-portal
 #   LAB_LOCAL_SERVICES  1: also build the two service images below
 #   LAB_REDIS_IMAGE     local Redis image        default lab-redis:bookworm (with LAB_LOCAL_SERVICES=1)
@@ -36,7 +48,7 @@ if [ ${#targets[@]} -eq 0 ]; then
   [ "$LOCAL_SERVICES" = 1 ] && targets+=(services)
 fi
 for target in "${targets[@]}"; do
-  case "$target" in runner | portal | services) ;; *) die "unknown target '$target' (runner, portal, services)" ;; esac
+  case "$target" in runner | portal | services | runner-cuda) ;; *) die "unknown target '$target' (runner, portal, services, runner-cuda)" ;; esac
 done
 wants() { local t; for t in "${targets[@]}"; do [ "$t" = "$1" ] && return 0; done; return 1; }
 
@@ -150,6 +162,31 @@ if wants runner; then
     --build-arg BASE_IMAGE="$BASE" --build-arg LAB_COMMIT="$commit"
 fi
 
+# --- runner (CUDA) ---------------------------------------------------------------------------
+if wants runner-cuda; then
+  [ -x .venv/bin/pip ] || die "no .venv: run \`make install\` first (docker/wheelhouse.sh downloads with its pip)"
+  say "filling the CUDA wheelhouse (docker/wheelhouse.sh --cuda)"
+  docker/wheelhouse.sh --cuda | sed 's/^/images: /'
+  cuda_base=${LAB_CUDA_BASE_IMAGE:-$BASE}
+  if ! docker image inspect "$cuda_base" >/dev/null 2>&1; then
+    say "base image $cuda_base missing: pulling it"
+    docker pull "$cuda_base" || die "cannot pull $cuda_base; unset LAB_CUDA_BASE_IMAGE to build on $BASE"
+  fi
+  cuda_base_id=$(docker image inspect -f '{{.Id}}' "$cuda_base")
+  hash=$(inputs_hash "runner-cuda base=$cuda_base_id" docker/runner-cuda.Dockerfile \
+    docker/requirements-runner.txt docker/wheelhouse-cuda runners workloads)
+  context=$LOGS/context-cuda
+  rm -rf "$context"
+  mkdir -p "$context/docker"
+  cp -al runners workloads "$context/"
+  cp -al docker/wheelhouse-cuda "$context/docker/"
+  cp docker/requirements-runner.txt docker/runner-cuda.Dockerfile "$context/docker/"
+  printf '**/__pycache__\n**/*.pyc\n' >"$context/.dockerignore"
+  build "${LAB_RUNNER_CUDA_IMAGE:-lab-runner:cuda}" "$context/docker/runner-cuda.Dockerfile" \
+    "$context" "$hash" --build-arg BASE_IMAGE="$cuda_base" --build-arg LAB_COMMIT="$commit"
+  rm -rf "$context"
+fi
+
 # --- portal (web, worker, beat) --------------------------------------------------------------
 if wants portal; then
   hash=$(inputs_hash "portal base=$base_id" docker/portal.Dockerfile docker/entrypoint.sh \
@@ -177,6 +214,7 @@ say "done:"
 shown=("$BASE")
 wants runner && shown+=("$RUNNER")
 wants portal && shown+=("$PORTAL")
+wants runner-cuda && shown+=("${LAB_RUNNER_CUDA_IMAGE:-lab-runner:cuda}")
 wants services && shown+=("${LAB_REDIS_IMAGE:-lab-redis:bookworm}" "${LAB_POSTGRES_IMAGE:-lab-postgres:bookworm}")
 for image in "${shown[@]}"; do
   printf 'images:   %-28s %s  %s\n' "$image" \

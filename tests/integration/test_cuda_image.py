@@ -1,0 +1,98 @@
+"""The CUDA runner image (``docker/runner-cuda.Dockerfile``, ``make image-cuda``): PyPI's CUDA
+build of torch 2.13.0 with its NVIDIA libraries, installed offline from a wheelhouse made on the
+host (``docker/wheelhouse.sh --cuda``, about 2.7 GB), on the lab's Debian base.
+
+Building it downloads those 2.7 GB, so these tests build it (``scripts/images.sh runner-cuda``,
+which reuses an image of the same inputs) only with ``LAB_BUILD_CUDA_IMAGE=1`` (``.ci/run`` sets
+it) or where ``lab-runner:cuda`` already exists; elsewhere they skip. There is no GPU here:
+they check the image (a CUDA 13 torch with NCCL, the non-root user, the health check) and that
+runs go through the docker executor in it on the CPU, not a GPU run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require_binary
+
+pytestmark = [pytest.mark.integration]
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGE = os.environ.get("LAB_RUNNER_CUDA_IMAGE", "lab-runner:cuda")
+
+
+def _docker(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def cuda_image() -> str:
+    """The CUDA runner image of the current sources; its id."""
+    require_binary("docker")
+    if _docker("info").returncode != 0:
+        pytest.skip("no Docker engine: start dockerd, or run .ci/run")
+    exists = _docker("image", "inspect", IMAGE).returncode == 0
+    if os.environ.get("LAB_BUILD_CUDA_IMAGE") != "1" and not exists:
+        pytest.skip(f"no {IMAGE}: `make image-cuda` (2.7 GB of wheels) or LAB_BUILD_CUDA_IMAGE=1")
+    out = subprocess.run(
+        ["scripts/images.sh", "runner-cuda"], cwd=ROOT, capture_output=True, text=True,
+        timeout=1800,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    return _docker("image", "inspect", "-f", "{{.Id}}", IMAGE).stdout.strip()
+
+
+def test_the_cuda_image_has_a_cuda_build_of_torch_with_nccl(cuda_image):
+    probe = (
+        "import json, os, torch, torch.distributed as dist; print(json.dumps({"
+        "'torch': torch.__version__, 'cuda': torch.version.cuda,"
+        "'nccl': list(torch.cuda.nccl.version()), 'cudnn': torch.backends.cudnn.version(),"
+        "'uid': os.getuid(), 'nccl_pg': dist.is_nccl_available(),"
+        "'gloo_pg': dist.is_gloo_available()}))"
+    )
+    out = _docker("run", "--rm", "--entrypoint", "python", IMAGE, "-c", probe)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["torch"].startswith("2.13.0") and got["cuda"].startswith("13."), got
+    assert got["nccl"][0] == 2 and got["cudnn"] > 0 and got["nccl_pg"] and got["gloo_pg"], got
+    assert got["uid"] == 1000, "runs as the non-root user lab"
+    meta = _docker("image", "inspect", "-f", "{{json .Config}}", IMAGE)
+    config = json.loads(meta.stdout)
+    assert config["User"] == "lab" and config["Env"] and "LAB_IMAGE_KIND=cuda" in config["Env"]
+    assert config["Healthcheck"]["Test"][-1] == "import runners.spec, torch"
+    listed = _docker("run", "--rm", IMAGE, "list")
+    assert listed.returncode == 0 and "wfbp" in listed.stdout and "tictac-tic" in listed.stdout
+
+
+def test_runs_go_through_the_docker_executor_in_the_cuda_image(cuda_image, tmp_path):
+    """A simulation and a 2-process real run (gloo on the CPU: no GPU here), each in a
+    container of the CUDA image, with that image and its CUDA torch in the manifest."""
+    specs = {
+        "sim": {"system": "wfbp", "workload": "resnet50", "iterations": 3},
+        "real": {
+            "system": "wfbp", "mode": "real", "workload": "vgg16-debug", "iterations": 3,
+            "warmup_iterations": 1, "cluster": {"workers": 2}, "real": {"network": "loopback"},
+        },
+    }  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LAB_RUNNER_IMAGE": IMAGE}
+    for name, spec in specs.items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(spec))
+        out = subprocess.run(
+            [sys.executable, "-m", "runners", "run", str(path), "--out", str(tmp_path / name),
+             "--executor", "docker"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr[-3000:]
+        summary = json.loads(out.stdout.strip().splitlines()[-1])
+        assert summary["metrics"]["iteration_time_s"] > 0
+        manifest = json.loads((tmp_path / name / "manifest.json").read_text())
+        assert manifest["container_image"]["id"] == cuda_image
+        assert manifest["container_image"]["kind"] == "cuda"
+        assert any(p.startswith("nvidia-nccl-cu13==") for p in manifest["pip_freeze"])
+    assert summary["run"]["mode"] == "real" and summary["network"]["kind"] == "loopback"
