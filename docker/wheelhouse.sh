@@ -9,10 +9,11 @@
 #                                  CUDA build of torch (PyPI's default Linux wheel) with its
 #                                  NVIDIA libraries, about 2.7 GB
 #
-# For --cuda, pip ignores this machine's pip configuration and find-links (--isolated), so
-# that a local CPU wheel of torch (a higher version, 2.13.0+cpu) cannot stand in for the
-# CUDA one, and reads LAB_CUDA_INDEX_URL (default https://pypi.org/simple). A torch without
-# CUDA in the result stops the script.
+# For --cuda, pip ignores this machine's pip configuration and PIP_* variables (--isolated),
+# so that a local CPU wheel of torch (a higher version, 2.13.0+cpu) in its find-links cannot
+# stand in for the CUDA one; that drops their certificate and proxy settings too. It reads
+# LAB_CUDA_INDEX_URL (default https://pypi.org/simple). A torch without CUDA in the result
+# stops the script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PIP="${PIP:-.venv/bin/pip}"
@@ -21,10 +22,11 @@ if [ "${1:-}" = --cuda ]; then
   house=docker/wheelhouse-cuda
   index="${LAB_CUDA_INDEX_URL:-https://pypi.org/simple}"
   mkdir -p "$house"
-  PIP_FIND_LINKS="" "$PIP" download --isolated --quiet --only-binary=:all: --index-url "$index" \
+  "$PIP" download --isolated --quiet --only-binary=:all: --index-url "$index" \
     --dest "$house" -r docker/requirements-runner.txt
   if ls "$house"/torch-*+cpu-*.whl >/dev/null 2>&1 || ! ls "$house"/nvidia_nccl_*.whl >/dev/null 2>&1; then
-    echo "wheelhouse: $house has no CUDA build of torch (a +cpu wheel, or no NCCL): check LAB_CUDA_INDEX_URL ($index)" >&2
+    echo "wheelhouse: $house has no CUDA build of torch (a +cpu wheel, or no NCCL): remove $house" \
+      "and run this again; if it happens again, LAB_CUDA_INDEX_URL ($index) serves no CUDA torch" >&2
     exit 1
   fi
   du -sh "$house" | awk '{print "wheelhouse (CUDA): " $1}'

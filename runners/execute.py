@@ -135,6 +135,7 @@ def _real_to_directory(spec: RunSpec, out: Path, argv: list[str]) -> dict[str, A
             },
             # the communication threads' priority (runners.real.priority)
             "comm_priority": result.priority_record(),
+            "device": result.device_record(),
             "metrics": {k: _finite(v) for k, v in result.metrics.items()},
             "units": result.units,
             "artifacts": COMM_ARTIFACTS,

@@ -1181,7 +1181,7 @@ def report(
         else None,
         "mape_pct": mape,
         # the real runs' processes share this machine's cores (``real_cpu_cores`` per row)
-        "machine_cores": os.cpu_count(),
+        "machine_cores": len(os.sched_getaffinity(0)),
         "mape_by_latency": mape_by_latency or {latency: mape},
         "mape_without": mape_without or {},
         "target_pct": MAPE_TARGET_PCT,
@@ -1211,7 +1211,7 @@ def format_report(result: dict[str, Any]) -> str:
             f"{c['ape_pct']:6.1f}%"
         )
         if with_cores and "real_cpu_cores" in c:
-            line += f" {c['real_cpu_cores']:5.2f} of {cores}"
+            line += f" {c['real_cpu_cores']:6.2f} of {cores}"
         lines.append(line)
     if with_cores:
         lines.append(

@@ -242,6 +242,13 @@ class RealOptions:
         refused otherwise); ``normal`` = every thread as the OS starts it, the compute and the
         communication competing for the cores; ``auto`` = realtime where permitted, else
         normal, and the run's summary says which (``runners.real.priority``).
+    device: where the ranks train (all-reduce arena). ``cuda`` = one GPU per rank (the ranks
+        of a host take its visible GPUs in order), collectives over NCCL; refused where this
+        host's torch sees fewer CUDA devices than the run has ranks here. ``cpu`` = CPU ranks,
+        collectives over gloo. ``auto`` = ``cuda`` where this host has a CUDA device for every
+        rank (and, for the real Horovod, Horovod was built with NCCL), else ``cpu``; the run's
+        summary says which it got and why (``runners.real.launch.resolve_device``). The PS
+        arena trains on the CPU (gloo point to point).
     """
 
     network: str = "auto"
@@ -254,9 +261,11 @@ class RealOptions:
     gpu_model: str = ""
     nodes: int = 1
     comm_priority: str = "auto"
+    device: str = "auto"
 
 
 IMPLEMENTATIONS = ("default", "lab")
+DEVICES = ("auto", "cpu", "cuda")  # runners.real.launch.resolve_device
 COMM_PRIORITIES = ("auto", "realtime", "normal")  # runners.real.priority
 
 
@@ -278,6 +287,12 @@ _REAL_RULES: dict[str, tuple[type, Any, str]] = {
         lambda v: v in COMM_PRIORITIES,
         f"one of {', '.join(COMM_PRIORITIES)} (the communication threads' priority: realtime "
         "ahead of the compute, normal as the OS starts them, auto: realtime where permitted)",
+    ),
+    "device": (
+        str,
+        lambda v: v in DEVICES,
+        f"one of {', '.join(DEVICES)} (cuda: a GPU per rank over NCCL; cpu: gloo; auto: cuda "
+        "where every rank has a GPU)",
     ),
     "gpu_model": (
         str,
@@ -377,7 +392,7 @@ class RunSpec:
         if data["real"] is None:
             del data["real"]
         else:  # added later: old real runs keep their key
-            for key in ("implementation", "gpus", "gpu_model", "nodes"):
+            for key in ("implementation", "gpus", "gpu_model", "nodes", "device"):
                 if data["real"][key] == getattr(RealOptions, key):
                     del data["real"][key]
         data["spec_version"] = SPEC_VERSION
@@ -599,6 +614,21 @@ def validate_comm(raw: dict[str, Any], entry: registry.Entry) -> RunSpec:
                 "real.network",
                 "a run over several hosts uses the hosts' own network: the emulated one is on "
                 "one machine (set real.network: auto or loopback)",
+            )
+    if real is not None and real.device == "cuda":
+        if entry.arena != "allreduce":
+            raise SpecError(
+                "real.device",
+                f"the PS arena's real mode trains on the CPU (gloo point to point), not "
+                f"'{entry.name}' on GPUs; set real.device: cpu or auto",
+            )
+        per_host = cluster.workers // real.nodes
+        if real.gpus and real.gpus < per_host:
+            raise SpecError(
+                "real.gpus",
+                f"{real.gpus} GPU{'s' if real.gpus > 1 else ''} for {per_host} ranks per host: "
+                "with real.device cuda every rank needs a GPU of its own (NCCL); ask for "
+                f"{per_host}, or set real.device: auto",
             )
     links = [i for i, s in enumerate(cluster.stragglers) if s.bandwidth_factor != 1.0]
     if real is not None and links and (real.nodes > 1 or real.network == "loopback"):

@@ -173,13 +173,23 @@ if wants runner-cuda; then
     docker pull "$cuda_base" || die "cannot pull $cuda_base; unset LAB_CUDA_BASE_IMAGE to build on $BASE"
   fi
   cuda_base_id=$(docker image inspect -f '{{.Id}}' "$cuda_base")
+  # The wheels are for the Python of this machine's .venv: the base must have the same one.
+  version='import sys; print("%d.%d" % sys.version_info[:2])'
+  host_py=$(.venv/bin/python -c "$version")
+  base_py=$(docker run --rm --entrypoint python3 "$cuda_base" -c "$version" 2>/dev/null || echo none)
+  [ "$host_py" = "$base_py" ] || die "the CUDA wheelhouse is for Python $host_py (this machine's .venv), \
+$cuda_base has Python $base_py: use a base with Python $host_py, or build from the package index \
+(docker/README.md, The CUDA runner image)"
   hash=$(inputs_hash "runner-cuda base=$cuda_base_id" docker/runner-cuda.Dockerfile \
     docker/requirements-runner.txt docker/wheelhouse-cuda runners workloads)
   context=$LOGS/context-cuda
+  trap 'rm -rf "$context"' EXIT
   rm -rf "$context"
   mkdir -p "$context/docker"
-  cp -al runners workloads "$context/"
-  cp -al docker/wheelhouse-cuda "$context/docker/"
+  # hard links (no copy of 2.7 GB) where the file system allows them, else a copy
+  cp -al runners workloads "$context/" 2>/dev/null || cp -a runners workloads "$context/"
+  cp -al docker/wheelhouse-cuda "$context/docker/" 2>/dev/null ||
+    cp -a docker/wheelhouse-cuda "$context/docker/"
   cp docker/requirements-runner.txt docker/runner-cuda.Dockerfile "$context/docker/"
   printf '**/__pycache__\n**/*.pyc\n' >"$context/.dockerignore"
   build "${LAB_RUNNER_CUDA_IMAGE:-lab-runner:cuda}" "$context/docker/runner-cuda.Dockerfile" \

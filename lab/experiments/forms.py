@@ -33,7 +33,7 @@ _DEFAULTS = run_spec.CommCluster()
 _REAL = run_spec.RealOptions()
 REAL_KEYS = (
     "network", "dataset", "lr", "momentum", "implementation", "gpus", "gpu_model", "nodes",
-    "comm_priority",
+    "comm_priority", "device",
 )  # fmt: skip
 # Spec cluster fields the portal does not offer, each with why (the API answers with it).
 CLI_ONLY_CLUSTER_KEYS = {
@@ -405,6 +405,14 @@ class ExperimentForm(_ClusterArenaFields):
         help_text="realtime: ahead of the compute, as on a GPU machine whose CPU is free (the "
         "lab's worker must run as root); normal: compute and communication share the cores; "
         "auto: realtime when possible, and each run says which it got",
+    )
+    real_device = forms.ChoiceField(
+        required=False,
+        label="device",
+        initial=_REAL.device,
+        choices=[(d, d) for d in run_spec.DEVICES],
+        help_text="cuda: a GPU per rank, over NCCL (ask for as many GPUs as ranks per host); "
+        "cpu: gloo; auto: GPUs where every rank has one, and each run says which it got",
     )
     params = forms.JSONField(
         required=False,

@@ -25,6 +25,13 @@ simulator executes (``runners.policies.allreduce``) -- on real gradients.
   ``extrapolate`` (w - lr * d * the newest synchronised gradient). ``finish`` applies every
   outstanding update, so all ranks end with the same synchronised weights.
 
+On a GPU (``device``: CUDA; the process group NCCL) the buffers live on the rank's GPU, the
+communication thread issues on that device, and a collective counts as complete when its
+work reports it (``is_completed``, polled by a watcher thread every ``CUDA_POLL_S``): an
+NCCL work's future completes when the collective is enqueued, not when it ends. The
+negotiation stays on its own gloo group, on the CPU. (Written for NCCL, not run on a GPU
+here: our machines have none.)
+
 Gradients are averaged over ranks (divided by the world size after the sum). Torch's own
 ``DistributedDataParallel`` is not used here; the ``ddp`` system runs it directly
 (``runners.real.worker``).
@@ -50,6 +57,7 @@ from torch import nn
 from ..policies.allreduce import CommPlan, is_fifo
 
 APPROXIMATIONS = ("stale", "local-correct", "extrapolate")
+CUDA_POLL_S = 50e-6  # how often the watcher asks outstanding GPU collectives if they are done
 
 
 # torch 2.13 deprecates reduce_scatter_tensor for reduce_scatter_single (same arguments).
@@ -313,10 +321,12 @@ class Engine:
         negotiate: bool | None = None,
         record: Any = None,
         on_negotiation: Callable[[float], None] | None = None,
+        device: torch.device | None = None,
     ) -> None:
         if approximation not in APPROXIMATIONS:
             raise ValueError(f"approximation must be one of {', '.join(APPROXIMATIONS)}")
         self.model, self.binding, self.plan = model, binding, plan
+        self.device = device or torch.device("cpu")
         self.world, self.rank = dist.get_world_size(), dist.get_rank()
         self.groups, self.tasks = layout(plan, binding, self.world)
         self.lr, self.momentum = lr, momentum
@@ -369,6 +379,12 @@ class Engine:
         self._error: BaseException | None = None
 
         self._hooks = attach_hooks(binding, self._grad_ready, self._pre_forward, self._post_forward)
+        self._watch: list[tuple[int, Any]] = []  # GPU: (position, work) not yet complete
+        self._watcher: threading.Thread | None = None
+        if self.device.type == "cuda":
+            self._watcher = threading.Thread(target=self._watch_loop, name="cuda-watch",
+                                             daemon=True)  # fmt: skip
+            self._watcher.start()
         self._thread = threading.Thread(target=self._comm_loop, name="comm", daemon=True)
         self._thread.start()
 
@@ -399,6 +415,8 @@ class Engine:
             self._stop = True
             self._cv.notify_all()
         self._thread.join()
+        if self._watcher is not None:
+            self._watcher.join()
         self._raise_comm_error()
         for h in self._hooks:
             h.remove()
@@ -479,7 +497,7 @@ class Engine:
         free = self._pool.get(g)
         if free:
             return free.pop()
-        return torch.empty(self.groups[g].length)
+        return torch.empty(self.groups[g].length, device=self.device)
 
     def _drop(self, it: int) -> None:
         self._stats[it] = self.stats(it)
@@ -568,6 +586,8 @@ class Engine:
     # --------------------------------------------------------- communication thread
     def _comm_loop(self) -> None:
         try:
+            if self.device.type == "cuda":  # a thread's current device is its own
+                torch.cuda.set_device(self.device)
             self._dispatch()
         except BaseException as err:  # handed to the main thread
             with self._cv:
@@ -662,6 +682,11 @@ class Engine:
             self._issued_bytes.append(self._issued_bytes[-1] + task.nbytes)
             self._issue_time.append(now)
             self._done_time.append(math.nan)
+        if self.device.type == "cuda":  # done when the GPU is: the watcher asks the work
+            with self._cv:
+                self._watch.append((position, work))
+                self._cv.notify_all()
+            return position
         try:
             future = work.get_future()
         except RuntimeError:
@@ -671,6 +696,32 @@ class Engine:
         else:
             future.add_done_callback(lambda _f, i=position: self._completion(i))
         return position
+
+    def _watch_loop(self) -> None:
+        """(GPU.) Stamp each collective's completion when its work reports it: NCCL's run in
+        issue order on one stream, so the oldest outstanding one is asked first."""
+        try:
+            while True:
+                with self._cv:
+                    while not self._watch and not (self._stop and self._all_issued_done()):
+                        self._cv.wait(0.05)
+                    if not self._watch:
+                        return
+                    position, work = self._watch[0]
+                if not work.is_completed():
+                    time.sleep(CUDA_POLL_S)
+                    continue
+                with self._cv:
+                    self._watch.pop(0)
+                self._completion(position)
+        except BaseException as err:  # handed to the main thread
+            with self._cv:
+                self._error = err
+                self._cv.notify_all()
+
+    def _all_issued_done(self) -> bool:
+        """(Under the lock.) Every issued collective has its completion stamped."""
+        return not any(math.isnan(t) for t in self._done_time[self._completed :])
 
     def _completion(self, position: int) -> None:
         with self._cv:

@@ -44,6 +44,15 @@ def available() -> str | None:
     return str(horovod.__version__)
 
 
+def nccl_built() -> bool:
+    """Whether the installed Horovod was built with NCCL (GPU collectives)."""
+    try:
+        import horovod.torch as hvd
+    except ImportError:
+        return False
+    return bool(hvd.nccl_built())
+
+
 def settings_env(params: dict[str, Any]) -> dict[str, str]:
     return {
         "HOROVOD_FUSION_THRESHOLD": str(int(params["fusion_threshold_bytes"])),

@@ -70,6 +70,8 @@ class RealResult:
     ranks: list[dict[str, Any]] = field(default_factory=list)
     comm_priority: str = "normal"  # the communication threads' (runners.real.priority)
     comm_priority_note: str = ""  # why, where it is not what the spec asked
+    device: str = "cpu"  # where the ranks trained (resolve_device)
+    device_note: str = ""  # why, where the spec asked for auto and got the CPU
 
     def priority_record(self) -> dict[str, Any]:
         """The run summary's ``comm_priority``: what the run had, with rank 0's threads per
@@ -81,6 +83,15 @@ class RealResult:
             "rank0_threads": first.get("threads", {}),
             "rank0_compute": first.get("compute_priority", ""),
         }
+
+    def device_record(self) -> dict[str, Any]:
+        """The run summary's ``device``: where the ranks trained, why (for ``auto``), and
+        rank 0's GPU when on one."""
+        first = self.ranks[0] if self.ranks else {}
+        record: dict[str, Any] = {"kind": self.device, "note": self.device_note}
+        if first.get("gpu"):
+            record["rank0_gpu"] = first["gpu"]
+        return record
 
 
 @dataclass(frozen=True)
@@ -169,6 +180,56 @@ def comm_priority(spec: RunSpec) -> tuple[str, str]:
         ) from None
 
 
+def cuda_devices() -> int:
+    """The CUDA devices this process's torch sees (after ``CUDA_VISIBLE_DEVICES``)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def resolve_device(spec: RunSpec) -> tuple[str, str]:
+    """Where the ranks train, ``cuda`` or ``cpu`` (``real.device``), and, for ``auto`` on the
+    CPU where GPUs are visible or wanted, why. ``cuda`` needs a CUDA device for every rank on
+    this host (NCCL: one GPU per rank) and, for the real Horovod, a Horovod built with NCCL;
+    ``real.device: cuda`` without them is refused (``SpecError``)."""
+    asked = (spec.real or RealOptions()).device
+    if asked == "cpu":
+        return "cpu", ""
+    visible = cuda_devices()
+    if spec.arena != "allreduce":  # refused with cuda by the spec's validation
+        return "cpu", "the PS arena trains on the CPU (gloo point to point)" if visible else ""
+    nodes = Nodes.from_env()
+    per_host = spec.cluster.workers // (nodes.count if nodes else 1)
+    why = ""
+    if visible < per_host:
+        why = (
+            "no CUDA device is visible to torch here"
+            if not visible
+            else f"{visible} CUDA device{'s' if visible > 1 else ''} here for {per_host} ranks "
+            "(NCCL needs one per rank)"
+        )
+    elif framework(spec) == "horovod":
+        from . import hvd
+
+        if not hvd.nccl_built():
+            why = "the real Horovod here was built without NCCL (make horovod builds it for CPU)"
+    if not why:
+        return "cuda", ""
+    if asked == "cuda":
+        raise SpecError("real.device", f"cuda asked, but {why}; set real.device: cpu or auto")
+    return "cpu", f"on the CPU: {why}" if visible or (spec.real and spec.real.gpus) else ""
+
+
+# NCCL through the emulated network: sockets on the namespace's interface, not the GPUs' own
+# links (peer to peer, shared memory) or InfiniBand, which would bypass the shaped veth pairs.
+NCCL_SHAPED_ENV = {
+    "NCCL_SOCKET_IFNAME": "eth0",
+    "NCCL_P2P_DISABLE": "1",
+    "NCCL_SHM_DISABLE": "1",
+    "NCCL_IB_DISABLE": "1",
+}
+
+
 def preflight(spec: RunSpec) -> Network:
     """Check a real run against this machine before anything starts; returns its network."""
     if spec.arena not in ("allreduce", "ps"):
@@ -176,6 +237,10 @@ def preflight(spec: RunSpec) -> Network:
             "system", f"real mode runs the all-reduce and PS arenas only (got {spec.arena})"
         )
     comm_priority(spec)
+    if not (spec.real and spec.real.gpus):
+        # GPUs asked of the portal's ledger are checked where the run lands (launch.run);
+        # otherwise they are this machine's
+        resolve_device(spec)
     if framework(spec) == "horovod":
         from . import hvd
 
@@ -311,6 +376,7 @@ def run(
         )
     plan = _plan(spec)
     prio, prio_note = comm_priority(spec)
+    device, device_note = resolve_device(spec)
     profile = workloads.load_profile(spec.workload)
     end = spec.warmup_iterations + spec.iterations
     window = [0, end] if spec.timeline_iterations == 0 else [
@@ -330,6 +396,7 @@ def run(
             "threads": options.threads,
             "framework": framework(spec),
             "comm_priority": prio,
+            "device": device,
         },
         "timeline": window,
         "timeout_s": COLLECTIVE_TIMEOUT_S,
@@ -339,9 +406,12 @@ def run(
     work.mkdir(parents=True, exist_ok=True)
     (work / "job.json").write_text(json.dumps(job))
     log.info(
-        "real run: %d ranks, %s network%s; %s", spec.cluster.workers, network.kind,
+        "real run: %d ranks on %s, %s network%s; %s", spec.cluster.workers,
+        "GPUs (NCCL)" if device == "cuda" else "CPUs (gloo)", network.kind,
         f" ({network.note})" if network.note else "", priority_words(prio, prio_note),
     )  # fmt: skip
+    if device_note:
+        log.info("real run: %s", device_note)
     started = time.perf_counter()
     n = spec.cluster.workers
     horovod = framework(spec) == "horovod"
@@ -374,11 +444,14 @@ def run(
                     bed, lambda it: worker_rates(spec, it), 0, progress
                 )
             if horovod:
-                _supervise_horovod(bed, work, extra, options.threads, end, progress)
+                settings = {**extra, **(NCCL_SHAPED_ENV if device == "cuda" else {})}
+                _supervise_horovod(bed, work, settings, options.threads, end, progress)
             else:
+                nccl = NCCL_SHAPED_ENV if device == "cuda" else {}
                 commands = [
                     (bed.wrap(k, _torchrun(spec, work, k, bed)),
-                     {"LAB_WORKER": str(k), "GLOO_SOCKET_IFNAME": "eth0"})
+                     {"LAB_WORKER": str(k), "LAB_LOCAL_DEVICE": str(k),
+                      "GLOO_SOCKET_IFNAME": "eth0", **nccl})
                     for k in range(n)
                 ]  # fmt: skip
                 _supervise(commands, work, options.threads, end, progress)
@@ -394,6 +467,7 @@ def run(
     ranks = [json.loads((work / f"rank{r}.json").read_text()) for r in range(spec.cluster.workers)]
     result = _results(spec, ranks, network)
     result.comm_priority, result.comm_priority_note = prio, prio_note
+    result.device, result.device_note = device, device_note
     result.metrics["real_wall_s"] = wall_s
     result.units["real_wall_s"] = "s"
     if reshaper is not None:
@@ -487,7 +561,7 @@ def _supervise_horovod(
             (
                 bed.wrap(k, hvd.with_hostname(addresses[k], worker)),
                 {**settings, **hvd.rank_env(addresses, k, addresses[0], port),
-                 "LAB_WORKER": str(k)},
+                 "LAB_WORKER": str(k), "LAB_LOCAL_DEVICE": str(k)},
             )
             for k in range(len(addresses))
         ]  # fmt: skip

@@ -318,9 +318,13 @@ def run(
     ]
     result = launch._results(spec, ranks, network)
     result.comm_priority, result.comm_priority_note = prio, prio_note
+    result.device, result.device_note = launch.resolve_device(spec)  # the CPU (gloo)
     metrics, units = _server_metrics(spec, plan, ranks, records)
-    if "cpu_cores" in result.metrics:  # the whole run's: the workers' and the servers'
-        metrics["cpu_cores"] = result.metrics["cpu_cores"] + metrics.get("server_cpu_cores", 0.0)
+    if "server_cpu_cores" in metrics and "cpu_cores" in result.metrics:
+        metrics["cpu_cores"] = result.metrics["cpu_cores"] + metrics["server_cpu_cores"]
+    else:  # the whole run's or none: the workers' alone would understate it
+        result.metrics.pop("cpu_cores", None)
+        result.units.pop("cpu_cores", None)
     result.metrics.update(metrics)
     result.units.update(units)
     result.metrics["real_wall_s"] = wall_s
@@ -358,9 +362,11 @@ def _server_metrics(
     }
     units = {"ps_max_busy_s": "s", "ps_mean_busy_s": "s", "ps_servers_used": "servers",
              "ps_migrated_bytes": "bytes"}  # fmt: skip
-    spans = [r["cpu"] for r in records if r.get("cpu", {}).get("wall_s", 0.0) > 0]
-    if spans:  # what the servers take from the machine's cores (on one host: from the workers')
-        metrics["server_cpu_cores"] = sum(c["cpu_s"] / c["wall_s"] for c in spans)
+    serving = [r for r in records if r["keys"]]  # servers that hold keys
+    if serving and all(r.get("cpu", {}).get("wall_s", 0.0) > 0 for r in serving):
+        # What the servers take from the machine's cores (on one host: from the workers'),
+        # each over its own span of the measured rounds (first push taken to last handled).
+        metrics["server_cpu_cores"] = sum(r["cpu"]["cpu_s"] / r["cpu"]["wall_s"] for r in serving)
         units["server_cpu_cores"] = "cores"
     if plan.server_mode != "sync":
         count = sum(r["staleness"]["count"] for r in records)

@@ -84,8 +84,9 @@ class Straggle:
     the rank computes ``factor`` times slower and its gradients become ready that much later.
     Registered before the engine's (or DDP's) hooks, so they see the delayed readiness."""
 
-    def __init__(self, binding: LayerBinding) -> None:
+    def __init__(self, binding: LayerBinding, sync: Callable[[], None] | None = None) -> None:
         self.factor = 1.0
+        self.sync = sync  # on a GPU: wait for the compute stream, so the time is the compute's
         self.mark = time.perf_counter()
         self.handles = []
         for module in binding.modules:
@@ -102,6 +103,8 @@ class Straggle:
         self.mark = time.perf_counter()
 
     def _sleep(self) -> None:
+        if self.factor > 1.0 and self.sync is not None:
+            self.sync()
         now = time.perf_counter()
         if self.factor > 1.0:
             time.sleep((self.factor - 1.0) * (now - self.mark))
@@ -154,6 +157,8 @@ def _main(job_dir: Path) -> int:
         with priority.of_job(train):  # Horovod's background and gloo threads
             hvd.init()
         rank, world = hvd.rank(), hvd.size()
+        if train.get("device") == "cuda":
+            torch.cuda.set_device(local_device(hvd.local_rank()))
         worker = int(os.environ.get("LAB_WORKER", rank))
         try:
             result = _train(job, spec, train, rank, world, worker)
@@ -165,8 +170,13 @@ def _main(job_dir: Path) -> int:
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         worker = int(os.environ.get("LAB_WORKER", rank))
         timeout = datetime.timedelta(seconds=float(job["timeout_s"]))
-        with priority.of_job(train):
-            dist.init_process_group("gloo", timeout=timeout)  # gloo's threads
+        with priority.of_job(train):  # gloo's or NCCL's threads
+            if train.get("device") == "cuda":
+                gpu = torch.device("cuda", local_device())
+                torch.cuda.set_device(gpu)
+                dist.init_process_group("nccl", timeout=timeout, device_id=gpu)
+            else:
+                dist.init_process_group("gloo", timeout=timeout)
         try:
             result = _train(job, spec, train, rank, world, worker)
             if int(job.get("nodes", 1)) > 1:
@@ -182,6 +192,26 @@ def _main(job_dir: Path) -> int:
             dist.destroy_process_group()
     write_record(job_dir, f"rank{rank}", rank, result)
     return 0
+
+
+def local_device(default: int | None = None) -> int:
+    """This rank's GPU among the host's visible ones: ``LAB_LOCAL_DEVICE`` (the launcher's, on
+    the emulated network, where every rank is a node of its own), else torchrun's
+    ``LOCAL_RANK`` (or ``default``: Horovod's local rank)."""
+    for name in ("LAB_LOCAL_DEVICE", "LOCAL_RANK"):
+        value = os.environ.get(name)
+        if value is not None and (name == "LAB_LOCAL_DEVICE" or default is None):
+            return int(value)
+    return int(default or 0)
+
+
+def synchronizer(device: torch.device) -> Callable[[], None]:
+    """What to call before reading a timer: on a GPU, wait for the compute stream (kernels
+    are asynchronous; the communication's own streams are not waited for); on the CPU,
+    nothing."""
+    if device.type != "cuda":
+        return lambda: None
+    return lambda: torch.cuda.current_stream(device).synchronize()
 
 
 def _share_records(
@@ -213,15 +243,21 @@ def _train(
     worker: int,
 ) -> dict[str, Any]:
     workload, seed = spec["workload"], int(spec["seed"])
+    device = (
+        torch.device("cuda", torch.cuda.current_device())
+        if train.get("device") == "cuda"
+        else torch.device("cpu")
+    )
+    sync = synchronizer(device)
     torch.manual_seed(seed)  # the same initial weights on every rank
-    model = build_model(workload)
+    model = build_model(workload).to(device)
     model.train()
     binding = bind_layers(model, job["layers"], job["grad_bytes"])
     loss_fn = data.loss_fn(workload)
     batches = data.loader(
         workload, train["dataset"], int(spec["batch_size"]), seed, rank, world, start_step=0
     )
-    straggle = Straggle(binding)
+    straggle = Straggle(binding, sync if device.type == "cuda" else None)
     stragglers = spec["cluster"].get("stragglers", [])
     first_recorded, end_recorded = job["timeline"]
     timeline: list[list[Any]] = []
@@ -235,7 +271,7 @@ def _train(
     own = train.get("framework")  # ddp or horovod: the framework's own implementation
     if own:
         make_step = _ddp_step if own == "ddp" else _horovod_step
-        step = make_step(model, job, lr, momentum)
+        step = make_step(model, job, lr, momentum, sync)
         engine = None
     else:
         with priority.of_job(train):
@@ -247,21 +283,29 @@ def _train(
                 momentum=momentum,
                 approximation=job.get("approximation", "stale"),
                 record=record,
+                device=device,
             )
     iterations = []
     _barrier(own)
     for it in range(total):
         straggle.factor = slowdown(stragglers, worker, it)
         inputs, targets = next(batches)
+        if device.type == "cuda":
+            inputs = inputs.to(device, non_blocking=True)
+            targets = targets.to(device, non_blocking=True)
+        sync()  # the previous iteration's kernels are done: the timers read the GPU's time
         begin = time.perf_counter()
         cpu_begin = time.process_time()
         if engine is not None:
             engine.begin(it)
             straggle.reset()
+            sync()
             forward_start = time.perf_counter()
             loss = loss_fn(model(inputs), targets)
+            sync()
             backward_start = time.perf_counter()
             loss.backward()
+            sync()
             end = time.perf_counter()
         else:
             straggle.reset()
@@ -290,27 +334,46 @@ def _train(
     }
     if rank == 0 and train["dataset"] != "synthetic":
         result["eval"] = _evaluate(model, workload, train["dataset"], loss_fn)
-    if job.get("save_params"):
-        result["_state"] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if device.type == "cuda":
+        result["gpu"] = {
+            "index": device.index,
+            "name": torch.cuda.get_device_name(device),
+            "capability": ".".join(map(str, torch.cuda.get_device_capability(device))),
+        }
+    if job.get("save_params"):  # on the CPU, whatever the ranks trained on
+        result["_state"] = {
+            k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()
+        }
     return result
 
 
-def _ddp_step(model: nn.Module, job: dict[str, Any], lr: float, momentum: float):
-    """PyTorch's own DistributedDataParallel with the ``ddp`` entry's bucket sizes."""
+def _ddp_step(
+    model: nn.Module, job: dict[str, Any], lr: float, momentum: float, sync: Callable[[], None]
+):
+    """PyTorch's own DistributedDataParallel with the ``ddp`` entry's bucket sizes (on a GPU:
+    its device)."""
     from torch.nn.parallel import DistributedDataParallel
 
     params = job["spec"]["params"]
     dist._DEFAULT_FIRST_BUCKET_BYTES = int(params["first_bucket_bytes"])
-    ddp = DistributedDataParallel(model, bucket_cap_mb=int(params["bucket_bytes"]) / 2**20)
+    device = next(model.parameters()).device
+    ddp = DistributedDataParallel(
+        model,
+        device_ids=[device.index] if device.type == "cuda" else None,
+        bucket_cap_mb=int(params["bucket_bytes"]) / 2**20,
+    )
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
 
     def step(inputs: torch.Tensor, targets: torch.Tensor, loss_fn: Any):
+        sync()
         forward_start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(ddp(inputs), targets)
+        sync()
         backward_start = time.perf_counter()
         loss.backward()
         optimizer.step()
+        sync()
         return forward_start, backward_start, time.perf_counter(), loss
 
     return step
@@ -320,12 +383,14 @@ def _barrier(framework: str | None) -> None:
     if framework == "horovod":
         import horovod.torch as hvd
 
-        hvd.allreduce(torch.zeros(1), name="barrier")
+        hvd.allreduce(torch.zeros(1), name="barrier")  # a CPU tensor: Horovod's gloo path
     else:
         dist.barrier()
 
 
-def _horovod_step(model: nn.Module, job: dict[str, Any], lr: float, momentum: float):
+def _horovod_step(
+    model: nn.Module, job: dict[str, Any], lr: float, momentum: float, sync: Callable[[], None]
+):
     """The real Horovod: ``hvd.DistributedOptimizer`` (gradients averaged; tensor fusion with
     the entry's threshold and cycle time, set by the launcher in the environment)."""
     import horovod.torch as hvd
@@ -337,12 +402,15 @@ def _horovod_step(model: nn.Module, job: dict[str, Any], lr: float, momentum: fl
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
 
     def step(inputs: torch.Tensor, targets: torch.Tensor, loss_fn: Any):
+        sync()
         forward_start = time.perf_counter()
         optimizer.zero_grad()
         loss = loss_fn(model(inputs), targets)
+        sync()
         backward_start = time.perf_counter()
         loss.backward()
         optimizer.step()
+        sync()
         return forward_start, backward_start, time.perf_counter(), loss
 
     return step
@@ -352,6 +420,8 @@ def _horovod_step(model: nn.Module, job: dict[str, Any], lr: float, momentum: fl
 def _evaluate(model: nn.Module, workload: str, dataset: str, loss_fn: Any) -> dict[str, float]:
     """Loss (and accuracy for classifiers) of the final weights on the held-out split."""
     inputs, targets = data.eval_set(workload, dataset)
+    device = next(model.parameters()).device
+    inputs, targets = inputs.to(device), targets.to(device)
     model.eval()
     losses, correct, count = [], 0, 0
     for start in range(0, len(inputs), 256):

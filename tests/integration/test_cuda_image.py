@@ -4,7 +4,8 @@ host (``docker/wheelhouse.sh --cuda``, about 2.7 GB), on the lab's Debian base.
 
 Building it downloads those 2.7 GB, so these tests build it (``scripts/images.sh runner-cuda``,
 which reuses an image of the same inputs) only with ``LAB_BUILD_CUDA_IMAGE=1`` (``.ci/run`` sets
-it) or where ``lab-runner:cuda`` already exists; elsewhere they skip. There is no GPU here:
+it); without it they test ``lab-runner:cuda`` as it is where it exists (it may be older than
+the sources) and skip elsewhere. There is no GPU here:
 they check the image (a CUDA 13 torch with NCCL, the non-root user, the health check) and that
 runs go through the docker executor in it on the CPU, not a GPU run."""
 
@@ -35,15 +36,18 @@ def cuda_image() -> str:
     """The CUDA runner image of the current sources; its id."""
     require_binary("docker")
     if _docker("info").returncode != 0:
-        pytest.skip("no Docker engine: start dockerd, or run .ci/run")
-    exists = _docker("image", "inspect", IMAGE).returncode == 0
-    if os.environ.get("LAB_BUILD_CUDA_IMAGE") != "1" and not exists:
+        message = "no Docker engine: start dockerd, or run .ci/run"
+        if os.environ.get("LAB_REQUIRE_SERVICES") == "1":
+            pytest.fail(message + "; LAB_REQUIRE_SERVICES=1 forbids skipping")
+        pytest.skip(message)
+    if os.environ.get("LAB_BUILD_CUDA_IMAGE") == "1":
+        out = subprocess.run(
+            ["scripts/images.sh", "runner-cuda"], cwd=ROOT, capture_output=True, text=True,
+            timeout=1800,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    elif _docker("image", "inspect", IMAGE).returncode != 0:
         pytest.skip(f"no {IMAGE}: `make image-cuda` (2.7 GB of wheels) or LAB_BUILD_CUDA_IMAGE=1")
-    out = subprocess.run(
-        ["scripts/images.sh", "runner-cuda"], cwd=ROOT, capture_output=True, text=True,
-        timeout=1800,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     return _docker("image", "inspect", "-f", "{{.Id}}", IMAGE).stdout.strip()
 
 

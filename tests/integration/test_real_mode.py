@@ -125,6 +125,8 @@ def test_exact_schedulers_match_single_process_sgd(system, params, tmp_path, mon
     metrics = summary["metrics"]
     assert metrics["iteration_time_s"] > 0
     assert summary["network"]["kind"] == "loopback"
+    if not torch.cuda.is_available():  # real.device auto on a machine without a GPU: gloo
+        assert summary["device"] == {"kind": "cpu", "note": ""}
     if os.geteuid() == 0:  # auto: the communication threads ahead of the compute (root)
         prio = summary["comm_priority"]
         assert prio["priority"] == "realtime" and prio["rank0_compute"] == "normal"

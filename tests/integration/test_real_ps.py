@@ -117,7 +117,8 @@ def test_sync_ps_systems_match_single_process_sgd(system, params, tmp_path, monk
     assert metrics["iteration_time_s"] > 0 and metrics["comm_time_s"] > 0
     assert metrics["ps_max_busy_s"] > 0 and metrics["ps_servers_used"] == 2
     # the processes' CPU time: the workers' per iteration, the servers' as cores
-    assert metrics["cpu_time_s"] > 0 and 0 < metrics["server_cpu_cores"] <= os.cpu_count()
+    # (each server's over its own span: their sum is not bounded by the machine's cores)
+    assert metrics["cpu_time_s"] > 0 and metrics["server_cpu_cores"] > 0
     series = [json.loads(line) for line in (out / "metrics.jsonl").open()]
     assert [s["iteration"] for s in series] == list(range(4))
     rows = (out / "timeline.csv").read_text().splitlines()

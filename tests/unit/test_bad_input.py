@@ -125,6 +125,24 @@ CASES = {
         "real.gpus",
         spec_with(mode="real", workload="vgg16-debug", real={"gpus": -1}),
     ),
+    "device-not-a-choice": (
+        "real.device",
+        spec_with(mode="real", workload="vgg16-debug", real={"device": "tpu"}),
+    ),
+    "cuda-in-the-ps-arena": (  # BASE is ps-default: its real mode trains on the CPU
+        "real.device",
+        spec_with(mode="real", workload="vgg16-debug", real={"device": "cuda"}),
+    ),
+    "cuda-with-fewer-gpus-than-ranks": (
+        "real.gpus",
+        spec_with(
+            system="wfbp",
+            mode="real",
+            workload="vgg16-debug",
+            cluster={"workers": 2},
+            real={"device": "cuda", "gpus": 1},
+        ),
+    ),  # fmt: skip
 }
 # One per kind of check, through a real ``python -m runners`` process.
 SUBPROCESS_CASES = [

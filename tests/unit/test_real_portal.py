@@ -31,6 +31,12 @@ BODY = {
 }
 
 
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 @pytest.fixture
 def token(user) -> str:
     return ApiToken.issue(user)
@@ -63,6 +69,12 @@ def test_the_api_stores_how_real_runs_train(client, token):
         ({"real": {"network": "satellite"}}, "real.network"),
         ({"real": {"lr": -1}}, "real.lr"),
         ({"real": {"comm_priority": "urgent"}}, "real.comm_priority"),
+        ({"real": {"device": "tpu"}}, "real.device"),
+        pytest.param(
+            {"real": {"device": "cuda"}},
+            "real.device",
+            marks=pytest.mark.skipif(_cuda(), reason="this machine has GPUs for them"),
+        ),  # fmt: skip
         ({"real": {"threads_per_rank": 2}}, "real.threads_per_rank"),
         ({"real": "fast"}, "real"),
         ({"cluster": {"workers": 1000}}, "cluster.workers"),  # more ranks than this machine holds
