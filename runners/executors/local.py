@@ -144,8 +144,9 @@ class LocalExecutor:
 
     def launch(self, home: Path, run_id: int, resources: Resources) -> str:
         env = dict(resources.env)
-        if resources.gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(resources.gpus)
+        # the GPUs the ledger gave the run, and none other (real.device auto would take any
+        # GPU it sees, including another run's)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(resources.gpus)
         handle = launch(home, python=self.python, extra_env=env)
         return format_handle(handle)
 

@@ -26,9 +26,11 @@ simulator executes (``runners.policies.allreduce``) -- on real gradients.
   outstanding update, so all ranks end with the same synchronised weights.
 
 On a GPU (``device``: CUDA; the process group NCCL) the buffers live on the rank's GPU, the
-communication thread issues on that device, and a collective counts as complete when its
-work reports it (``is_completed``, polled by a watcher thread every ``CUDA_POLL_S``): an
-NCCL work's future completes when the collective is enqueued, not when it ends. The
+communication thread issues on that device, and a collective counts as complete when the
+GPU has finished it (a watcher thread blocks on an event recorded after it): an NCCL work's
+future completes when the collective is enqueued, not when it ends. A collective's span
+starts when it is issued, so on a GPU it includes any compute queued ahead of it, and the
+per-layer compute spans of the timeline are the times the kernels were queued. The
 negotiation stays on its own gloo group, on the CPU. (Written for NCCL, not run on a GPU
 here: our machines have none.)
 
@@ -57,7 +59,6 @@ from torch import nn
 from ..policies.allreduce import CommPlan, is_fifo
 
 APPROXIMATIONS = ("stale", "local-correct", "extrapolate")
-CUDA_POLL_S = 50e-6  # how often the watcher asks outstanding GPU collectives if they are done
 
 
 # torch 2.13 deprecates reduce_scatter_tensor for reduce_scatter_single (same arguments).
@@ -698,21 +699,25 @@ class Engine:
         return position
 
     def _watch_loop(self) -> None:
-        """(GPU.) Stamp each collective's completion when its work reports it: NCCL's run in
-        issue order on one stream, so the oldest outstanding one is asked first."""
+        """(GPU.) Stamp each collective's completion when the GPU has finished it, in issue
+        order (NCCL's run in that order on one stream): a side stream of this thread waits for
+        the work and the thread blocks on an event recorded after it (a blocking event: the
+        thread sleeps, without the GIL, instead of polling)."""
         try:
+            torch.cuda.set_device(self.device)  # a thread's current device is its own
+            side = torch.cuda.Stream(self.device)
             while True:
                 with self._cv:
                     while not self._watch and not (self._stop and self._all_issued_done()):
                         self._cv.wait(0.05)
                     if not self._watch:
                         return
-                    position, work = self._watch[0]
-                if not work.is_completed():
-                    time.sleep(CUDA_POLL_S)
-                    continue
-                with self._cv:
-                    self._watch.pop(0)
+                    position, work = self._watch.pop(0)
+                with torch.cuda.stream(side):
+                    work.wait()  # the side stream waits for the collective's end
+                    done = torch.cuda.Event(blocking=True)
+                    done.record(side)
+                done.synchronize()
                 self._completion(position)
         except BaseException as err:  # handed to the main thread
             with self._cv:

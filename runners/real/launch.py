@@ -198,10 +198,16 @@ def resolve_device(spec: RunSpec) -> tuple[str, str]:
     visible = cuda_devices()
     if spec.arena != "allreduce":  # refused with cuda by the spec's validation
         return "cpu", "the PS arena trains on the CPU (gloo point to point)" if visible else ""
-    nodes = Nodes.from_env()
-    per_host = spec.cluster.workers // (nodes.count if nodes else 1)
+    real = spec.real or RealOptions()
+    per_host = spec.cluster.workers // real.nodes
     why = ""
-    if visible < per_host:
+    if asked == "auto" and real.nodes > 1 and real.gpus < per_host:
+        # every host must take the same decision: only GPUs the ledger gave every host count
+        why = (
+            f"a run over several hosts goes on GPUs with real.device cuda, or real.gpus "
+            f"{per_host} (a GPU per rank on every host)"
+        )
+    elif visible < per_host:
         why = (
             "no CUDA device is visible to torch here"
             if not visible
@@ -217,16 +223,18 @@ def resolve_device(spec: RunSpec) -> tuple[str, str]:
         return "cuda", ""
     if asked == "cuda":
         raise SpecError("real.device", f"cuda asked, but {why}; set real.device: cpu or auto")
-    return "cpu", f"on the CPU: {why}" if visible or (spec.real and spec.real.gpus) else ""
+    return "cpu", f"on the CPU: {why}" if visible or real.gpus else ""
 
 
 # NCCL through the emulated network: sockets on the namespace's interface, not the GPUs' own
 # links (peer to peer, shared memory) or InfiniBand, which would bypass the shaped veth pairs.
 NCCL_SHAPED_ENV = {
-    "NCCL_SOCKET_IFNAME": "eth0",
+    "NCCL_SOCKET_IFNAME": "=eth0",  # exactly eth0 (without "=", a prefix)
+    "NCCL_NET": "Socket",  # not a network plugin's transport
     "NCCL_P2P_DISABLE": "1",
     "NCCL_SHM_DISABLE": "1",
     "NCCL_IB_DISABLE": "1",
+    "NCCL_NVLS_ENABLE": "0",
 }
 
 
@@ -447,11 +455,16 @@ def run(
                 settings = {**extra, **(NCCL_SHAPED_ENV if device == "cuda" else {})}
                 _supervise_horovod(bed, work, settings, options.threads, end, progress)
             else:
-                nccl = NCCL_SHAPED_ENV if device == "cuda" else {}
+
+                def nccl(k: int) -> dict[str, str]:  # each rank a host of its own to NCCL
+                    if device != "cuda":
+                        return {}
+                    return {**NCCL_SHAPED_ENV, "NCCL_HOSTID": f"{bed.address(k)}"}
+
                 commands = [
                     (bed.wrap(k, _torchrun(spec, work, k, bed)),
                      {"LAB_WORKER": str(k), "LAB_LOCAL_DEVICE": str(k),
-                      "GLOO_SOCKET_IFNAME": "eth0", **nccl})
+                      "GLOO_SOCKET_IFNAME": "eth0", **nccl(k)})
                     for k in range(n)
                 ]  # fmt: skip
                 _supervise(commands, work, options.threads, end, progress)

@@ -298,8 +298,8 @@ def _train(
         cpu_begin = time.process_time()
         if engine is not None:
             engine.begin(it)
-            straggle.reset()
             sync()
+            straggle.reset()
             forward_start = time.perf_counter()
             loss = loss_fn(model(inputs), targets)
             sync()
@@ -318,6 +318,7 @@ def _train(
     threads = priority.census()  # while the communication threads are all alive
     if engine is not None:
         engine.finish()
+    sync()  # the final updates
     finished, cpu_finished = time.perf_counter(), time.process_time()
     set_iteration_times(
         iterations, finished, engine.stats if engine is not None else None, cpu_finished

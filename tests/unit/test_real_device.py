@@ -83,6 +83,22 @@ def test_the_real_horovod_goes_on_gpus_only_when_built_with_nccl(gpus, monkeypat
     assert launch.resolve_device(spec("horovod")) == ("cuda", "")
 
 
+def test_a_run_over_several_hosts_goes_on_gpus_only_where_every_host_has_them(gpus):
+    """Each host's runner decides for itself: with ``auto`` over several hosts only GPUs the
+    ledger gave every host (``real.gpus``: a GPU per rank) count, so all decide alike."""
+    gpus(4)
+    device, note = launch.resolve_device(spec(workers=4, nodes=2, network="auto"))
+    assert device == "cpu" and "several hosts" in note
+    assert launch.resolve_device(spec(workers=4, nodes=2, gpus=2, network="auto")) == (
+        "cuda",
+        "",
+    )
+    assert launch.resolve_device(spec(workers=4, nodes=2, device="cuda", network="auto")) == (
+        "cuda",
+        "",
+    )
+
+
 def test_the_ps_arena_trains_on_the_cpu(gpus):
     gpus(4)
     device, note = launch.resolve_device(spec("ps-default"))

@@ -82,6 +82,20 @@ def test_a_gpu_run_starts_only_where_gpus_are_free_and_gives_them_back(user, con
     assert not GpuClaim.objects.filter(released_at=None).exists(), "cancel releases the GPU"
 
 
+def test_a_run_without_gpus_sees_none_of_the_host_s(user, config, settings):
+    """Only the ledger hands out GPUs: a run that asked for none gets an empty
+    ``CUDA_VISIBLE_DEVICES`` (``real.device: auto`` would otherwise take any GPU it sees,
+    another run's included)."""
+    host("gpu-box", gpus=2)
+    settings.HOST_NAME = "gpu-box"
+    run = actions.create_experiment(user, gpu_run(config, gpus=0)).runs.get()
+    assert actions.launch_run(run.pk)
+    run.refresh_from_db()
+    assert environ(run.pid)["CUDA_VISIBLE_DEVICES"] == ""
+    assert not GpuClaim.objects.exists()
+    assert actions.cancel_run(run)
+
+
 def test_two_runs_never_share_a_gpu(user, config, settings):
     settings.HOST_NAME = "gpu-box"
     settings.MAX_PARALLEL_RUNS = 4
