@@ -171,7 +171,7 @@ def _live_context(experiment: Experiment) -> dict[str, object]:
             for metric, _, fmt in columns
         ]
         if experiment.mode == "real":
-            run.cells.append(_network_of(run))
+            run.cells.extend(_trained_on(run))
     status = Run.combined_state([r.state for r in runs])
     figure_list, settled = _figures(experiment)
     return {
@@ -181,7 +181,7 @@ def _live_context(experiment: Experiment) -> dict[str, object]:
         "counts": {s: sum(r.state == s for r in runs) for s, _ in Run.STATE_CHOICES},
         "figures": figure_list,
         "metric_headers": [header for _, header, _ in columns]
-        + (["network"] if experiment.mode == "real" else []),
+        + (["network", "device"] if experiment.mode == "real" else []),
         "active": status in Run.ACTIVE or not settled,
     }
 
@@ -206,16 +206,22 @@ RUN_COLUMNS = {
 }
 
 
-def _network_of(run: Run) -> str:
-    """What a finished real run trained on (its summary's network block), e.g. "shaped"."""
+def _trained_on(run: Run) -> list[str]:
+    """What a finished real run trained on, from its summary: the network (e.g. "shaped") and
+    the device ("cpu", "cuda"; with why, where it is not what the spec asked), each with its
+    note; blank before the run has succeeded or for summaries from before the device."""
     if run.state != Run.SUCCEEDED:
-        return ""
+        return ["", ""]
     try:
-        network = rundir.read_summary(run.run_dir).get("network") or {}
+        summary = rundir.read_summary(run.run_dir)
     except (OSError, ValueError):
-        return ""
-    kind = str(network.get("kind", ""))
-    return f"{kind} ({network['note']})" if network.get("note") else kind
+        return ["", ""]
+
+    def told(block: dict) -> str:
+        kind = str(block.get("kind", ""))
+        return f"{kind} ({block['note']})" if block.get("note") else kind
+
+    return [told(summary.get("network") or {}), told(summary.get("device") or {})]
 
 
 def _figures(experiment: Experiment) -> tuple[list[dict[str, object]], bool]:

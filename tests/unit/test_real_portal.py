@@ -136,5 +136,7 @@ def test_a_real_run_runs_alone_on_the_machine(user, config, client):
     client.force_login(user)
     page = client.get(f"/experiments/{real.pk}/").content.decode()
     assert "<th>network</th>" in page and "<td>loopback" in page
+    # where it trained: this machine's CPU (real.device auto; no GPU was given to the run)
+    assert "<th>device</th>" in page and "<td>cpu</td>" in page
     assert "final loss" in page
     finish_all(rerun)
