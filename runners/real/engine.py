@@ -258,16 +258,15 @@ def set_iteration_times(
     ``cpu_begin`` get ``cpu_s``: the CPU time the process (every thread of it: compute,
     communication, gloo's) used over the same interval (the last: to ``cpu_finished``)."""
     for i, row in enumerate(iterations):
-        end = iterations[i + 1]["begin"] if i + 1 < len(iterations) else finished
-        row["iteration_time_s"] = end - row["begin"]
+        nxt = iterations[i + 1] if i + 1 < len(iterations) else None
+        row["iteration_time_s"] = (finished if nxt is None else nxt["begin"]) - row["begin"]
         if stats is not None:
             row.update(stats(row["iteration"]))
-    for i, row in enumerate(iterations):
-        cpu_end = iterations[i + 1].get("cpu_begin") if i + 1 < len(iterations) else cpu_finished
-        if "cpu_begin" in row and cpu_end is not None:
-            row["cpu_s"] = cpu_end - row["cpu_begin"]
-    for row in iterations:
-        row.pop("cpu_begin", None)
+        # (this row's mark is read, and dropped, after the row before has read it)
+        cpu_begin = row.pop("cpu_begin", None)
+        cpu_end = cpu_finished if nxt is None else nxt.get("cpu_begin")
+        if cpu_begin is not None and cpu_end is not None:
+            row["cpu_s"] = cpu_end - cpu_begin
 
 
 def write_record(job_dir: Path, name: str, rank: int, result: dict[str, Any]) -> None:

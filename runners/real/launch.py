@@ -192,13 +192,13 @@ def resolve_device(spec: RunSpec) -> tuple[str, str]:
     CPU where GPUs are visible or wanted, why. ``cuda`` needs a CUDA device for every rank on
     this host (NCCL: one GPU per rank) and, for the real Horovod, a Horovod built with NCCL;
     ``real.device: cuda`` without them is refused (``SpecError``)."""
-    asked = (spec.real or RealOptions()).device
+    real = spec.real or RealOptions()
+    asked = real.device
     if asked == "cpu":
         return "cpu", ""
     visible = cuda_devices()
     if spec.arena != "allreduce":  # refused with cuda by the spec's validation
         return "cpu", "the PS arena trains on the CPU (gloo point to point)" if visible else ""
-    real = spec.real or RealOptions()
     per_host = spec.cluster.workers // real.nodes
     why = ""
     if asked == "auto" and real.nodes > 1 and real.gpus < per_host:

@@ -1053,7 +1053,8 @@ class PSServer:
         self.timeline: list[list[Any]] = []
         self.first_measured = int(spec["warmup_iterations"])
         # (wall, process CPU) at the first measured push taken and after the last one handled
-        self.cpu_marks: list[tuple[float, float]] = []
+        self.cpu_from: tuple[float, float] | None = None
+        self.cpu_to: tuple[float, float] | None = None
 
     def _cpu_factors(self, spec: dict[str, Any]) -> list[float]:
         factors = [1.0] * (self.total + 1)
@@ -1109,11 +1110,11 @@ class PSServer:
                 _, _, h, payload = heapq.heappop(self.inbox)
             if h[0] == PUSH:
                 measured = h[2] >= self.first_measured
-                if measured and not self.cpu_marks:
-                    self.cpu_marks.append((time.perf_counter(), time.process_time()))
+                if measured and self.cpu_from is None:
+                    self.cpu_from = (time.perf_counter(), time.process_time())
                 self._push(h, payload)
                 if measured:
-                    self.cpu_marks[1:] = [(time.perf_counter(), time.process_time())]
+                    self.cpu_to = (time.perf_counter(), time.process_time())
             else:
                 self._migrated_in(h, payload)
         with self.cv:
@@ -1290,8 +1291,8 @@ class PSServer:
             "keys": sorted(self.state),
             "timeline": self.timeline,
         }
-        if len(self.cpu_marks) == 2:  # the measured rounds' span: its wall and CPU time
-            (w0, c0), (w1, c1) = self.cpu_marks
+        if self.cpu_from and self.cpu_to:  # the measured rounds' span: its wall and CPU time
+            (w0, c0), (w1, c1) = self.cpu_from, self.cpu_to
             out["cpu"] = {"wall_s": w1 - w0, "cpu_s": c1 - c0}
         if self.log is not None:
             out["log"] = {str(k): v for k, v in self.log.items()}

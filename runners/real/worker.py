@@ -84,7 +84,7 @@ class Straggle:
     the rank computes ``factor`` times slower and its gradients become ready that much later.
     Registered before the engine's (or DDP's) hooks, so they see the delayed readiness."""
 
-    def __init__(self, binding: LayerBinding, sync: Callable[[], None] | None = None) -> None:
+    def __init__(self, binding: LayerBinding, sync: Callable[[], None] = lambda: None) -> None:
         self.factor = 1.0
         self.sync = sync  # on a GPU: wait for the compute stream, so the time is the compute's
         self.mark = time.perf_counter()
@@ -103,7 +103,7 @@ class Straggle:
         self.mark = time.perf_counter()
 
     def _sleep(self) -> None:
-        if self.factor > 1.0 and self.sync is not None:
+        if self.factor > 1.0:
             self.sync()
         now = time.perf_counter()
         if self.factor > 1.0:
@@ -257,7 +257,7 @@ def _train(
     batches = data.loader(
         workload, train["dataset"], int(spec["batch_size"]), seed, rank, world, start_step=0
     )
-    straggle = Straggle(binding, sync if device.type == "cuda" else None)
+    straggle = Straggle(binding, sync)
     stragglers = spec["cluster"].get("stragglers", [])
     first_recorded, end_recorded = job["timeline"]
     timeline: list[list[Any]] = []
