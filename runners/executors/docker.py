@@ -150,6 +150,12 @@ class DockerExecutor:
                 Ulimit(name="stack", soft=67108864, hard=67108864),
             ],  # fmt: skip
         }
+        if options["network_mode"] == "none":
+            # Without a network the container's host name resolves to nothing, and the real
+            # Horovod's Gloo then dies of a segmentation fault in every rank: name the container
+            # and point the name at the loopback address.
+            options["hostname"] = options["name"]
+            options["extra_hosts"] = {options["name"]: "127.0.0.1"}
         if resources.cpus is not None:
             options["nano_cpus"] = int(resources.cpus * 1e9)
         if resources.memory_gb is not None:

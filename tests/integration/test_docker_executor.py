@@ -121,10 +121,13 @@ def test_a_simulation_runs_in_a_container_with_the_image_in_its_manifest(user, c
         docker.from_env().containers.get(run.handle)
 
 
-def test_a_two_process_real_run_trains_in_a_container(user, config, in_docker):
+@pytest.mark.parametrize("system", ["wfbp", "horovod"])
+def test_a_two_process_real_run_trains_in_a_container(user, config, in_docker, system):
+    # horovod: its Gloo needs the container's host name to resolve, which a container without
+    # a network does not do by itself (each rank died of a segmentation fault)
     real = dataclasses.replace(
         config,
-        system="wfbp",
+        system=system,
         baselines=(),
         mode="real",
         workloads=("vgg16-debug",),
