@@ -18,17 +18,22 @@
 #     'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.device_count())'
 # and point that host's worker at it: LAB_RUNNER_IMAGE=lab-runner:cuda (docker/README.md).
 #
-# With the real Horovod (NCCL + Gloo, PyTorch): Horovod 0.28.1 has no wheel and must be compiled
-# against CUDA, NCCL and this torch: build with a CUDA *devel* image of the same Ubuntu release
-# as the base (the virtual environment is copied across, so Python must be the same):
+# The real Horovod (NCCL + Gloo, PyTorch): Horovod 0.28.1 has no wheel and must be compiled
+# against CUDA, NCCL and this torch. `make image-cuda` compiles it on the host
+# (scripts/horovod-wheel.sh --cuda: nvcc from PyPI's NVIDIA wheels, no CUDA installation, no GPU)
+# and puts the wheel into the wheelhouse; this file installs a horovod-*.whl found there and
+# fails unless `horovodrun --check-build` lists NCCL. From the package index instead, build it
+# here with a CUDA *devel* image of the same Ubuntu release as the base (the virtual environment
+# is copied across, so Python must be the same):
 #   docker build -f docker/runner-cuda.Dockerfile --build-arg WITH_HOROVOD=1 \
 #     --build-arg BUILD_IMAGE=nvidia/cuda:13.0.1-cudnn-devel-ubuntu24.04 \
 #     --build-arg LAB_COMMIT=$(git rev-parse HEAD) -t lab-runner:cuda .
 # (the C++17 patch of scripts/horovod-wheel.sh is applied here too; about 10 minutes.)
 # CUDA 13 because torch 2.13.0's PyPI wheel is built against it (its metadata, read 2026-11-23:
 # cuda-toolkit==13.0.3, nvidia-nccl-cu13==2.29.7, nvidia-cudnn-cu13==9.20.0.48): Horovod's NCCL
-# operations must be compiled against the CUDA and NCCL torch uses. Horovod 0.28.1 predates
-# CUDA 13; whether it compiles against it is untested. The host's driver must support CUDA 13.
+# operations must be compiled against the CUDA and NCCL torch uses. Horovod 0.28.1 compiles
+# against CUDA 13.0 (scripts/horovod-wheel.sh --cuda, 2026-11-23); the devel-image route below
+# is not tried here (no registry). The host's driver must support CUDA 13.
 #
 # BASE_IMAGE: an image with the CUDA runtime (the torch wheel brings its own CUDA libraries, so
 # any Ubuntu/Debian with apt works too, the driver comes from the NVIDIA Container Toolkit).
@@ -62,8 +67,13 @@ RUN python3 -m venv /opt/venv \
     else \
       /opt/venv/bin/pip install --quiet -r /wheelhouse/requirements-runner.txt; \
     fi \
- && rm -rf /wheelhouse \
- && /opt/venv/bin/python -c "import sys, torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda); sys.exit(1 if sys.argv[1] == '1' and not torch.version.cuda else 0)" "$EXPECT_CUDA"
+ && /opt/venv/bin/python -c "import sys, torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda); sys.exit(1 if sys.argv[1] == '1' and not torch.version.cuda else 0)" "$EXPECT_CUDA" \
+ && if ls /wheelhouse/horovod-*.whl >/dev/null 2>&1; then \
+      /opt/venv/bin/pip install --quiet --no-index --no-deps /wheelhouse/horovod-*.whl \
+      && /opt/venv/bin/horovodrun --check-build | tee /tmp/check \
+      && grep -q '\[X\] NCCL' /tmp/check && grep -q '\[X\] PyTorch' /tmp/check && rm /tmp/check; \
+    fi \
+ && rm -rf /wheelhouse
 # Horovod 0.28.1 from its sdist (pinned by hash), CMAKE_CXX_STANDARD 14 -> 17 as in
 # scripts/horovod-wheel.sh, NCCL for GPU collectives and Gloo for the rest, no MPI.
 RUN if [ "$WITH_HOROVOD" = 1 ]; then \

@@ -7,7 +7,8 @@
 #   docker/wheelhouse.sh           docker/wheelhouse/: the CPU runner and the portal images
 #   docker/wheelhouse.sh --cuda    docker/wheelhouse-cuda/: the CUDA runner image, i.e. the
 #                                  CUDA build of torch (PyPI's default Linux wheel) with its
-#                                  NVIDIA libraries, about 2.7 GB
+#                                  NVIDIA libraries, about 2.7 GB (its Horovod wheel, built
+#                                  with NCCL, comes from scripts/horovod-wheel.sh --cuda)
 #
 # For --cuda, pip ignores this machine's pip configuration and PIP_* variables (--isolated),
 # so that a local CPU wheel of torch (a higher version, 2.13.0+cpu) in its find-links cannot
@@ -41,7 +42,8 @@ mkdir -p "$house"
 "$PIP" download --quiet --only-binary=:all: --dest "$house" \
   -r docker/requirements-runner.txt -r requirements.txt
 cache="${LAB_WHEEL_CACHE:-$HOME/.cache/lab-wheels}"
-found=$(find "$cache" -name 'horovod-*.whl' 2>/dev/null | head -n 1 || true)
+# the CPU build (scripts/horovod-wheel.sh --cuda caches its CUDA one under torch-<v>+cu<n>)
+found=$(find "$cache" -name 'horovod-*.whl' ! -path '*+cu*' 2>/dev/null | head -n 1 || true)
 rm -f "$house"/horovod-*.whl
 if [ -n "$found" ]; then
   cp "$found" "$house/"

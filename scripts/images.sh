@@ -10,9 +10,10 @@
 # runner-cuda (`make image-cuda`, never by default): the CUDA runner image
 # (docker/runner-cuda.Dockerfile) on LAB_CUDA_BASE_IMAGE, installed offline from
 # docker/wheelhouse-cuda (docker/wheelhouse.sh --cuda: PyPI's CUDA build of torch and its NVIDIA
-# libraries, about 2.7 GB), without Horovod (Horovod with NCCL needs a CUDA devel image: see
-# docker/README.md). Its build context is a folder of hard links (var/images/context-cuda), so
-# that the other images' builds do not send the CUDA wheels.
+# libraries, about 2.7 GB), with the real Horovod built with NCCL against that torch
+# (scripts/horovod-wheel.sh --cuda: about 6 minutes on 2 cores the first time, then cached;
+# LAB_CUDA_HOROVOD=0 leaves it out). Its build context is a folder of hard links
+# (var/images/context-cuda), so that the other images' builds do not send the CUDA wheels.
 #
 #   LAB_BASE_IMAGE      base of every image      default lab-base:bookworm (made locally)
 #   LAB_RUNNER_IMAGE    the CPU runner image     default lab-runner:cpu
@@ -20,6 +21,7 @@
 #   LAB_CUDA_BASE_IMAGE    its base              default LAB_BASE_IMAGE (the wheels bring CUDA;
 #                                                the host's NVIDIA driver, through the NVIDIA
 #                                                Container Toolkit, brings the rest)
+#   LAB_CUDA_HOROVOD    0: the CUDA image without Horovod   default 1
 #   LAB_PORTAL_IMAGE    the portal image         default lab-portal
 #   LAB_LOCAL_SERVICES  1: also build the two service images below
 #   LAB_REDIS_IMAGE     local Redis image        default lab-redis:bookworm (with LAB_LOCAL_SERVICES=1)
@@ -167,6 +169,14 @@ if wants runner-cuda; then
   [ -x .venv/bin/pip ] || die "no .venv: run \`make install\` first (docker/wheelhouse.sh downloads with its pip)"
   say "filling the CUDA wheelhouse (docker/wheelhouse.sh --cuda)"
   docker/wheelhouse.sh --cuda | sed 's/^/images: /'
+  if [ "${LAB_CUDA_HOROVOD:-1}" = 1 ]; then
+    say "Horovod with NCCL for it (scripts/horovod-wheel.sh --cuda; built once, then cached)"
+    scripts/horovod-wheel.sh --cuda 2>&1 | sed 's/^/images: /' ||
+      die "building Horovod with NCCL failed (above); LAB_CUDA_HOROVOD=0 builds the image without it"
+  else
+    say "without Horovod (LAB_CUDA_HOROVOD=0)"
+    rm -f docker/wheelhouse-cuda/horovod-*.whl
+  fi
   cuda_base=${LAB_CUDA_BASE_IMAGE:-$BASE}
   if ! docker image inspect "$cuda_base" >/dev/null 2>&1; then
     say "base image $cuda_base missing: pulling it"

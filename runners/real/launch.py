@@ -218,7 +218,10 @@ def resolve_device(spec: RunSpec) -> tuple[str, str]:
         from . import hvd
 
         if not hvd.nccl_built():
-            why = "the real Horovod here was built without NCCL (make horovod builds it for CPU)"
+            why = (
+                "the real Horovod here was built without NCCL (`make horovod` builds it for "
+                "the CPU; the CUDA image, `make image-cuda`, has it with NCCL)"
+            )
     if not why:
         return "cuda", ""
     if asked == "cuda":

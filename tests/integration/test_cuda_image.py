@@ -7,7 +7,11 @@ which reuses an image of the same inputs) only with ``LAB_BUILD_CUDA_IMAGE=1`` (
 it); without it they test ``lab-runner:cuda`` as it is where it exists (it may be older than
 the sources) and skip elsewhere. There is no GPU here:
 they check the image (a CUDA 13 torch with NCCL, the non-root user, the health check) and that
-runs go through the docker executor in it on the CPU, not a GPU run."""
+runs go through the docker executor in it on the CPU, not a GPU run.
+
+The image has the real Horovod built with NCCL against its torch (scripts/horovod-wheel.sh
+--cuda) unless it was built with LAB_CUDA_HOROVOD=0: built here, it must have it; an existing
+image without it skips the Horovod tests."""
 
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ pytestmark = [pytest.mark.integration]
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = os.environ.get("LAB_RUNNER_CUDA_IMAGE", "lab-runner:cuda")
+BUILT_HERE = os.environ.get("LAB_BUILD_CUDA_IMAGE") == "1"
+WITH_HOROVOD = os.environ.get("LAB_CUDA_HOROVOD", "1") == "1"
 
 
 def _docker(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -100,3 +106,64 @@ def test_runs_go_through_the_docker_executor_in_the_cuda_image(cuda_image, tmp_p
         assert manifest["container_image"]["kind"] == "cuda"
         assert any(p.startswith("nvidia-nccl-cu13==") for p in manifest["pip_freeze"])
     assert summary["run"]["mode"] == "real" and summary["network"]["kind"] == "loopback"
+
+
+def _horovod_in_image() -> dict:
+    """What the image's Horovod says of itself; skips (or fails, where this image was just built
+    with Horovod) when the image has none."""
+    probe = (
+        "import json, pathlib, torch\n"
+        "try:\n"
+        "    import horovod, horovod.torch as hvd\n"
+        "except ImportError as e:\n"
+        "    print(json.dumps({'missing': str(e)})); raise SystemExit\n"
+        "meta = json.loads((pathlib.Path(horovod.__file__).parent / 'metadata.json').read_text())\n"
+        "print(json.dumps({'version': horovod.__version__, 'built_for': meta['pytorch'],"
+        " 'torch': torch.__version__, 'nccl': hvd.nccl_built(), 'cuda': hvd.cuda_built(),"
+        " 'gloo': hvd.gloo_built()}))"
+    )
+    out = _docker("run", "--rm", "--entrypoint", "python", IMAGE, "-c", probe)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    if "missing" in got:
+        message = f"{IMAGE} has no Horovod ({got['missing']})"
+        if BUILT_HERE and WITH_HOROVOD:
+            pytest.fail(message + ": scripts/images.sh runner-cuda should have put it in")
+        pytest.skip(message + ": built with LAB_CUDA_HOROVOD=0, or before it had one")
+    return got
+
+
+def test_the_cuda_image_has_horovod_built_with_nccl_for_its_torch(cuda_image):
+    got = _horovod_in_image()
+    assert got["version"] == "0.28.1" and got["built_for"] == got["torch"], got
+    # nccl_built() is NCCL's version code (2.29.7 -> 22907), 0 without NCCL
+    assert got["nccl"] >= 20000 and got["cuda"] and got["gloo"], got
+    check = _docker("run", "--rm", "--entrypoint", "horovodrun", IMAGE, "--check-build")
+    assert check.returncode == 0, check.stderr[-2000:]
+    for line in ("[X] PyTorch", "[X] Gloo", "[X] NCCL"):
+        assert line in check.stdout, check.stdout
+
+
+def test_the_real_horovod_trains_in_the_cuda_image_on_the_cpu(cuda_image, tmp_path):
+    """A 2-rank `horovod` run (horovodrun, Gloo: no GPU here) through the docker executor in the
+    CUDA image: its Horovod has NCCL, and `real.device: auto` still chooses the CPU here."""
+    _horovod_in_image()
+    spec = {
+        "system": "horovod", "mode": "real", "workload": "vgg16-debug", "iterations": 3,
+        "warmup_iterations": 1, "cluster": {"workers": 2}, "real": {"network": "loopback"},
+    }  # fmt: skip
+    path = tmp_path / "horovod.json"
+    path.write_text(json.dumps(spec))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LAB_RUNNER_IMAGE": IMAGE}
+    out = subprocess.run(
+        [sys.executable, "-m", "runners", "run", str(path), "--out", str(tmp_path / "run"),
+         "--executor", "docker"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["metrics"]["iteration_time_s"] > 0
+    assert summary["device"]["kind"] == "cpu", summary["device"]
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["container_image"]["id"] == cuda_image
+    assert "horovod==0.28.1" in manifest["pip_freeze"]
