@@ -13,7 +13,7 @@ help:
 	@echo "make bench   simulator benchmarks (python -m runners bench)"
 	@echo "make horovod build (once, then cached) and install the real Horovod into .venv"
 	@echo "make images  container images: runner (CPU) and portal; LAB_LOCAL_SERVICES=1 adds Redis/PostgreSQL (docker/README.md)"
-	@echo "make image-cuda  the CUDA runner image lab-runner:cuda (PyPI's CUDA torch, offline from a host-made wheelhouse)"
+	@echo "make image-cuda  the CUDA runner image lab-runner:cuda (PyPI's CUDA torch and the real Horovod with NCCL, offline from a host-made wheelhouse)"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,7 +56,7 @@ bench: install
 images: install
 	scripts/images.sh
 
-# The CUDA runner image (2.7 GB of wheels; not part of `make images`).
+# The CUDA runner image (2.7 GB of wheels, Horovod compiled with NCCL once; not part of `make images`).
 image-cuda: install
 	scripts/images.sh runner-cuda
 

@@ -32,7 +32,7 @@
 # CUDA 13 because torch 2.13.0's PyPI wheel is built against it (its metadata, read 2026-11-23:
 # cuda-toolkit==13.0.3, nvidia-nccl-cu13==2.29.7, nvidia-cudnn-cu13==9.20.0.48): Horovod's NCCL
 # operations must be compiled against the CUDA and NCCL torch uses. Horovod 0.28.1 compiles
-# against CUDA 13.0 (scripts/horovod-wheel.sh --cuda, 2026-11-23); the devel-image route below
+# against CUDA 13.0 (scripts/horovod-wheel.sh --cuda, 2026-11-23); the devel-image route above
 # is not tried here (no registry). The host's driver must support CUDA 13.
 #
 # BASE_IMAGE: an image with the CUDA runtime (the torch wheel brings its own CUDA libraries, so
@@ -71,7 +71,8 @@ RUN python3 -m venv /opt/venv \
  && if ls /wheelhouse/horovod-*.whl >/dev/null 2>&1; then \
       /opt/venv/bin/pip install --quiet --no-index --no-deps /wheelhouse/horovod-*.whl \
       && /opt/venv/bin/horovodrun --check-build | tee /tmp/check \
-      && grep -q '\[X\] NCCL' /tmp/check && grep -q '\[X\] PyTorch' /tmp/check && rm /tmp/check; \
+      && grep -q '\[X\] NCCL' /tmp/check && grep -q '\[X\] PyTorch' /tmp/check \
+      && grep -q '\[X\] Gloo' /tmp/check && rm /tmp/check; \
     fi \
  && rm -rf /wheelhouse
 # Horovod 0.28.1 from its sdist (pinned by hash), CMAKE_CXX_STANDARD 14 -> 17 as in

@@ -42,8 +42,8 @@ mkdir -p "$house"
 "$PIP" download --quiet --only-binary=:all: --dest "$house" \
   -r docker/requirements-runner.txt -r requirements.txt
 cache="${LAB_WHEEL_CACHE:-$HOME/.cache/lab-wheels}"
-# the CPU build (scripts/horovod-wheel.sh --cuda caches its CUDA one under torch-<v>+cu<n>)
-found=$(find "$cache" -name 'horovod-*.whl' ! -path '*+cu*' 2>/dev/null | head -n 1 || true)
+# the CPU build (scripts/horovod-wheel.sh --cuda caches its NCCL one under horovod-<v>-nccl/)
+found=$(find "$cache" -name 'horovod-*.whl' ! -path '*-nccl/*' 2>/dev/null | head -n 1 || true)
 rm -f "$house"/horovod-*.whl
 if [ -n "$found" ]; then
   cp "$found" "$house/"

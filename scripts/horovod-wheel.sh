@@ -136,39 +136,65 @@ cache_wheel() {
   echo "horovod: cached $cache_dir/$(basename "$wheel")"
 }
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/horovod-build.XXXXXX")
-partial=""  # a wheel being copied into the cache
-trap 'rm -rf "$work" ${partial:+"$partial"}' EXIT
+make_work() {
+  work=$(mktemp -d "${TMPDIR:-/tmp}/horovod-build.XXXXXX")
+  partial=""  # a wheel being copied into the cache
+  trap 'rm -rf "$work" ${partial:+"$partial"}' EXIT
+}
+
+# A wheel that links NCCL (its PyTorch extension needs libnccl.so.2): a cheap check of a cached
+# one, without a CUDA torch to import it with.
+links_nccl() {
+  "$PY" - "$1" <<'PY'
+import sys, zipfile
+wheel = zipfile.ZipFile(sys.argv[1])
+libs = [n for n in wheel.namelist() if n.startswith("horovod/torch/mpi_lib") and n.endswith(".so")]
+sys.exit(0 if libs and all(b"libnccl.so" in wheel.read(n) for n in libs) else 1)
+PY
+}
 
 # --- the CUDA image's wheel (--cuda) ----------------------------------------------------------
 if [ "$cuda" = 1 ]; then
   house=docker/wheelhouse-cuda
-  torch_wheel=$(ls "$house"/torch-*.whl 2>/dev/null | head -n 1 || true)
-  [ -n "$torch_wheel" ] || die "no torch wheel in $house: run docker/wheelhouse.sh --cuda first"
+  pin=$(sed -n 's/^torch==\([^ ;#]*\).*/\1/p' docker/requirements-runner.txt)
+  torch_wheel=$(ls "$house"/torch-"$pin"-*.whl 2>/dev/null | head -n 1 || true)
+  [ -n "$torch_wheel" ] ||
+    die "no torch $pin wheel in $house: run docker/wheelhouse.sh --cuda first"
   # torch's version (2.13.0+cu130) and CUDA release (13.0), from the wheel without installing it
   read -r torch_version cuda_version <<<"$("$PY" - "$torch_wheel" <<'PY'
 import re, sys, zipfile
 text = zipfile.ZipFile(sys.argv[1]).read("torch/version.py").decode()
-field = lambda name: re.search(rf"^{name}\s*(?::[^=]*)?=\s*['\"]?([^'\"\n]+)", text, re.M).group(1)
+def field(name):
+    found = re.search(rf"^{name}\s*(?::[^=]*)?=\s*['\"]?([^'\"\n]+)", text, re.M)
+    return found.group(1) if found else "unreadable"
 print(field("__version__"), field("cuda"))
 PY
 )"
-  [ -n "$cuda_version" ] && [ "$cuda_version" != None ] ||
-    die "$torch_wheel is not a CUDA build of torch ($torch_version): run docker/wheelhouse.sh --cuda again"
+  case "$cuda_version" in
+    "" | unreadable) die "cannot read torch's version from $torch_wheel (torch/version.py)" ;;
+    None) die "$torch_wheel is not a CUDA build of torch ($torch_version): remove $house and run docker/wheelhouse.sh --cuda again" ;;
+  esac
   py_version=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-  cache_dir="${LAB_WHEEL_CACHE:-$HOME/.cache/lab-wheels}/horovod-$HOROVOD_VERSION/torch-$torch_version/py$py_version"
+  # Its own cache root (a CPU wheel for a torch also called 2.13.0+cu130 never mixes with it),
+  # one folder per architecture list.
+  archs_key=default
+  [ -z "${HOROVOD_BUILD_CUDA_CC_LIST:-}" ] || archs_key="sm_${HOROVOD_BUILD_CUDA_CC_LIST//,/-}"
+  cache_dir="${LAB_WHEEL_CACHE:-$HOME/.cache/lab-wheels}/horovod-$HOROVOD_VERSION-nccl/torch-$torch_version/$archs_key/py$py_version"
   cached=$(ls "$cache_dir"/horovod-"$HOROVOD_VERSION"-*.whl 2>/dev/null | head -n 1 || true)
   if [ -n "$cached" ]; then
+    links_nccl "$cached" || die "the cached $cached does not link NCCL: remove it and run this again"
     echo "horovod: using cached wheel $cached"
   else
     check_build_tools
+    make_work
     download_sdist
     index="${LAB_CUDA_INDEX_URL:-https://pypi.org/simple}"
     venv="$work/venv"
-    echo "horovod: a build environment with torch $torch_version (CUDA $cuda_version) and nvcc"
+    echo "horovod: a build environment with torch $torch_version (CUDA $cuda_version) and nvcc" \
+      "in $work (about 5 GB; TMPDIR moves it)"
     "$PY" -m venv "$venv"
     "$venv/bin/pip" install --isolated --quiet --no-index --find-links "$house" \
-      -r docker/requirements-runner.txt setuptools
+      "torch==$pin" numpy "${HOROVOD_DEPS[@]}" setuptools
     # the CUDA compiler of torch's CUDA release, from PyPI's NVIDIA wheels (no CUDA install)
     "$venv/bin/pip" install --isolated --quiet --no-deps --only-binary=:all: --index-url "$index" \
       "nvidia-cuda-nvcc==$cuda_version.*" "nvidia-cuda-crt==$cuda_version.*" \
@@ -194,6 +220,7 @@ PY
     wheel=$(ls "$work"/dist/horovod-"$HOROVOD_VERSION"-*.whl)
     "$venv/bin/pip" install --quiet --no-index --no-deps "$wheel"
     check_build "$venv/bin/horovodrun" NCCL Gloo
+    links_nccl "$wheel" || die "the built wheel does not link NCCL"
     built_for=$("$venv/bin/python" -c 'import horovod, json, pathlib; print(json.loads((pathlib.Path(horovod.__file__).parent / "metadata.json").read_text())["pytorch"])')
     [ "$built_for" = "$torch_version" ] || die "the wheel is built for torch $built_for, not $torch_version"
     cache_wheel
@@ -214,6 +241,7 @@ if [ "$installed" = yes ]; then
 fi
 cache_dir="${LAB_WHEEL_CACHE:-$HOME/.cache/lab-wheels}/horovod-$HOROVOD_VERSION/torch-$torch_version/py$py_version"
 
+make_work
 cached=$(ls "$cache_dir"/horovod-"$HOROVOD_VERSION"-*.whl 2>/dev/null | head -n 1 || true)
 if [ -n "$cached" ]; then
   echo "horovod: using cached wheel $cached"

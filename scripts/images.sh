@@ -169,7 +169,7 @@ if wants runner-cuda; then
   [ -x .venv/bin/pip ] || die "no .venv: run \`make install\` first (docker/wheelhouse.sh downloads with its pip)"
   say "filling the CUDA wheelhouse (docker/wheelhouse.sh --cuda)"
   docker/wheelhouse.sh --cuda | sed 's/^/images: /'
-  if [ "${LAB_CUDA_HOROVOD:-1}" = 1 ]; then
+  if [ "${LAB_CUDA_HOROVOD:-1}" != 0 ]; then
     say "Horovod with NCCL for it (scripts/horovod-wheel.sh --cuda; built once, then cached)"
     scripts/horovod-wheel.sh --cuda 2>&1 | sed 's/^/images: /' ||
       die "building Horovod with NCCL failed (above); LAB_CUDA_HOROVOD=0 builds the image without it"
