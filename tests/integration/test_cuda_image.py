@@ -37,6 +37,29 @@ def _docker(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
 
 
+def _probe(code: str) -> dict:
+    """The JSON object that Python ``code`` prints last, run in the image."""
+    out = _docker("run", "--rm", "--entrypoint", "python", IMAGE, "-c", code)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _run_in_image(spec: dict, out: Path) -> dict:
+    """``python -m runners run SPEC --out OUT --executor docker`` in the image; its summary."""
+    path = out.parent / f"{out.name}.json"
+    path.write_text(json.dumps(spec))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LAB_RUNNER_IMAGE": IMAGE}
+    done = subprocess.run(
+        [sys.executable, "-m", "runners", "run", str(path), "--out", str(out),
+         "--executor", "docker"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["metrics"]["iteration_time_s"] > 0
+    return summary
+
+
 @pytest.fixture(scope="module")
 def cuda_image() -> str:
     """The CUDA runner image of the current sources; its id."""
@@ -65,9 +88,7 @@ def test_the_cuda_image_has_a_cuda_build_of_torch_with_nccl(cuda_image):
         "'uid': os.getuid(), 'nccl_pg': dist.is_nccl_available(),"
         "'gloo_pg': dist.is_gloo_available()}))"
     )
-    out = _docker("run", "--rm", "--entrypoint", "python", IMAGE, "-c", probe)
-    assert out.returncode == 0, out.stderr[-2000:]
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = _probe(probe)
     assert got["torch"].startswith("2.13.0") and got["cuda"].startswith("13."), got
     assert got["nccl"][0] == 2 and got["cudnn"] > 0 and got["nccl_pg"] and got["gloo_pg"], got
     assert got["uid"] == 1000, "runs as the non-root user lab"
@@ -89,18 +110,8 @@ def test_runs_go_through_the_docker_executor_in_the_cuda_image(cuda_image, tmp_p
             "warmup_iterations": 1, "cluster": {"workers": 2}, "real": {"network": "loopback"},
         },
     }  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "LAB_RUNNER_IMAGE": IMAGE}
     for name, spec in specs.items():
-        path = tmp_path / f"{name}.json"
-        path.write_text(json.dumps(spec))
-        out = subprocess.run(
-            [sys.executable, "-m", "runners", "run", str(path), "--out", str(tmp_path / name),
-             "--executor", "docker"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-        assert out.returncode == 0, out.stderr[-3000:]
-        summary = json.loads(out.stdout.strip().splitlines()[-1])
-        assert summary["metrics"]["iteration_time_s"] > 0
+        summary = _run_in_image(spec, tmp_path / name)
         manifest = json.loads((tmp_path / name / "manifest.json").read_text())
         assert manifest["container_image"]["id"] == cuda_image
         assert manifest["container_image"]["kind"] == "cuda"
@@ -123,9 +134,7 @@ def _horovod_in_image() -> dict:
         " 'torch': torch.__version__, 'nccl': hvd.nccl_built(), 'cuda': hvd.cuda_built(),"
         " 'gloo': hvd.gloo_built()}))"
     )
-    out = _docker("run", "--rm", "--entrypoint", "python", IMAGE, "-c", probe)
-    assert out.returncode == 0, out.stderr[-2000:]
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = _probe(probe)
     if "missing" in got:
         message = f"{IMAGE} has no Horovod ({got['missing']})"
         if BUILT_HERE and WITH_HOROVOD:
@@ -153,17 +162,7 @@ def test_the_real_horovod_trains_in_the_cuda_image_on_the_cpu(cuda_image, tmp_pa
         "system": "horovod", "mode": "real", "workload": "vgg16-debug", "iterations": 3,
         "warmup_iterations": 1, "cluster": {"workers": 2}, "real": {"network": "loopback"},
     }  # fmt: skip
-    path = tmp_path / "horovod.json"
-    path.write_text(json.dumps(spec))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "LAB_RUNNER_IMAGE": IMAGE}
-    out = subprocess.run(
-        [sys.executable, "-m", "runners", "run", str(path), "--out", str(tmp_path / "run"),
-         "--executor", "docker"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    summary = json.loads(out.stdout.strip().splitlines()[-1])
-    assert summary["metrics"]["iteration_time_s"] > 0
+    summary = _run_in_image(spec, tmp_path / "run")
     assert summary["device"]["kind"] == "cpu", summary["device"]
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["container_image"]["id"] == cuda_image
