@@ -6,6 +6,7 @@
 #
 #   scripts/images.sh [runner] [portal] [services] [runner-cuda]
 #                                              default: runner portal (+ services)
+#   scripts/images.sh prune                    remove old kept builds now (LAB_IMAGE_KEEP), build nothing
 #
 # runner-cuda (`make image-cuda`, never by default): the CUDA runner image
 # (docker/runner-cuda.Dockerfile) on LAB_CUDA_BASE_IMAGE, installed offline from
@@ -27,6 +28,12 @@
 #   LAB_REDIS_IMAGE     local Redis image        default lab-redis:bookworm (with LAB_LOCAL_SERVICES=1)
 #   LAB_POSTGRES_IMAGE  local PostgreSQL image   default lab-postgres:bookworm (idem)
 #   LAB_REBUILD         1: build even when the inputs are unchanged
+#   LAB_IMAGE_KEEP      kept builds per image    default 5 ('all': never remove one)
+#
+# Kept builds: every build is also tagged <image>-<inputs hash, 12 hex> so that `rerun` finds
+# the exact image a past run used. After each build (and with `prune`), the kept builds of that
+# image beyond the newest LAB_IMAGE_KEEP are removed, except the one its tag points to and any
+# a container (running or stopped) still uses. The CUDA image is 5.3 GB a build.
 #
 # Reuse: each image carries the label `lab.inputs`, a sha256 over everything its build reads
 # (Dockerfile, requirements, wheelhouse, copied source folders, file modes, the base image's id,
@@ -39,10 +46,21 @@ BASE=${LAB_BASE_IMAGE:-lab-base:bookworm}
 RUNNER=${LAB_RUNNER_IMAGE:-lab-runner:cpu}
 PORTAL=${LAB_PORTAL_IMAGE:-lab-portal}
 LOCAL_SERVICES=${LAB_LOCAL_SERVICES:-0}
+
+CUDA_RUNNER=${LAB_RUNNER_CUDA_IMAGE:-lab-runner:cuda}
+REDIS=${LAB_REDIS_IMAGE:-lab-redis:bookworm}
+POSTGRES=${LAB_POSTGRES_IMAGE:-lab-postgres:bookworm}
+KEEP=${LAB_IMAGE_KEEP:-5}
 LOGS=var/images
 
 say() { echo "images: $*"; }
 die() { echo "images: $*" >&2; exit 1; }
+usage() { echo "images: $*" >&2; exit 2; }
+
+case "$KEEP" in
+  all) ;;
+  '' | *[!0-9]*) usage "LAB_IMAGE_KEEP must be a whole number of kept builds per image or 'all' (got '$KEEP')" ;;
+esac
 
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
@@ -50,7 +68,11 @@ if [ ${#targets[@]} -eq 0 ]; then
   [ "$LOCAL_SERVICES" = 1 ] && targets+=(services)
 fi
 for target in "${targets[@]}"; do
-  case "$target" in runner | portal | services | runner-cuda) ;; *) die "unknown target '$target' (runner, portal, services, runner-cuda)" ;; esac
+  case "$target" in
+    runner | portal | services | runner-cuda) ;;
+    prune) [ ${#targets[@]} -eq 1 ] || usage "'prune' is a target of its own (scripts/images.sh prune)" ;;
+    *) usage "unknown target '$target' (runner, portal, services, runner-cuda, prune)" ;;
+  esac
 done
 wants() { local t; for t in "${targets[@]}"; do [ "$t" = "$1" ] && return 0; done; return 1; }
 
@@ -112,16 +134,64 @@ build() {
   say "built $image in $((SECONDS - start)) s: ${new_id:7:12}, $(size_of "$image")"
   # Every build also keeps a tag of its inputs (<image>-<hash12>): an earlier image stays on
   # the host, addressable, so `python -m runners rerun RUN_DIR` can run a past run in exactly
-  # the image its manifest names. Remove old ones by hand: docker rmi <image>-<hash12>.
-  local keep="$image"
-  [[ "${image##*/}" == *:* ]] || keep="$image:latest"
+  # the image its manifest names; the oldest beyond LAB_IMAGE_KEEP go (prune_kept).
+  local keep
+  keep=$(tagged "$image")
   docker tag "$image" "$keep-${hash:0:12}"
   say "kept as $keep-${hash:0:12}"
+  prune_kept "$image"
+}
+
+# IMAGE with its tag (lab-portal -> lab-portal:latest)
+tagged() {
+  if [[ "${1##*/}" == *:* ]]; then echo "$1"; else echo "$1:latest"; fi
+}
+
+# prune_kept IMAGE: remove IMAGE's kept builds (<repo>:<tag>-<12 hex>) beyond the newest
+# LAB_IMAGE_KEEP, by creation time. The one IMAGE points to stays, and so does one a container
+# uses: docker refuses to remove it without -f, which is not used.
+prune_kept() {
+  [ "$KEEP" = all ] && return 0
+  local image repo tag current t suffix id created n=0 line
+  image=$(tagged "$1")
+  repo=${image%:*}
+  tag=${image##*:}
+  current=$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null || true)
+  local -a kept=()
+  while read -r t; do
+    [[ "$t" == "$tag-"* ]] || continue
+    suffix=${t#"$tag-"}
+    [[ "$suffix" =~ ^[0-9a-f]{12}$ ]] || continue
+    read -r id created < <(docker image inspect -f '{{.Id}} {{.Created}}' "$repo:$t" 2>/dev/null) || continue
+    kept+=("$(date -d "$created" +%s%N) $id $t $created")
+  done < <(docker images "$repo" --format '{{.Tag}}')
+  [ ${#kept[@]} -gt "$KEEP" ] || return 0
+  while read -r _ id t created; do
+    n=$((n + 1))
+    if [ "$n" -le "$KEEP" ] || [ "$id" = "$current" ]; then
+      continue
+    fi
+    if docker rmi "$repo:$t" >/dev/null 2>&1; then
+      say "removed the kept build $repo:$t (built ${created%%.*}; LAB_IMAGE_KEEP=$KEEP)"
+    else
+      say "kept $repo:$t beyond LAB_IMAGE_KEEP=$KEEP: a container uses it (docker ps -a --filter ancestor=$repo:$t)"
+    fi
+  done < <(printf '%s\n' "${kept[@]}" | sort -rn)
 }
 
 size_of() {
   docker image inspect -f '{{.Size}}' "$1" | awk '{printf "%.0f MB", $1 / 1e6}'
 }
+
+# --- prune: only remove old kept builds -----------------------------------------------------
+if wants prune; then
+  [ "$KEEP" = all ] && { say "LAB_IMAGE_KEEP=all: nothing to remove"; exit 0; }
+  for image in "$RUNNER" "$CUDA_RUNNER" "$PORTAL" "$REDIS" "$POSTGRES"; do
+    prune_kept "$image"
+  done
+  say "done: at most $KEEP kept builds per image (docker image prune also reclaims untagged build stages)"
+  exit 0
+fi
 
 # --- base image ------------------------------------------------------------------------------
 if ! docker image inspect "$BASE" >/dev/null 2>&1; then
@@ -202,7 +272,7 @@ $cuda_base has Python $base_py: use a base with Python $host_py, or build from t
     cp -a docker/wheelhouse-cuda "$context/docker/"
   cp docker/requirements-runner.txt docker/runner-cuda.Dockerfile "$context/docker/"
   printf '**/__pycache__\n**/*.pyc\n' >"$context/.dockerignore"
-  build "${LAB_RUNNER_CUDA_IMAGE:-lab-runner:cuda}" "$context/docker/runner-cuda.Dockerfile" \
+  build "$CUDA_RUNNER" "$context/docker/runner-cuda.Dockerfile" \
     "$context" "$hash" --build-arg BASE_IMAGE="$cuda_base" --build-arg LAB_COMMIT="$commit"
   rm -rf "$context"
 fi
@@ -218,24 +288,22 @@ fi
 
 # --- Redis and PostgreSQL from Debian packages (LAB_LOCAL_SERVICES=1) ------------------------
 if wants services; then
-  redis=${LAB_REDIS_IMAGE:-lab-redis:bookworm}
-  postgres=${LAB_POSTGRES_IMAGE:-lab-postgres:bookworm}
   hash=$(inputs_hash "redis base=$base_id" docker/services/redis.Dockerfile)
-  build "$redis" docker/services/redis.Dockerfile docker/services "$hash" \
+  build "$REDIS" docker/services/redis.Dockerfile docker/services "$hash" \
     --build-arg BASE_IMAGE="$BASE"
   hash=$(inputs_hash "postgres base=$base_id" docker/services/postgres.Dockerfile \
     docker/services/postgres-entrypoint.sh)
-  build "$postgres" docker/services/postgres.Dockerfile docker/services "$hash" \
+  build "$POSTGRES" docker/services/postgres.Dockerfile docker/services "$hash" \
     --build-arg BASE_IMAGE="$BASE"
-  say "for docker/compose.yml, set in its env file: LAB_REDIS_IMAGE=$redis LAB_POSTGRES_IMAGE=$postgres"
+  say "for docker/compose.yml, set in its env file: LAB_REDIS_IMAGE=$REDIS LAB_POSTGRES_IMAGE=$POSTGRES"
 fi
 
 say "done:"
 shown=("$BASE")
 wants runner && shown+=("$RUNNER")
 wants portal && shown+=("$PORTAL")
-wants runner-cuda && shown+=("${LAB_RUNNER_CUDA_IMAGE:-lab-runner:cuda}")
-wants services && shown+=("${LAB_REDIS_IMAGE:-lab-redis:bookworm}" "${LAB_POSTGRES_IMAGE:-lab-postgres:bookworm}")
+wants runner-cuda && shown+=("$CUDA_RUNNER")
+wants services && shown+=("$REDIS" "$POSTGRES")
 for image in "${shown[@]}"; do
   printf 'images:   %-28s %s  %s\n' "$image" \
     "$(docker image inspect -f '{{.Id}}' "$image" | cut -c8-19)" "$(size_of "$image")"

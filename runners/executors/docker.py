@@ -102,7 +102,8 @@ class DockerExecutor:
             if self.image.startswith("sha256:"):
                 raise ExecutorError(
                     f"the image {self.image} (the one the run used) is no longer on this "
-                    "host: rebuild from that commit with `make images`, or run the spec "
+                    "host (scripts/images.sh keeps the newest LAB_IMAGE_KEEP builds of each "
+                    "image): rebuild from that commit with `make images`, or run the spec "
                     "with --executor docker in today's image"
                 ) from err
             raise ExecutorError(

@@ -163,6 +163,9 @@ def node_network(settings) -> Iterator[str]:
     network = client.networks.create(name, driver="bridge")
     settings.NODE_NETWORK = name
     yield name
+    network.reload()  # a failed test's containers may still be on it: they go first
+    for container in network.containers:
+        container.remove(force=True)
     network.remove()
 
 
