@@ -59,13 +59,21 @@ resolved cluster (``cluster.workers``, ``cluster.bandwidth_gbps``, ..., or ``clu
 it), every metric the simulator reports (``iteration_time_s``, ``throughput_samples_per_s``, ...;
 cluster runs: ``jobs_finished``, ``avg_jct_s``, ``p95_jct_s``, ``makespan_s``,
 ``total_utility``, ``avg_queueing_s``, ``gpu_utilization``, ``admitted_fraction``,
-``sim_jobs_per_s``, ...), then ``sim_wall_s`` (wall-clock of the simulation), ``status``
+``sim_jobs_per_s``, ...), then ``sim_wall_s`` (wall-clock of the simulation, or of the real
+run), ``status``
 (ok/failed) and ``error`` (one line). A cluster run's ``workload`` is its trace
 (``philly-100``, or the trace file's name). ``read_results`` loads it with proper dtypes.
 
 ``run_key`` is a short hash of the resolved spec, so the same grid gives the same keys and,
 except for ``sim_wall_s``, the same table; ``resume`` skips run keys already recorded (ok or
 failed) and runs the rest, also after the grid file gained values.
+
+``mode: real`` (or a ``mode`` axis) runs for real (``runners.real``): every real run is checked
+against this machine before anything runs (root for a shaped network, ranks, the real
+Horovod: the field is named), the runs go one at a time in this process (two at once would
+time each other), and the table gains a ``device`` column after ``mode``: where each trained.
+A real run's key includes that device, so a grid resumed on a machine that resolves
+``real.device: auto`` differently runs its real runs again.
 """
 
 from __future__ import annotations
@@ -85,6 +93,7 @@ import re
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -156,7 +165,9 @@ TAIL_COLUMNS = ("sim_wall_s", "status", "error")
 PARTIAL_COLUMNS = ("run_key", "system", "workload", "seed", "sim_wall_s", "status", "error")
 _PARTIAL_METRICS = "metrics"
 _INT_COLUMNS = ("seed", "iterations", "warmup_iterations", "batch_size")
-_TEXT_COLUMNS = ("run_key", "system", "arena", "role", "workload", "mode", "status", "error")
+_TEXT_COLUMNS = (
+    "run_key", "system", "arena", "role", "workload", "mode", "device", "status", "error"
+)  # fmt: skip
 _ERROR_CHARS = 500
 
 
@@ -184,6 +195,7 @@ class GridRun:
     run_key: str
     spec: RunSpec | ClusterRunSpec
     combination: dict[str, Any] = dataclasses.field(hash=False)  # axis path -> value
+    device: str = ""  # a real run's device on this machine (cpu or cuda); "" simulated
 
     @property
     def label(self) -> str:
@@ -348,11 +360,12 @@ def _expand(raw: dict[str, Any], source: str | None) -> Grid:
                     spec_raw.setdefault("trace", {})  # all defaults, as in a run spec
                 try:
                     spec = validate(spec_raw)
+                    device = _real_device(spec) if spec.mode == "real" else ""
                 except SpecError as err:
                     raise GridError(
                         _grid_field(err.field, system), err.message, combination
                     ) from None
-                run = GridRun(len(runs), run_key(spec), spec, combination)
+                run = GridRun(len(runs), run_key(spec, device), spec, combination, device)
                 if run.run_key in seen:
                     raise GridError(
                         "GRID",
@@ -431,10 +444,26 @@ def _no_placement(sim: Any, job: Any) -> None:
     return None
 
 
-def run_key(spec: RunSpec | ClusterRunSpec) -> str:
-    """Short stable hash of the resolved spec."""
-    text = json.dumps(spec.as_dict(), sort_keys=True, separators=(",", ":"), default=str)
+def run_key(spec: RunSpec | ClusterRunSpec, device: str = "") -> str:
+    """Short stable hash of the resolved spec and, for a real run, the device it trains on here
+    (``real.device: auto`` resolves per machine: a grid resumed on a GPU host runs again what it
+    ran on the CPU). A simulated run's key is the spec's alone."""
+    data = spec.as_dict()
+    if device:
+        data = {**data, "resolved_device": device}
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:RUN_KEY_CHARS]
+
+
+def _real_device(spec: RunSpec | ClusterRunSpec) -> str:
+    """A real run's checks against this machine (``launch.preflight``: root for a shaped
+    network, ranks, the real Horovod, ...), so that a grid refuses bad input before anything
+    runs; the device it will train on."""
+    from .real import launch
+
+    assert isinstance(spec, RunSpec)
+    launch.preflight(spec)
+    return launch.resolve_device(spec)[0]
 
 
 def _systems(raw: dict[str, Any]) -> tuple[list[str], str]:
@@ -611,6 +640,13 @@ def run_grid(
     )
 
     todo = [run for run in grid.runs if run.run_key not in done]
+    real = sum(1 for run in todo if run.spec.mode == "real")
+    if real and jobs > 1:
+        # A real run's ranks take the machine's cores (and, shaped, its namespaces): running
+        # two at once would time each against the other.
+        jobs = 1
+        if progress:
+            print(f"[grid] {real} real runs: one run at a time", file=sys.stderr, flush=True)
     bar = _Progress(len(todo), skipped, sys.stderr, enabled=progress)
     runs_dir = str(out / RUNS_DIR) if keep_runs else None
     argv = [str(a) for a in sys.argv]
@@ -710,9 +746,13 @@ def _run_one(
     }
     started = time.perf_counter()
     try:
-        if runs_dir is None:
+        if runs_dir is None and spec.mode != "real":
             metrics = _simulate(spec)
             wall_s = metrics.pop("sim_wall_s", time.perf_counter() - started)
+        elif runs_dir is None:  # a real run writes its directory; only its metrics are kept
+            with tempfile.TemporaryDirectory(prefix="grid-real-") as tmp:
+                metrics = dict(execute.run_to_directory(spec, Path(tmp) / key, argv)["metrics"])
+            wall_s = time.perf_counter() - started
         else:
             target = Path(runs_dir) / key
             if target.exists():  # complete (rundir.staging) but not recorded: run it again
@@ -884,6 +924,7 @@ def _entries(grid: Grid) -> list[dict[str, Any]]:
                 "role": entry.role,
                 "workload": run.spec.workload,
                 "spec": run.spec.as_dict(),
+                **({"device": run.device} if run.device else {}),
             }
         )
     return out
@@ -908,6 +949,8 @@ def _table(
             "seed": spec["seed"],
             "mode": spec["mode"],
         }
+        if e.get("device"):
+            row["device"] = e["device"]
         row.update((c, spec[c]) for c in _COMM_ONLY_COLUMNS if c in spec)
         for prefix in _SPEC_PREFIXES:
             row.update((f"{prefix}{k}", v) for k, v in spec.get(prefix[:-1], {}).items())
@@ -916,6 +959,10 @@ def _table(
     identity: dict[str, None] = dict.fromkeys(
         c for c in IDENTITY_COLUMNS if c not in _COMM_ONLY_COLUMNS or c in in_specs or not entries
     )
+    if any(row.get("device") for row, _ in rows):  # real runs: where they trained
+        columns_ = list(identity)
+        columns_.insert(columns_.index("mode") + 1, "device")
+        identity = dict.fromkeys(columns_)
     for prefix in _SPEC_PREFIXES:
         for row, _ in rows:
             identity.update((k, None) for k in row if k.startswith(prefix))
@@ -938,7 +985,10 @@ def _metric_columns(columns: list[str]) -> list[str]:
     return [
         c
         for c in columns
-        if c not in IDENTITY_COLUMNS and c not in TAIL_COLUMNS and not c.startswith(_SPEC_PREFIXES)
+        if c not in IDENTITY_COLUMNS
+        and c not in TAIL_COLUMNS
+        and c != "device"  # real runs' (after mode)
+        and not c.startswith(_SPEC_PREFIXES)
     ]
 
 

@@ -569,3 +569,44 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_a_grid_runs_its_real_runs_for_real_and_records_the_device(tmp_path):
+    """A grid with ``mode: [sim, real]``: the real rows come from real ranks (their metrics,
+    e.g. the cores used, which the simulator does not report), with a ``device`` column; the
+    real run's key holds that device; a resume runs nothing again. (Before, a grid simulated
+    its ``mode: real`` runs and labelled them real.)"""
+    from runners import grid
+
+    raw = {
+        "systems": ["wfbp"],
+        "workloads": [MODEL],
+        "iterations": 3,
+        "warmup_iterations": 1,
+        "cluster": {"workers": 2},
+        "mode": ["sim", "real"],  # a real: section would be refused for the sim runs
+    }
+    g = grid.load_grid(raw)
+    real_run = next(r for r in g.runs if r.spec.mode == "real")
+    assert real_run.device == "cpu"
+    assert real_run.run_key == grid.run_key(real_run.spec, "cpu") != grid.run_key(real_run.spec)
+    outcome = grid.run_grid(g, tmp_path / "out", jobs=2, progress=False)
+    assert outcome.failed == 0
+    table = grid.read_results(tmp_path / "out")
+    by_mode = {row["mode"]: row for _, row in table.iterrows()}
+    with open(tmp_path / "out" / "results.csv", newline="") as f:
+        assert {row["mode"]: row["device"] for row in csv.DictReader(f)} == {
+            "sim": "",
+            "real": "cpu",
+        }
+    assert by_mode["real"]["cpu_cores"] > 0 and pd_isna(by_mode["sim"]["cpu_cores"])
+    assert by_mode["real"]["iteration_time_s"] > 0
+    assert list(table.columns).index("device") == list(table.columns).index("mode") + 1
+    again = grid.run_grid(g, tmp_path / "out", jobs=1, progress=False, resume=True)
+    assert again.ran == 0 and again.skipped == 2
+
+
+def pd_isna(value: object) -> bool:
+    import pandas as pd
+
+    return bool(pd.isna(value))

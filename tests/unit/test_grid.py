@@ -452,3 +452,24 @@ def test_keep_runs_writes_each_run_directory(tmp_path):
     for key, iteration_time in zip(table["run_key"], table["iteration_time_s"], strict=True):
         summary = json.loads((outcome.out / "runs" / key / "summary.json").read_text())
         assert summary["metrics"]["iteration_time_s"] == iteration_time
+
+
+def test_a_real_grid_is_checked_against_this_machine_before_anything_runs(tmp_path, capsys):
+    """What ``python -m runners run`` refuses for a real run (here more ranks than this machine
+    holds) is refused for the whole grid, naming the field, before any run starts."""
+    import os
+
+    from runners.real import launch
+
+    too_many = launch.RANKS_PER_CPU * (os.cpu_count() or 1) + 1
+    raw = {
+        "systems": ["wfbp"],
+        "workloads": ["vgg16-debug"],
+        "mode": "real",
+        "cluster": {"workers": too_many},
+        "real": {"network": "loopback"},
+    }
+    assert run_cli("grid", write_grid(tmp_path / "g.json", raw), "--out", tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert "cluster.workers" in err and f"{too_many} ranks" in err and "at most" in err, err
+    assert not (tmp_path / "out").exists()
