@@ -169,15 +169,40 @@ def worker_rates(spec: RunSpec, iteration: int) -> list[float]:
 def comm_priority(spec: RunSpec) -> tuple[str, str]:
     """The communication threads' priority for ``spec`` on this machine and, where it is not
     what the spec asked (``auto`` without the permission), why (``runners.real.priority``).
-    ``realtime`` without the permission is refused."""
-    requested = (spec.real or RealOptions()).comm_priority
+    ``realtime`` without the permission is refused.
+
+    In the all-reduce arena, ``auto`` is ``normal`` where this host has more ranks than CPUs:
+    their communication threads under ``SCHED_FIFO`` can then hold every core and starve the
+    compute until the kernel's real-time throttling lets it run. Measured on our 2-CPU
+    machine (wfbp, resnet50-debug, shaped 10 Gbit/s): 4 ranks took over 60 s per iteration
+    under ``realtime`` against 0.25 s at ``normal``; 3 ranks 71 ms against 147 ms. An explicit
+    ``realtime`` is kept, with that said in the run's note. The PS arena keeps ``realtime``
+    with its servers on the same cores (2 workers and 4 servers on 2 CPUs: 53-73 ms per
+    iteration against 125-149 ms at ``normal``)."""
+    real = spec.real or RealOptions()
+    requested = real.comm_priority
+    ranks, cpus = spec.cluster.workers // max(real.nodes, 1), os.cpu_count() or 1
+    crowded = spec.arena == "allreduce" and ranks > cpus and requested != "normal"
+    if crowded and requested == "auto" and priority.why_not_realtime() is None:
+        return "normal", (
+            f"communication threads at normal priority: {ranks} ranks on {cpus} CPUs (under "
+            "SCHED_FIFO they could hold every core and starve the compute; "
+            "real.comm_priority: realtime overrides)"
+        )
     try:
-        return priority.resolve(requested)
+        prio, note = priority.resolve(requested)
     except PermissionError as err:
         raise SpecError(
             "real.comm_priority",
             f"realtime is not permitted here ({err}): run as root, or use auto or normal",
         ) from None
+    if crowded and prio == "realtime":
+        note = (
+            f"realtime as asked, with {ranks} ranks on {cpus} CPUs: the communication threads "
+            "can hold every core and starve the compute (4 ranks on 2 CPUs took over 60 s per "
+            "iteration here); auto would run them at normal priority"
+        )
+    return prio, note
 
 
 def cuda_devices() -> int:
