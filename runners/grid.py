@@ -616,7 +616,8 @@ def run_grid(
 ) -> GridOutcome:
     """Run every run of ``grid`` not yet recorded in ``out`` and write the table.
 
-    ``jobs``: worker processes (default ``os.cpu_count()``; 1 runs in this process).
+    ``jobs``: worker processes (default ``os.cpu_count()``; 1 runs in this process); a grid
+    with real runs left to do runs everything in this process, one run at a time.
     ``out`` must not exist unless ``resume``. A run that raises is recorded as failed; the
     grid goes on. Raises ``rundir.OutputExists``, ``ValueError`` (jobs < 1) or ``GridAborted``.
     """

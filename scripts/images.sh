@@ -33,7 +33,8 @@
 # Kept builds: every build is also tagged <image>-<inputs hash, 12 hex> so that `rerun` finds
 # the exact image a past run used. After each build (and with `prune`), the kept builds of that
 # image beyond the newest LAB_IMAGE_KEEP are removed, except the one its tag points to and any
-# a container (running or stopped) still uses. The CUDA image is 5.3 GB a build.
+# a container (running or stopped) still uses; none where the image's own tag is missing
+# (0 keeps only the current build). The CUDA image is 5.3 GB a build.
 #
 # Reuse: each image carries the label `lab.inputs`, a sha256 over everything its build reads
 # (Dockerfile, requirements, wheelhouse, copied source folders, file modes, the base image's id,
@@ -152,18 +153,21 @@ tagged() {
 # uses: docker refuses to remove it without -f, which is not used.
 prune_kept() {
   [ "$KEEP" = all ] && return 0
-  local image repo tag current t suffix id created n=0 line
+  local image repo tag current t suffix id created ts err n=0
   image=$(tagged "$1")
   repo=${image%:*}
   tag=${image##*:}
   current=$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null || true)
+  # without the image's own tag, its current build is unknown: remove nothing
+  [ -n "$current" ] || return 0
   local -a kept=()
   while read -r t; do
     [[ "$t" == "$tag-"* ]] || continue
     suffix=${t#"$tag-"}
     [[ "$suffix" =~ ^[0-9a-f]{12}$ ]] || continue
     read -r id created < <(docker image inspect -f '{{.Id}} {{.Created}}' "$repo:$t" 2>/dev/null) || continue
-    kept+=("$(date -d "$created" +%s%N) $id $t $created")
+    ts=$(date -d "$created" +%s%N 2>/dev/null) || continue
+    kept+=("$ts $id $t $created")
   done < <(docker images "$repo" --format '{{.Tag}}')
   [ ${#kept[@]} -gt "$KEEP" ] || return 0
   while read -r _ id t created; do
@@ -171,10 +175,12 @@ prune_kept() {
     if [ "$n" -le "$KEEP" ] || [ "$id" = "$current" ]; then
       continue
     fi
-    if docker rmi "$repo:$t" >/dev/null 2>&1; then
-      say "removed the kept build $repo:$t (built ${created%%.*}; LAB_IMAGE_KEEP=$KEEP)"
+    if ! err=$(docker rmi "$repo:$t" 2>&1 >/dev/null); then
+      say "kept $repo:$t beyond LAB_IMAGE_KEEP=$KEEP: ${err##*$'\n'}"
+    elif docker image inspect "$id" >/dev/null 2>&1; then
+      say "untagged the kept build $repo:$t (its image has another tag; LAB_IMAGE_KEEP=$KEEP)"
     else
-      say "kept $repo:$t beyond LAB_IMAGE_KEEP=$KEEP: a container uses it (docker ps -a --filter ancestor=$repo:$t)"
+      say "removed the kept build $repo:$t (built ${created%%.*}; LAB_IMAGE_KEEP=$KEEP)"
     fi
   done < <(printf '%s\n' "${kept[@]}" | sort -rn)
 }

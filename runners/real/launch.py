@@ -171,18 +171,21 @@ def comm_priority(spec: RunSpec) -> tuple[str, str]:
     what the spec asked (``auto`` without the permission), why (``runners.real.priority``).
     ``realtime`` without the permission is refused.
 
-    In the all-reduce arena, ``auto`` is ``normal`` where this host has more ranks than CPUs:
-    their communication threads under ``SCHED_FIFO`` can then hold every core and starve the
-    compute until the kernel's real-time throttling lets it run. Measured on our 2-CPU
-    machine (wfbp, resnet50-debug, shaped 10 Gbit/s): 4 ranks took over 60 s per iteration
-    under ``realtime`` against 0.25 s at ``normal``; 3 ranks 71 ms against 147 ms. An explicit
+    In the all-reduce arena, ``auto`` is ``normal`` where this host has at least twice as many
+    ranks as CPUs: their communication threads under ``SCHED_FIFO`` then held every core and
+    starved the compute until the kernel's real-time throttling let it run. Measured on our
+    2-CPU machine (wfbp, resnet50-debug, shaped 10 Gbit/s): 4 ranks took over 60 s per
+    iteration under ``realtime`` against 0.25 s at ``normal``; 3 ranks were faster under
+    ``realtime`` (71 ms against 147 ms), so the threshold is 2 ranks per CPU. An explicit
     ``realtime`` is kept, with that said in the run's note. The PS arena keeps ``realtime``
     with its servers on the same cores (2 workers and 4 servers on 2 CPUs: 53-73 ms per
     iteration against 125-149 ms at ``normal``)."""
     real = spec.real or RealOptions()
     requested = real.comm_priority
-    ranks, cpus = spec.cluster.workers // max(real.nodes, 1), os.cpu_count() or 1
-    crowded = spec.arena == "allreduce" and ranks > cpus and requested != "normal"
+    nodes = Nodes.from_env()  # a run over several hosts started by hand, else real.nodes
+    hosts = nodes.count if nodes is not None else max(real.nodes, 1)
+    ranks, cpus = spec.cluster.workers // hosts, os.cpu_count() or 1
+    crowded = spec.arena == "allreduce" and ranks >= 2 * cpus and requested != "normal"
     if crowded and requested == "auto" and priority.why_not_realtime() is None:
         return "normal", (
             f"communication threads at normal priority: {ranks} ranks on {cpus} CPUs (under "

@@ -87,10 +87,12 @@ def test_prune_keeps_the_newest_builds_the_current_one_and_those_a_container_use
     assert builds[1] in left and "cpu" in left  # the one the image's tag points to
     assert builds[0] in left  # a (stopped) container uses it
     assert others <= left
-    assert f"removed the kept build {repo}:{builds[2]}" in out.stdout
-    assert f"kept {repo}:{builds[0]} beyond LAB_IMAGE_KEEP=2: a container uses it" in out.stdout
-    # The same image under another name was only untagged, not deleted.
+    # its image has other tags: only untagged, and said so
+    assert f"untagged the kept build {repo}:{builds[2]}" in out.stdout
     assert _docker("image", "inspect", "-f", "{{.Id}}", f"{repo}:cpu-old") == ids[2]
+    # docker's own reason for keeping it
+    assert f"kept {repo}:{builds[0]} beyond LAB_IMAGE_KEEP=2:" in out.stdout
+    assert "container" in out.stdout.split(f"kept {repo}:{builds[0]}")[1].splitlines()[0]
 
     again = _prune(repo, "2")
     assert again.returncode == 0 and "removed" not in again.stdout, again.stdout
@@ -117,6 +119,12 @@ def test_keep_all_removes_nothing_and_bad_values_are_refused(repo):
     assert out.returncode == 2 and "unknown target 'runnr'" in out.stderr, out.stderr
     assert set(builds) <= _tags(repo)
 
-    out = _prune(repo, "0")  # no tag points to any: all go
+    out = _prune(repo, "0")  # the image's own tag is missing: its current build is unknown
+    assert out.returncode == 0 and "removed" not in out.stdout, out.stdout + out.stderr
+    assert set(builds) <= _tags(repo)
+    _docker("tag", f"{repo}:{builds[1]}", f"{repo}:cpu")
+    out = _prune(repo, "0")  # 0: only the current build stays
     assert out.returncode == 0, out.stdout + out.stderr
-    assert not set(builds) & _tags(repo), out.stdout
+    assert _tags(repo) == {"cpu", builds[1]}, out.stdout
+    for gone in (builds[0], builds[2]):
+        assert f"removed the kept build {repo}:{gone}" in out.stdout

@@ -587,9 +587,12 @@ def test_a_grid_runs_its_real_runs_for_real_and_records_the_device(tmp_path):
         "mode": ["sim", "real"],  # a real: section would be refused for the sim runs
     }
     g = grid.load_grid(raw)
+    from runners.real import launch
+
     real_run = next(r for r in g.runs if r.spec.mode == "real")
-    assert real_run.device == "cpu"
-    assert real_run.run_key == grid.run_key(real_run.spec, "cpu") != grid.run_key(real_run.spec)
+    device = launch.resolve_device(real_run.spec)[0]  # cpu here; cuda on a host with GPUs
+    assert real_run.device == device
+    assert real_run.run_key == grid.run_key(real_run.spec, device) != grid.run_key(real_run.spec)
     outcome = grid.run_grid(g, tmp_path / "out", jobs=2, progress=False)
     assert outcome.failed == 0
     table = grid.read_results(tmp_path / "out")
@@ -597,7 +600,7 @@ def test_a_grid_runs_its_real_runs_for_real_and_records_the_device(tmp_path):
     with open(tmp_path / "out" / "results.csv", newline="") as f:
         assert {row["mode"]: row["device"] for row in csv.DictReader(f)} == {
             "sim": "",
-            "real": "cpu",
+            "real": device,
         }
     assert by_mode["real"]["cpu_cores"] > 0 and pd_isna(by_mode["sim"]["cpu_cores"])
     assert by_mode["real"]["iteration_time_s"] > 0

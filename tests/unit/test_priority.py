@@ -153,18 +153,25 @@ def test_auto_is_normal_with_more_all_reduce_ranks_than_cpus(monkeypatch):
     """Measured on 2 CPUs: 4 ranks under SCHED_FIFO took over 60 s per iteration (0.25 s at
     normal): the communication threads held both cores."""
     _as_root_on(monkeypatch, 2)
-    crowded = {**_spec(), "cluster": {"workers": 3}}
+    monkeypatch.delenv("LAB_NNODES", raising=False)
+    crowded = {**_spec(), "cluster": {"workers": 4}}
     prio, note = launch.comm_priority(validate(crowded))
-    assert prio == "normal" and "3 ranks on 2 CPUs" in note, note
+    assert prio == "normal" and "4 ranks on 2 CPUs" in note, note
     assert launch.comm_priority(validate(_spec())) == ("realtime", "")  # 2 ranks on 2 CPUs
+    three = {**_spec(), "cluster": {"workers": 3}}  # measured faster under realtime
+    assert launch.comm_priority(validate(three)) == ("realtime", "")
     # asked for explicitly: kept, with the warning in the run's note
     prio, note = launch.comm_priority(validate({**crowded, "real": {"comm_priority": "realtime"}}))
     assert prio == "realtime" and "starve the compute" in note, note
     asked_normal = {**crowded, "real": {"comm_priority": "normal"}}
     assert launch.comm_priority(validate(asked_normal)) == ("normal", "")
-    # ranks per host: 4 ranks over 2 nodes are 2 on each
+    # ranks per host: 4 ranks over 2 nodes are 2 on each (real.nodes, or LAB_NNODES by hand)
     over_nodes = {**_spec(), "cluster": {"workers": 4}, "real": {"nodes": 2}}
     assert launch.comm_priority(validate(over_nodes)) == ("realtime", "")
+    for name, value in (("LAB_NNODES", "2"), ("LAB_NODE_RANK", "0"), ("LAB_RDZV_HOST", "h")):
+        monkeypatch.setenv(name, value)
+    assert launch.comm_priority(validate(crowded)) == ("realtime", "")
+    monkeypatch.delenv("LAB_NNODES")
     _as_root_on(monkeypatch, 4)
     assert launch.comm_priority(validate(crowded)) == ("realtime", "")
 
