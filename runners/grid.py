@@ -100,7 +100,7 @@ import traceback
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -165,8 +165,9 @@ TAIL_COLUMNS = ("sim_wall_s", "status", "error")
 PARTIAL_COLUMNS = ("run_key", "system", "workload", "seed", "sim_wall_s", "status", "error")
 _PARTIAL_METRICS = "metrics"
 _INT_COLUMNS = ("seed", "iterations", "warmup_iterations", "batch_size")
+DEVICE_COLUMN = "device"  # real runs' device, after mode (only in tables with real runs)
 _TEXT_COLUMNS = (
-    "run_key", "system", "arena", "role", "workload", "mode", "device", "status", "error"
+    "run_key", "system", "arena", "role", "workload", "mode", DEVICE_COLUMN, "status", "error"
 )  # fmt: skip
 _ERROR_CHARS = 500
 
@@ -749,17 +750,16 @@ def _run_one(
     try:
         if runs_dir is None and spec.mode != "real":
             metrics = _simulate(spec)
-            wall_s = metrics.pop("sim_wall_s", time.perf_counter() - started)
-        elif runs_dir is None:  # a real run writes its directory; only its metrics are kept
-            with tempfile.TemporaryDirectory(prefix="grid-real-") as tmp:
-                metrics = dict(execute.run_to_directory(spec, Path(tmp) / key, argv)["metrics"])
-            wall_s = time.perf_counter() - started
-        else:
-            target = Path(runs_dir) / key
-            if target.exists():  # complete (rundir.staging) but not recorded: run it again
-                shutil.rmtree(target)
-            metrics = dict(execute.run_to_directory(spec, target, argv)["metrics"])
-            wall_s = metrics.pop("sim_wall_s", time.perf_counter() - started)
+        else:  # a real run writes its directory; without keep_runs only its metrics are kept
+            with ExitStack() as stack:
+                parent = runs_dir or stack.enter_context(
+                    tempfile.TemporaryDirectory(prefix="grid-real-")
+                )
+                target = Path(parent) / key
+                if target.exists():  # complete (rundir.staging) but not recorded: run it again
+                    shutil.rmtree(target)
+                metrics = dict(execute.run_to_directory(spec, target, argv)["metrics"])
+        wall_s = metrics.pop("sim_wall_s", time.perf_counter() - started)
     except Exception as err:
         outcome.update(
             status="failed",
@@ -925,7 +925,7 @@ def _entries(grid: Grid) -> list[dict[str, Any]]:
                 "role": entry.role,
                 "workload": run.spec.workload,
                 "spec": run.spec.as_dict(),
-                **({"device": run.device} if run.device else {}),
+                **({DEVICE_COLUMN: run.device} if run.device else {}),
             }
         )
     return out
@@ -950,20 +950,20 @@ def _table(
             "seed": spec["seed"],
             "mode": spec["mode"],
         }
-        if e.get("device"):
-            row["device"] = e["device"]
+        if e.get(DEVICE_COLUMN):
+            row[DEVICE_COLUMN] = e[DEVICE_COLUMN]
         row.update((c, spec[c]) for c in _COMM_ONLY_COLUMNS if c in spec)
         for prefix in _SPEC_PREFIXES:
             row.update((f"{prefix}{k}", v) for k, v in spec.get(prefix[:-1], {}).items())
         rows.append((row, outcome))
     in_specs = {c for e in entries for c in _COMM_ONLY_COLUMNS if c in e["spec"]}
-    identity: dict[str, None] = dict.fromkeys(
-        c for c in IDENTITY_COLUMNS if c not in _COMM_ONLY_COLUMNS or c in in_specs or not entries
-    )
-    if any(row.get("device") for row, _ in rows):  # real runs: where they trained
-        columns_ = list(identity)
-        columns_.insert(columns_.index("mode") + 1, "device")
-        identity = dict.fromkeys(columns_)
+    real = any(DEVICE_COLUMN in row for row, _ in rows)  # real runs: where they trained
+    identity: dict[str, None] = {}
+    for c in IDENTITY_COLUMNS:
+        if c not in _COMM_ONLY_COLUMNS or c in in_specs or not entries:
+            identity[c] = None
+        if c == "mode" and real:
+            identity[DEVICE_COLUMN] = None
     for prefix in _SPEC_PREFIXES:
         for row, _ in rows:
             identity.update((k, None) for k in row if k.startswith(prefix))
@@ -988,7 +988,7 @@ def _metric_columns(columns: list[str]) -> list[str]:
         for c in columns
         if c not in IDENTITY_COLUMNS
         and c not in TAIL_COLUMNS
-        and c != "device"  # real runs' (after mode)
+        and c != DEVICE_COLUMN
         and not c.startswith(_SPEC_PREFIXES)
     ]
 

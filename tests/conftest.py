@@ -13,9 +13,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
+
+
+def skip_or_fail(message: str) -> NoReturn:
+    """Skip with ``message``; fail instead under LAB_REQUIRE_SERVICES=1 (CI)."""
+    if os.environ.get("LAB_REQUIRE_SERVICES") == "1":
+        pytest.fail(message + "; LAB_REQUIRE_SERVICES=1 forbids skipping")
+    pytest.skip(message)
 
 
 def require_binary(name: str, *candidates: str) -> str:
@@ -23,10 +30,7 @@ def require_binary(name: str, *candidates: str) -> str:
         found = shutil.which(candidate) or (candidate if os.path.isfile(candidate) else None)
         if found:
             return found
-    message = f"{name} is not installed (apt-get install it, or run .ci/run)"
-    if os.environ.get("LAB_REQUIRE_SERVICES") == "1":
-        pytest.fail(message + "; LAB_REQUIRE_SERVICES=1 forbids skipping")
-    pytest.skip(message)
+    skip_or_fail(f"{name} is not installed (apt-get install it, or run .ci/run)")
 
 
 def wait_for(
@@ -50,10 +54,7 @@ def require_root(what: str) -> None:
     """Skip (fail under LAB_REQUIRE_SERVICES=1) unless running as root, which ``what`` needs."""
     if os.geteuid() == 0:
         return
-    message = f"{what} needs root"
-    if os.environ.get("LAB_REQUIRE_SERVICES") == "1":
-        pytest.fail(message + "; LAB_REQUIRE_SERVICES=1 forbids skipping")
-    pytest.skip(message)
+    skip_or_fail(f"{what} needs root")
 
 
 def require_horovod() -> None:
@@ -65,10 +66,7 @@ def require_horovod() -> None:
     if probe.returncode == 0:
         return
     last_line = (probe.stderr.strip().splitlines() or ["?"])[-1]
-    message = f"horovod.torch is not importable ({last_line}): run `make horovod`"
-    if os.environ.get("LAB_REQUIRE_SERVICES") == "1":
-        pytest.fail(message + "; LAB_REQUIRE_SERVICES=1 forbids skipping")
-    pytest.skip(message)
+    skip_or_fail(f"horovod.torch is not importable ({last_line}): run `make horovod`")
 
 
 # --- Django fixtures shared by unit and integration tests ---------------------------------

@@ -185,13 +185,6 @@ def comm_priority(spec: RunSpec) -> tuple[str, str]:
     nodes = Nodes.from_env()  # a run over several hosts started by hand, else real.nodes
     hosts = nodes.count if nodes is not None else max(real.nodes, 1)
     ranks, cpus = spec.cluster.workers // hosts, os.cpu_count() or 1
-    crowded = spec.arena == "allreduce" and ranks >= 2 * cpus and requested != "normal"
-    if crowded and requested == "auto" and priority.why_not_realtime() is None:
-        return "normal", (
-            f"communication threads at normal priority: {ranks} ranks on {cpus} CPUs (under "
-            "SCHED_FIFO they could hold every core and starve the compute; "
-            "real.comm_priority: realtime overrides)"
-        )
     try:
         prio, note = priority.resolve(requested)
     except PermissionError as err:
@@ -199,7 +192,13 @@ def comm_priority(spec: RunSpec) -> tuple[str, str]:
             "real.comm_priority",
             f"realtime is not permitted here ({err}): run as root, or use auto or normal",
         ) from None
-    if crowded and prio == "realtime":
+    if prio == "realtime" and spec.arena == "allreduce" and ranks >= 2 * cpus:
+        if requested == "auto":
+            return "normal", (
+                f"communication threads at normal priority: {ranks} ranks on {cpus} CPUs "
+                "(under SCHED_FIFO they could hold every core and starve the compute; "
+                "real.comm_priority: realtime overrides)"
+            )
         note = (
             f"realtime as asked, with {ranks} ranks on {cpus} CPUs: the communication threads "
             "can hold every core and starve the compute (4 ranks on 2 CPUs took over 60 s per "

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require_binary, wait_for
+from tests.conftest import require_binary, skip_or_fail, wait_for
 from tests.integration.stack import free_port
 
 pytestmark = pytest.mark.integration
@@ -26,17 +26,11 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _skip_or_fail(message: str) -> None:
-    if os.environ.get("LAB_REQUIRE_SERVICES") == "1":
-        pytest.fail(message + "; LAB_REQUIRE_SERVICES=1 forbids skipping")
-    pytest.skip(message)
-
-
 @pytest.fixture
 def lab(tmp_path):
     compose = require_binary("docker-compose")
     if subprocess.run(["docker", "info"], capture_output=True).returncode:
-        _skip_or_fail("no Docker engine: start dockerd, or run .ci/run")
+        skip_or_fail("no Docker engine: start dockerd, or run .ci/run")
     built = subprocess.run(
         ["scripts/images.sh", "runner", "portal", "services"],
         cwd=ROOT, env={**os.environ, "LAB_LOCAL_SERVICES": "1"},

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require_binary
+from tests.conftest import require_binary, skip_or_fail
 
 pytestmark = [pytest.mark.integration]
 
@@ -65,10 +65,7 @@ def cuda_image() -> str:
     """The CUDA runner image of the current sources; its id."""
     require_binary("docker")
     if _docker("info").returncode != 0:
-        message = "no Docker engine: start dockerd, or run .ci/run"
-        if os.environ.get("LAB_REQUIRE_SERVICES") == "1":
-            pytest.fail(message + "; LAB_REQUIRE_SERVICES=1 forbids skipping")
-        pytest.skip(message)
+        skip_or_fail("no Docker engine: start dockerd, or run .ci/run")
     if os.environ.get("LAB_BUILD_CUDA_IMAGE") == "1":
         out = subprocess.run(
             ["scripts/images.sh", "runner-cuda"], cwd=ROOT, capture_output=True, text=True,

@@ -21,18 +21,12 @@ import pytest
 
 from lab import actions
 from lab.runs.models import Run
-from tests.conftest import require_binary, wait_for
+from tests.conftest import require_binary, skip_or_fail, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = os.environ.get("LAB_RUNNER_IMAGE", "lab-runner:cpu")
-
-
-def _skip_or_fail(message: str) -> None:
-    if os.environ.get("LAB_REQUIRE_SERVICES") == "1":
-        pytest.fail(message + "; LAB_REQUIRE_SERVICES=1 forbids skipping")
-    pytest.skip(message)
 
 
 @pytest.fixture(autouse=True)
@@ -51,7 +45,7 @@ def runner_image() -> dict[str, str]:
     try:
         docker.from_env(timeout=10).ping()
     except Exception as err:
-        _skip_or_fail(f"no Docker engine ({err}): start dockerd, or run .ci/run")
+        skip_or_fail(f"no Docker engine ({err}): start dockerd, or run .ci/run")
     out = subprocess.run(
         ["scripts/images.sh", "runner"], cwd=ROOT, capture_output=True, text=True, timeout=1800
     )

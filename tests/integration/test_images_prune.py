@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require_binary
+from tests.conftest import require_binary, skip_or_fail
 
 pytestmark = pytest.mark.integration
 
@@ -29,10 +29,7 @@ def _docker(*args: str, stdin: bytes | None = None) -> str:
 def repo() -> Iterator[str]:
     require_binary("docker")
     if subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode != 0:
-        message = "no Docker engine: start dockerd, or run .ci/run"
-        if os.environ.get("LAB_REQUIRE_SERVICES") == "1":
-            pytest.fail(message + "; LAB_REQUIRE_SERVICES=1 forbids skipping")
-        pytest.skip(message)
+        skip_or_fail("no Docker engine: start dockerd, or run .ci/run")
     name = f"lab-prune-test-{uuid.uuid4().hex[:8]}"
     yield name
     for cid in _docker("ps", "-aq", "--filter", f"label=lab.prune-test={name}").split():
