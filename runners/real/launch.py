@@ -111,10 +111,10 @@ class Nodes:
     def from_env() -> Nodes | None:
         """``LAB_NNODES``, ``LAB_NODE_RANK``, ``LAB_RDZV_HOST`` (host or host:port, port
         29400 by default), ``LAB_RDZV_ID`` (default: ``SLURM_JOB_ID``, else ``lab``)."""
-        count = int(os.environ.get("LAB_NNODES", "1") or 1)
+        count = _env_int("LAB_NNODES", 1)
         if count <= 1:
             return None
-        rank = int(os.environ.get("LAB_NODE_RANK", "-1"))
+        rank = _env_int("LAB_NODE_RANK", -1)
         host = os.environ.get("LAB_RDZV_HOST", "")
         if not 0 <= rank < count or not host:
             raise SpecError(
@@ -125,6 +125,27 @@ class Nodes:
         endpoint = host if ":" in host else f"{host}:29400"
         run_id = os.environ.get("LAB_RDZV_ID") or os.environ.get("SLURM_JOB_ID") or "lab"
         return Nodes(count, rank, endpoint, run_id)
+
+
+def _env_int(name: str, default: int) -> int:
+    """The whole number in environment variable ``name`` (``default`` when unset or empty);
+    ``SpecError`` naming it otherwise."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise SpecError(name, f"must be a whole number (got {text!r})") from None
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask (a container's or ``taskset``'s
+    cpuset), which ``os.cpu_count()`` ignores; ``os.cpu_count()`` where there is no mask."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def framework(spec: RunSpec) -> str | None:
@@ -184,7 +205,7 @@ def comm_priority(spec: RunSpec) -> tuple[str, str]:
     requested = real.comm_priority
     nodes = Nodes.from_env()  # a run over several hosts started by hand, else real.nodes
     hosts = nodes.count if nodes is not None else max(real.nodes, 1)
-    ranks, cpus = spec.cluster.workers // hosts, os.cpu_count() or 1
+    ranks, cpus = spec.cluster.workers // hosts, usable_cpus()
     try:
         prio, note = priority.resolve(requested)
     except PermissionError as err:
@@ -342,7 +363,7 @@ def preflight(spec: RunSpec) -> Network:
                 f"the emulated network adds no latency on this machine (no netem qdisc): at "
                 f"most {tb.NATIVE_LATENCY_US:g} us, the testbed's own (got {c.latency_us:g})",
             )
-    cpus = os.cpu_count() or 1
+    cpus = usable_cpus()
     ranks, servers, server_field = c.workers, 0, "cluster.workers"
     if spec.arena == "ps":  # one process per parameter server as well (runners.real.ps)
         from . import ps

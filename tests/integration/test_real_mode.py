@@ -477,7 +477,7 @@ def test_the_command_line_refuses_what_this_machine_cannot_run(change, field, tm
     if "real" in change:
         require_root("checks of the emulated network")
     if change == "too-big":  # GPT-2 on as many ranks as the CPUs allow
-        workers = launch.RANKS_PER_CPU * (os.cpu_count() or 1)
+        workers = launch.RANKS_PER_CPU * launch.usable_cpus()
         need = workers * (launch.RANK_BASE_BYTES + 4 * 4 * 124_439_808)
         if need <= 0.8 * launch._available_memory():
             pytest.skip("this machine has the memory for GPT-2 on every rank")

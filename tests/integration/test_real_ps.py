@@ -421,7 +421,7 @@ def test_a_nic_straggler_window_reshapes_that_nic_and_slows_those_iterations(
 
 
 def test_preflight_counts_servers_and_names_the_field(monkeypatch):
-    cpus = os.cpu_count() or 1
+    cpus = launch.usable_cpus()
     limit = launch.RANKS_PER_CPU * cpus
     raw = _spec("p3", workers=2, servers=limit)
     raw["cluster"]["ps"] = limit - 1  # 2 workers + limit - 1 servers: one rank too many

@@ -457,11 +457,10 @@ def test_keep_runs_writes_each_run_directory(tmp_path):
 def test_a_real_grid_is_checked_against_this_machine_before_anything_runs(tmp_path, capsys):
     """What ``python -m runners run`` refuses for a real run (here more ranks than this machine
     holds) is refused for the whole grid, naming the field, before any run starts."""
-    import os
 
     from runners.real import launch
 
-    too_many = launch.RANKS_PER_CPU * (os.cpu_count() or 1) + 1
+    too_many = launch.RANKS_PER_CPU * launch.usable_cpus() + 1
     raw = {
         "systems": ["wfbp"],
         "workloads": ["vgg16-debug"],

@@ -146,7 +146,7 @@ def test_a_realtime_calibration_is_refused_where_realtime_is_not_permitted(monke
 def _as_root_on(monkeypatch: pytest.MonkeyPatch, cpus: int) -> None:
     """SCHED_FIFO permitted, on a machine of ``cpus`` CPUs."""
     monkeypatch.setattr(priority, "why_not_realtime", lambda: None)
-    monkeypatch.setattr(os, "cpu_count", lambda: cpus)
+    monkeypatch.setattr(launch, "usable_cpus", lambda: cpus)
 
 
 def test_auto_is_normal_with_more_all_reduce_ranks_than_cpus(monkeypatch):
@@ -186,6 +186,34 @@ def test_the_ps_arena_keeps_realtime_with_its_servers_on_the_same_cores(monkeypa
 
 def test_where_realtime_is_refused_crowded_auto_gives_the_permission_reason(monkeypatch):
     _refuse(monkeypatch)
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(launch, "usable_cpus", lambda: 2)
     prio, note = launch.comm_priority(validate({**_spec(), "cluster": {"workers": 4}}))
     assert prio == "normal" and "needs root or CAP_SYS_NICE" in note, note
+
+
+@pytest.mark.parametrize(
+    ("env", "field"),
+    [({"LAB_NNODES": "two"}, "LAB_NNODES"), ({"LAB_NNODES": "2", "LAB_NODE_RANK": "x"},
+                                              "LAB_NODE_RANK")],
+)  # fmt: skip
+def test_a_malformed_node_variable_is_refused_naming_it(tmp_path, monkeypatch, capsys, env, field):
+    """``python -m runners run`` on a node started by hand: exit 2, no traceback, no output."""
+    for name, value in {"LAB_RDZV_HOST": "h", **env}.items():
+        monkeypatch.setenv(name, value)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(_spec()))
+    out = tmp_path / "out"
+    assert cli.main(["run", str(spec), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert field in err and "whole number" in err and "Traceback" not in err, err
+    assert not out.exists()
+
+
+def test_usable_cpus_follows_the_affinity_mask(monkeypatch):
+    """A cpuset (a container's, ``taskset``'s) limits the ranks and the priority rule, which
+    ``os.cpu_count()`` would not see."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    assert launch.usable_cpus() == 1
+    monkeypatch.delattr(os, "sched_getaffinity")
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    assert launch.usable_cpus() == 3
