@@ -1027,6 +1027,11 @@ def fidelity(
     return report(configs, label, latency, by_latency, priority, mape_without=without)
 
 
+# The systems the report's speedups are over, where the set has them: the all-reduce arena's
+# baselines and the PS arena's (a PS system's speedup over ``wfbp`` or ``horovod`` compares
+# arenas: the same model, workers and worker NICs, the PS runs with their servers beside).
+SPEEDUP_BASELINES = ("wfbp", "horovod", "ddp", "ps-default")
+
 # Modelled effects ``fidelity`` also scores the twins without (``mape_without``): what each
 # contributes, on the same real runs. Each field goes back to its default alone: without
 # ``collective_cpu_us`` the rounds keep their own ``negotiation_cpu_us``; without that, a round
@@ -1148,7 +1153,7 @@ def report(
     }
     mape = statistics.fmean(c["ape_pct"] for c in configs)
     speedups = []
-    for baseline in ("wfbp", "horovod", "ddp"):
+    for baseline in SPEEDUP_BASELINES:
         base = {(c["workload"], c["bandwidth_gbps"]): c for c in configs if c["system"] == baseline}
         for c in configs:
             b = base.get((c["workload"], c["bandwidth_gbps"]))
@@ -1246,11 +1251,11 @@ def format_report(result: dict[str, Any]) -> str:
     if result["speedups"]:
         lines.append("")
         lines.append(
-            f"{'speedup':18} {'over':8} {'workload':18} {'network':12} {'real':>6} {'sim':>6}"
+            f"{'speedup':18} {'over':10} {'workload':18} {'network':12} {'real':>6} {'sim':>6}"
         )
         for s in result["speedups"]:
             lines.append(
-                f"{s['system']:18} {s['baseline']:8} {s['workload']:18} "
+                f"{s['system']:18} {s['baseline']:10} {s['workload']:18} "
                 f"{where(s['bandwidth_gbps']):12} {s['real']:6.2f} {s['sim']:6.2f}"
             )
     return "\n".join(lines)

@@ -543,6 +543,24 @@ def test_the_report_averages_errors_and_computes_speedups():
     assert many["meets_target"]
 
 
+def test_the_ps_arena_s_systems_get_their_speedup_over_ps_default_and_over_wfbp():
+    rows = [
+        _row("ps-default", 0.050, 0.040),
+        _row("tictac-tac", 0.025, 0.032),
+        _row("wfbp", 0.040, 0.036),
+    ]
+    found = {
+        (s["system"], s["baseline"]): (s["real"], s["sim"])
+        for s in fidelity.report(rows, "unit")["speedups"]
+    }
+    assert found[("tictac-tac", "ps-default")] == pytest.approx((2.0, 1.25))
+    assert found[("tictac-tac", "wfbp")] == pytest.approx((1.6, 1.125))
+    assert found[("wfbp", "ps-default")] == pytest.approx((1.25, 0.04 / 0.036))
+    assert ("ps-default", "ps-default") not in found and len(found) == 4  # and ps-default/wfbp
+    text = fidelity.format_report(fidelity.report(rows, "unit"))
+    assert "tictac-tac         ps-default" in text, text
+
+
 @pytest.mark.parametrize(
     ("argv", "field"),
     [
