@@ -3,9 +3,10 @@ build of torch 2.13.0 with its NVIDIA libraries, installed offline from a wheelh
 host (``docker/wheelhouse.sh --cuda``, about 2.7 GB), on the lab's Debian base.
 
 Building it downloads those 2.7 GB, so these tests build it (``scripts/images.sh runner-cuda``,
-which reuses an image of the same inputs) only with ``LAB_BUILD_CUDA_IMAGE=1`` (``LAB_BUILD_CUDA_IMAGE=1 bash
-.ci/run``; CI leaves it out for time); without it they test ``lab-runner:cuda`` as it is where it exists (it may be older than
-the sources) and skip elsewhere. There is no GPU here:
+which reuses an image of the same inputs) only with ``LAB_BUILD_CUDA_IMAGE=1``
+(``LAB_BUILD_CUDA_IMAGE=1 bash .ci/run``; CI leaves it out for time); without it they test
+``lab-runner:cuda`` as it is where it exists (it may be older than the sources) and skip
+elsewhere. There is no GPU here:
 they check the image (a CUDA 13 torch with NCCL, the non-root user, the health check) and that
 runs go through the docker executor in it on the CPU, not a GPU run.
 
