@@ -1089,14 +1089,44 @@ def _twin(real_spec: RunSpec, sim_spec: RunSpec) -> Any:
     return allreduce.run(sim_spec, plan=launch._plan(real_spec))
 
 
+def cpu_ticks(stat: str = "/proc/stat") -> tuple[int, int] | None:
+    """(steal, total) clock ticks of every CPU of this machine since boot, from the ``cpu``
+    line of ``stat``; ``None`` where it cannot be read (not Linux). Steal is the time a
+    hypervisor ran something else while this virtual machine had work for that CPU."""
+    try:
+        with open(stat) as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    # user nice system idle iowait irq softirq steal [guest guest_nice: inside user, nice]
+    ticks = [int(v) for v in fields[1:9]]
+    return ticks[7], sum(ticks)
+
+
+def steal_pct(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of the machine's CPU time a hypervisor took between two ``cpu_ticks``."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return 100.0 * (after[0] - before[0]) / (after[1] - before[1])
+
+
 def _real_run(spec: RunSpec, name: str, failures: list[str]) -> Any:
-    """One real run of ``spec``; a failed one is noted in ``failures`` and tried once more."""
+    """One real run of ``spec``; a failed one is noted in ``failures`` and tried once more.
+    The result's metrics get ``machine_steal_pct``, the CPU time the hypervisor took from
+    this machine during the run (where ``/proc/stat`` says)."""
     from .real import launch
 
     for _attempt in range(2):
         with tempfile.TemporaryDirectory(prefix="lab-fidelity-") as tmp:
             try:
-                return launch.run(spec, Path(tmp))
+                before = cpu_ticks()
+                result = launch.run(spec, Path(tmp))
+                stolen = steal_pct(before, cpu_ticks())
+                if stolen is not None:
+                    result.metrics["machine_steal_pct"] = stolen
+                return result
             except launch.RealRunError as err:
                 launch.log.warning("%s failed, %s", name, err)
                 failures.append(str(err).splitlines()[0])
@@ -1131,6 +1161,8 @@ def _row(
         # the cores its processes used (ranks and servers) on this one machine, whose cores
         # they share; the simulator gives each a machine of its own
         row["real_cpu_cores"] = statistics.median(r.metrics["cpu_cores"] for r in runs)
+    if all("machine_steal_pct" in r.metrics for r in runs):  # the hypervisor's share
+        row["real_steal_pct"] = statistics.median(r.metrics["machine_steal_pct"] for r in runs)
     return row
 
 
@@ -1169,6 +1201,7 @@ def report(
                     "sim": b["sim_iteration_s"] / c["sim_iteration_s"],
                 }
             )
+    steals = [c["real_steal_pct"] for c in configs if "real_steal_pct" in c]
     spreads = [
         100.0 * (max(c["real_runs_s"]) - min(c["real_runs_s"])) / c["real_iteration_s"]
         for c in configs
@@ -1187,6 +1220,10 @@ def report(
         "mape_pct": mape,
         # the real runs' processes share this machine's cores (``real_cpu_cores`` per row)
         "machine_cores": len(os.sched_getaffinity(0)),
+        # the CPU time a hypervisor took from this machine during the real runs (median over
+        # configurations of each one's median; the largest): a contended host's runs are slow
+        "steal_pct": statistics.median(steals) if steals else None,
+        "steal_max_pct": max(steals) if steals else None,
         "mape_by_latency": mape_by_latency or {latency: mape},
         "mape_without": mape_without or {},
         "target_pct": MAPE_TARGET_PCT,
@@ -1231,6 +1268,12 @@ def format_report(result: dict[str, Any]) -> str:
             f"real runs: {result['repeats']} per configuration, their range a median "
             f"{result['real_spread_pct']:.1f}% of their median; the simulator within their "
             f"range in {result['sim_within_runs']} of {len(result['configs'])} configurations"
+        )
+    if result.get("steal_pct") is not None:
+        lines.append(
+            f"the hypervisor took {result['steal_pct']:.1f}% of this machine's CPU time during "
+            f"a configuration's real runs (median; at most {result['steal_max_pct']:.1f}%; "
+            "/proc/stat steal): on a contended host, runs and calibrations are slower and noisier"
         )
     others = {
         k: v for k, v in result.get("mape_by_latency", {}).items() if k != result.get("latency")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 
 import pytest
 
@@ -96,8 +97,11 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
         assert r["real_iteration_s"] > 0 and r["sim_iteration_s"] > 0
         expected = 100 * abs(r["sim_iteration_s"] - r["real_iteration_s"]) / r["real_iteration_s"]
         assert r["ape_pct"] == pytest.approx(expected)
+        assert 0 <= r["real_steal_pct"] <= 100  # the hypervisor's share, from /proc/stat
     assert report["mape_pct"] == pytest.approx(sum(r["ape_pct"] for r in rows) / 6)
     assert not report["meets_target"]  # 6 configurations are fewer than the 12 it needs
+    stolen = statistics.median(r["real_steal_pct"] for r in rows)
+    assert report["steal_pct"] == pytest.approx(stolen)
     assert report["latency"] == "engine"
     assert set(report["mape_by_latency"]) == set(fidelity.LATENCIES)
     by = {(r["system"], r["bandwidth_gbps"]): r for r in rows}

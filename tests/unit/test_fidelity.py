@@ -715,3 +715,28 @@ def test_a_measuring_process_that_fails_stops_the_others_at_once(tmp_path):
         fidelity._wait_all(procs, logs, "vgg16-debug")
     assert time.monotonic() - began < 30
     assert procs[0].poll() is not None, "the waiting process was left running"
+
+
+def test_the_hypervisor_s_share_of_the_cpu_is_read_from_proc_stat(tmp_path):
+    stat = tmp_path / "stat"
+    #         user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text("cpu  600 0 100 200 50 0 10 40 5 0\ncpu0 300 0 50 100 25 0 5 20 0 0\n")
+    assert fidelity.cpu_ticks(str(stat)) == (40, 1000)
+    later = (40 + 30, 1000 + 300)  # 30 of the next 300 ticks stolen
+    assert fidelity.steal_pct((40, 1000), later) == pytest.approx(10.0)
+    assert fidelity.steal_pct(None, later) is None
+    assert fidelity.steal_pct(later, later) is None  # no time passed
+    assert fidelity.cpu_ticks(str(tmp_path / "missing")) is None
+    stat.write_text("intr 1 2 3\n")
+    assert fidelity.cpu_ticks(str(stat)) is None
+
+
+def test_the_report_says_how_much_cpu_the_hypervisor_took():
+    rows = [_row("wfbp", 0.04, 0.04), _row("pace", 0.02, 0.02), _row("dear", 0.03, 0.03)]
+    for row, stolen in zip(rows, (2.0, 9.5, 4.0), strict=True):
+        row["real_steal_pct"] = stolen
+    out = fidelity.report(rows, "unit")
+    assert (out["steal_pct"], out["steal_max_pct"]) == (4.0, 9.5)
+    assert "hypervisor took 4.0%" in fidelity.format_report(out)
+    plain = fidelity.report([_row("wfbp", 0.04, 0.04)], "unit")  # runs without it
+    assert plain["steal_pct"] is None and "hypervisor" not in fidelity.format_report(plain)
