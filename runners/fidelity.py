@@ -171,7 +171,11 @@ def calibrate(
             + "; "
             + PRIORITY_METHOD
         ),
-        "host": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "host": {
+            "cpus": os.cpu_count(),
+            "usable_cpus": _usable_cpus(),  # what the ranks could use (cpuset, quota)
+            "python": platform.python_version(),
+        },
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
     }
     path = testbed_path(label)
@@ -1089,10 +1093,17 @@ def _twin(real_spec: RunSpec, sim_spec: RunSpec) -> Any:
     return allreduce.run(sim_spec, plan=launch._plan(real_spec))
 
 
+def _usable_cpus() -> int:
+    from .real.launch import usable_cpus
+
+    return usable_cpus()
+
+
 def cpu_ticks(stat: str = "/proc/stat") -> tuple[int, int] | None:
     """(steal, total) clock ticks of every CPU of this machine since boot, from the ``cpu``
-    line of ``stat``; ``None`` where it cannot be read (not Linux). Steal is the time a
-    hypervisor ran something else while this virtual machine had work for that CPU."""
+    line of ``stat`` (the whole machine's, not only the CPUs this process may use); ``None``
+    where it cannot be read (not Linux). Steal is the time a hypervisor ran something else
+    while this virtual machine had work for that CPU."""
     try:
         with open(stat) as f:
             fields = f.readline().split()
@@ -1126,6 +1137,7 @@ def _real_run(spec: RunSpec, name: str, failures: list[str]) -> Any:
                 stolen = steal_pct(before, cpu_ticks())
                 if stolen is not None:
                     result.metrics["machine_steal_pct"] = stolen
+                    result.units["machine_steal_pct"] = "%"
                 return result
             except launch.RealRunError as err:
                 launch.log.warning("%s failed, %s", name, err)
@@ -1219,7 +1231,7 @@ def report(
         else None,
         "mape_pct": mape,
         # the real runs' processes share this machine's cores (``real_cpu_cores`` per row)
-        "machine_cores": len(os.sched_getaffinity(0)),
+        "machine_cores": _usable_cpus(),
         # the CPU time a hypervisor took from this machine during the real runs (median over
         # configurations of each one's median; the largest): a contended host's runs are slow
         "steal_pct": statistics.median(steals) if steals else None,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 
 import pytest
 
@@ -614,13 +613,16 @@ def test_repeated_real_runs_go_in_rounds_and_their_median_is_scored(monkeypatch)
     monkeypatch.setattr(fidelity, "load_testbed", lambda label: TESTBED)
     monkeypatch.setattr(launch, "preflight", lambda spec: None)
     order, times = [], iter([0.030, 0.050, 0.036, 0.044, 0.040, 0.060])
+    ticks = [(0, 0)]  # /proc/stat's (steal, total), as each run leaves it
+    monkeypatch.setattr(fidelity, "cpu_ticks", lambda: ticks[0])
 
     def fake_run(spec, work):
         order.append(spec.system)
         t = next(times)
         metrics = {"iteration_time_s": t, "iteration_time_median_s": t, "compute_time_s": 0.01}
         metrics["cpu_cores"] = 40 * t  # the processes' cores (ranks and servers)
-        return SimpleNamespace(metrics=metrics, network=SimpleNamespace(kind="shaped"))
+        ticks[0] = (ticks[0][0] + round(1000 * t), ticks[0][1] + 10_000)  # a run's steal
+        return SimpleNamespace(metrics=metrics, units={}, network=SimpleNamespace(kind="shaped"))
 
     def fake_twin(real_spec, sim_spec):
         assert real_spec.system == sim_spec.system and real_spec.mode == "real"
@@ -657,9 +659,13 @@ def test_repeated_real_runs_go_in_rounds_and_their_median_is_scored(monkeypatch)
     assert "within their range in 1 of 2" in fidelity.format_report(result)
     # the cores the runs' processes used: the median of a configuration's runs, shown
     assert wfbp["real_cpu_cores"] == pytest.approx(40 * 0.036)
-    cores = len(os.sched_getaffinity(0))
+    cores = launch.usable_cpus()
     assert result["machine_cores"] == cores
     assert f"  1.44 of {cores}" in fidelity.format_report(result).splitlines()[1]
+    # the hypervisor's share during each run (1000 t of 10,000 ticks): a median per row
+    assert wfbp["real_steal_pct"] == pytest.approx(100 * 0.036 / 10)
+    assert ddp["real_steal_pct"] == pytest.approx(100 * 0.050 / 10)
+    assert result["steal_max_pct"] == pytest.approx(0.5)
 
 
 def test_the_report_scores_the_same_runs_without_each_modelled_effect(monkeypatch):

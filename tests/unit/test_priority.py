@@ -193,11 +193,14 @@ def test_where_realtime_is_refused_crowded_auto_gives_the_permission_reason(monk
 
 @pytest.mark.parametrize(
     ("env", "field"),
-    [({"LAB_NNODES": "two"}, "LAB_NNODES"), ({"LAB_NNODES": "2", "LAB_NODE_RANK": "x"},
-                                              "LAB_NODE_RANK")],
-)  # fmt: skip
+    [
+        ({"LAB_NNODES": "two"}, "LAB_NNODES"),
+        ({"LAB_NNODES": "2", "LAB_NODE_RANK": "x"}, "LAB_NODE_RANK"),
+    ],
+)
 def test_a_malformed_node_variable_is_refused_naming_it(tmp_path, monkeypatch, capsys, env, field):
-    """``python -m runners run`` on a node started by hand: exit 2, no traceback, no output."""
+    """``python -m runners run`` and ``grid`` on a node started by hand: exit 2, no
+    traceback, nothing written."""
     for name, value in {"LAB_RDZV_HOST": "h", **env}.items():
         monkeypatch.setenv(name, value)
     spec = tmp_path / "spec.yaml"
@@ -207,13 +210,29 @@ def test_a_malformed_node_variable_is_refused_naming_it(tmp_path, monkeypatch, c
     err = capsys.readouterr().err
     assert field in err and "whole number" in err and "Traceback" not in err, err
     assert not out.exists()
+    grid = tmp_path / "grid.yaml"
+    raw = _spec()
+    del raw["system"], raw["workload"]
+    grid.write_text(yaml.safe_dump({**raw, "systems": ["wfbp"], "workloads": ["vgg16-debug"]}))
+    assert cli.main(["grid", str(grid), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert field in err and "whole number" in err and "Traceback" not in err, err
+    assert not out.exists()
 
 
-def test_usable_cpus_follows_the_affinity_mask(monkeypatch):
+def test_usable_cpus_follows_the_affinity_mask_and_the_cpu_quota(monkeypatch, tmp_path):
     """A cpuset (a container's, ``taskset``'s) limits the ranks and the priority rule, which
     ``os.cpu_count()`` would not see."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
-    assert launch.usable_cpus() == 1
+    assert launch.usable_cpus(str(tmp_path / "none")) == 1
     monkeypatch.delattr(os, "sched_getaffinity")
     monkeypatch.setattr(os, "cpu_count", lambda: 3)
-    assert launch.usable_cpus() == 3
+    assert launch.usable_cpus(str(tmp_path / "none")) == 3
+    # a cgroup v2 quota (``docker --cpus``, the docker executor's limit): rounded up
+    quota = tmp_path / "cpu.max"
+    quota.write_text("150000 100000\n")
+    assert launch.usable_cpus(str(quota)) == 2
+    quota.write_text("max 100000\n")
+    assert launch.usable_cpus(str(quota)) == 3
+    quota.write_text("20000 100000\n")  # a fifth of a CPU still runs one rank
+    assert launch.usable_cpus(str(quota)) == 1
