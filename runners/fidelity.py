@@ -60,6 +60,7 @@ from typing import Any, TypeVar
 import workloads
 
 from . import registry
+from .manifest import usable_cpus
 from .spec import SLOWDOWN_MAX, SPLIT_COST_MAX, CommCluster, RunSpec, SpecError, validate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -173,7 +174,7 @@ def calibrate(
         ),
         "host": {
             "cpus": os.cpu_count(),
-            "usable_cpus": _usable_cpus(),  # what the ranks could use (cpuset, quota)
+            "usable_cpus": usable_cpus(),  # what the ranks could use (cpuset, quota)
             "python": platform.python_version(),
         },
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
@@ -1093,12 +1094,6 @@ def _twin(real_spec: RunSpec, sim_spec: RunSpec) -> Any:
     return allreduce.run(sim_spec, plan=launch._plan(real_spec))
 
 
-def _usable_cpus() -> int:
-    from .real.launch import usable_cpus
-
-    return usable_cpus()
-
-
 def cpu_ticks(stat: str = "/proc/stat") -> tuple[int, int] | None:
     """(steal, total) clock ticks of every CPU of this machine since boot, from the ``cpu``
     line of ``stat`` (the whole machine's, not only the CPUs this process may use); ``None``
@@ -1231,7 +1226,7 @@ def report(
         else None,
         "mape_pct": mape,
         # the real runs' processes share this machine's cores (``real_cpu_cores`` per row)
-        "machine_cores": _usable_cpus(),
+        "machine_cores": usable_cpus(),
         # the CPU time a hypervisor took from this machine during the real runs (median over
         # configurations of each one's median; the largest): a contended host's runs are slow
         "steal_pct": statistics.median(steals) if steals else None,

@@ -618,16 +618,13 @@ def run_grid(
     """Run every run of ``grid`` not yet recorded in ``out`` and write the table.
 
     ``jobs``: worker processes (default: the CPUs this process may use, ``usable_cpus``; 1
-    runs in this process); a grid
-    with real runs left to do runs everything in this process, one run at a time.
+    runs in this process); a grid with real runs left to do runs everything in this process,
+    one run at a time.
     ``out`` must not exist unless ``resume``. A run that raises is recorded as failed; the
     grid goes on. Raises ``rundir.OutputExists``, ``ValueError`` (jobs < 1) or ``GridAborted``.
     """
     out = Path(out)
-    if jobs is None:
-        from .real.launch import usable_cpus
-
-        jobs = usable_cpus()
+    jobs = manifest.usable_cpus() if jobs is None else jobs
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1 (got {jobs})")
     if out.exists() and not resume:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import shutil
@@ -13,6 +14,26 @@ from pathlib import Path
 from typing import Any
 
 from .spec import RunSpec
+
+
+def usable_cpus(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
+    """The CPUs this process may use, which ``os.cpu_count()`` (the machine's) does not see:
+    its affinity mask (``taskset``, ``docker --cpuset-cpus``, Slurm's cpuset; the machine's
+    count where there is none), and no more than its cgroup v2 CPU quota allows, rounded up
+    (``cpu_max``: ``docker --cpus``, as the docker executor limits a run's container)."""
+    try:
+        cpus = len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    try:
+        with open(cpu_max) as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max" and int(period) > 0:
+            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 file here, or one this does not read: the mask alone
+    return cpus
+
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("numpy", "pandas", "torch", "PyYAML", "celery", "Django")

@@ -31,6 +31,7 @@ from typing import Any
 
 import workloads
 
+from ..manifest import usable_cpus
 from ..policies.allreduce import CommPlan
 from ..spec import RealOptions, RunSpec, SpecError
 from . import priority
@@ -137,25 +138,6 @@ def _env_int(name: str, default: int) -> int:
         return int(text)
     except ValueError:
         raise SpecError(name, f"must be a whole number (got {text!r})") from None
-
-
-def usable_cpus(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
-    """The CPUs this process may use, which ``os.cpu_count()`` (the machine's) does not see:
-    its affinity mask (``taskset``, ``docker --cpuset-cpus``, Slurm's cpuset; the machine's
-    count where there is none), and no more than its cgroup v2 CPU quota allows, rounded up
-    (``cpu_max``: ``docker --cpus``, as the docker executor limits a run's container)."""
-    try:
-        cpus = len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    try:
-        with open(cpu_max) as f:
-            quota, period = f.read().split()[:2]
-        if quota != "max" and int(period) > 0:
-            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
-    except (OSError, ValueError):
-        pass  # no cgroup v2 file here, or one this does not read: the mask alone
-    return cpus
 
 
 def framework(spec: RunSpec) -> str | None:
