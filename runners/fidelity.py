@@ -1094,46 +1094,14 @@ def _twin(real_spec: RunSpec, sim_spec: RunSpec) -> Any:
     return allreduce.run(sim_spec, plan=launch._plan(real_spec))
 
 
-def cpu_ticks(stat: str = "/proc/stat") -> tuple[int, int] | None:
-    """(steal, total) clock ticks of every CPU of this machine since boot, from the ``cpu``
-    line of ``stat`` (the whole machine's, not only the CPUs this process may use); ``None``
-    where it cannot be read (not Linux). Steal is the time a hypervisor ran something else
-    while this virtual machine had work for that CPU."""
-    try:
-        with open(stat) as f:
-            fields = f.readline().split()
-    except OSError:
-        return None
-    if len(fields) < 9 or fields[0] != "cpu":
-        return None
-    # user nice system idle iowait irq softirq steal [guest guest_nice: inside user, nice]
-    ticks = [int(v) for v in fields[1:9]]
-    return ticks[7], sum(ticks)
-
-
-def steal_pct(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
-    """The share of the machine's CPU time a hypervisor took between two ``cpu_ticks``."""
-    if before is None or after is None or after[1] <= before[1]:
-        return None
-    return 100.0 * (after[0] - before[0]) / (after[1] - before[1])
-
-
 def _real_run(spec: RunSpec, name: str, failures: list[str]) -> Any:
-    """One real run of ``spec``; a failed one is noted in ``failures`` and tried once more.
-    The result's metrics get ``machine_steal_pct``, the CPU time the hypervisor took from
-    this machine during the run (where ``/proc/stat`` says)."""
+    """One real run of ``spec``; a failed one is noted in ``failures`` and tried once more."""
     from .real import launch
 
     for _attempt in range(2):
         with tempfile.TemporaryDirectory(prefix="lab-fidelity-") as tmp:
             try:
-                before = cpu_ticks()
-                result = launch.run(spec, Path(tmp))
-                stolen = steal_pct(before, cpu_ticks())
-                if stolen is not None:
-                    result.metrics["machine_steal_pct"] = stolen
-                    result.units["machine_steal_pct"] = "%"
-                return result
+                return launch.run(spec, Path(tmp))
             except launch.RealRunError as err:
                 launch.log.warning("%s failed, %s", name, err)
                 failures.append(str(err).splitlines()[0])

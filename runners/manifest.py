@@ -35,6 +35,30 @@ def usable_cpus(cpu_max: str = "/sys/fs/cgroup/cpu.max") -> int:
     return cpus
 
 
+def cpu_ticks(stat: str = "/proc/stat") -> tuple[int, int] | None:
+    """(steal, total) clock ticks of every CPU of this machine since boot, from the ``cpu``
+    line of ``stat`` (the whole machine's, not only the CPUs this process may use); ``None``
+    where it cannot be read (not Linux). Steal is the time a hypervisor ran something else
+    while this virtual machine had work for that CPU."""
+    try:
+        with open(stat) as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    # user nice system idle iowait irq softirq steal [guest guest_nice: inside user, nice]
+    ticks = [int(v) for v in fields[1:9]]
+    return ticks[7], sum(ticks)
+
+
+def steal_pct(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of the machine's CPU time a hypervisor took between two ``cpu_ticks``."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return 100.0 * (after[0] - before[0]) / (after[1] - before[1])
+
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("numpy", "pandas", "torch", "PyYAML", "celery", "Django")
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import workloads
 
-from ..manifest import usable_cpus
+from ..manifest import cpu_ticks, steal_pct, usable_cpus
 from ..policies.allreduce import CommPlan
 from ..spec import RealOptions, RunSpec, SpecError
 from . import priority
@@ -407,7 +407,23 @@ def _plan(spec: RunSpec) -> CommPlan:
 def run(
     spec: RunSpec, work: Path, progress: Callable[[int, int], None] | None = None
 ) -> RealResult:
-    """Train ``spec`` for real; ``work`` holds the job file and the ranks' logs and records."""
+    """Train ``spec`` for real; ``work`` holds the job file and the ranks' logs and records.
+    The metrics get ``machine_steal_pct``, the share of this machine's CPU time a hypervisor
+    took while the run ran (``/proc/stat``; left out where it cannot be read): on a contended
+    host, runs are slower and noisier than their configuration's usual."""
+    before = cpu_ticks()
+    result = _run(spec, work, progress)
+    stolen = steal_pct(before, cpu_ticks())
+    if stolen is not None:
+        result.metrics["machine_steal_pct"] = stolen
+        result.units["machine_steal_pct"] = "%"
+    return result
+
+
+def _run(
+    spec: RunSpec, work: Path, progress: Callable[[int, int], None] | None = None
+) -> RealResult:
+    """``run`` without the steal measurement."""
     from .worker import plan_to_json
 
     network = preflight(spec)

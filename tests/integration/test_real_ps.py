@@ -119,6 +119,8 @@ def test_sync_ps_systems_match_single_process_sgd(system, params, tmp_path, monk
     # the processes' CPU time: the workers' per iteration, the servers' as cores
     # (each server's over its own span: their sum is not bounded by the machine's cores)
     assert metrics["cpu_time_s"] > 0 and metrics["server_cpu_cores"] > 0
+    # the hypervisor's share of the machine while it ran, in the run directory (Linux)
+    assert 0 <= metrics["machine_steal_pct"] <= 100 and summary["units"]["machine_steal_pct"] == "%"
     series = [json.loads(line) for line in (out / "metrics.jsonl").open()]
     assert [s["iteration"] for s in series] == list(range(4))
     rows = (out / "timeline.csv").read_text().splitlines()

@@ -613,15 +613,13 @@ def test_repeated_real_runs_go_in_rounds_and_their_median_is_scored(monkeypatch)
     monkeypatch.setattr(fidelity, "load_testbed", lambda label: TESTBED)
     monkeypatch.setattr(launch, "preflight", lambda spec: None)
     order, times = [], iter([0.030, 0.050, 0.036, 0.044, 0.040, 0.060])
-    ticks = [(0, 0)]  # /proc/stat's (steal, total), as each run leaves it
-    monkeypatch.setattr(fidelity, "cpu_ticks", lambda: ticks[0])
 
     def fake_run(spec, work):
         order.append(spec.system)
         t = next(times)
         metrics = {"iteration_time_s": t, "iteration_time_median_s": t, "compute_time_s": 0.01}
         metrics["cpu_cores"] = 40 * t  # the processes' cores (ranks and servers)
-        ticks[0] = (ticks[0][0] + round(1000 * t), ticks[0][1] + 10_000)  # a run's steal
+        metrics["machine_steal_pct"] = 10 * t  # launch.run's: the hypervisor's share
         return SimpleNamespace(metrics=metrics, units={}, network=SimpleNamespace(kind="shaped"))
 
     def fake_twin(real_spec, sim_spec):
@@ -662,7 +660,7 @@ def test_repeated_real_runs_go_in_rounds_and_their_median_is_scored(monkeypatch)
     cores = launch.usable_cpus()
     assert result["machine_cores"] == cores
     assert f"  1.44 of {cores}" in fidelity.format_report(result).splitlines()[1]
-    # the hypervisor's share during each run (1000 t of 10,000 ticks): a median per row
+    # the hypervisor's share during each run: a median per row
     assert wfbp["real_steal_pct"] == pytest.approx(100 * 0.036 / 10)
     assert ddp["real_steal_pct"] == pytest.approx(100 * 0.050 / 10)
     assert result["steal_max_pct"] == pytest.approx(0.5)
@@ -724,17 +722,38 @@ def test_a_measuring_process_that_fails_stops_the_others_at_once(tmp_path):
 
 
 def test_the_hypervisor_s_share_of_the_cpu_is_read_from_proc_stat(tmp_path):
+    from runners.manifest import cpu_ticks, steal_pct
+
     stat = tmp_path / "stat"
     #         user nice system idle iowait irq softirq steal guest guest_nice
     stat.write_text("cpu  600 0 100 200 50 0 10 40 5 0\ncpu0 300 0 50 100 25 0 5 20 0 0\n")
-    assert fidelity.cpu_ticks(str(stat)) == (40, 1000)
+    assert cpu_ticks(str(stat)) == (40, 1000)
     later = (40 + 30, 1000 + 300)  # 30 of the next 300 ticks stolen
-    assert fidelity.steal_pct((40, 1000), later) == pytest.approx(10.0)
-    assert fidelity.steal_pct(None, later) is None
-    assert fidelity.steal_pct(later, later) is None  # no time passed
-    assert fidelity.cpu_ticks(str(tmp_path / "missing")) is None
+    assert steal_pct((40, 1000), later) == pytest.approx(10.0)
+    assert steal_pct(None, later) is None
+    assert steal_pct(later, later) is None  # no time passed
+    assert cpu_ticks(str(tmp_path / "missing")) is None
     stat.write_text("intr 1 2 3\n")
-    assert fidelity.cpu_ticks(str(stat)) is None
+    assert cpu_ticks(str(stat)) is None
+
+
+def test_every_real_run_records_the_hypervisor_s_share(monkeypatch, tmp_path):
+    """``launch.run`` (the command line's, the portal's, fidelity's): the steal over the run
+    in its metrics with its unit; nothing where ``/proc/stat`` cannot be read."""
+    from types import SimpleNamespace
+
+    from runners.real import launch
+
+    ticks = iter([(100, 10_000), (130, 10_600)])  # 30 of the run's 600 ticks stolen
+    monkeypatch.setattr(launch, "cpu_ticks", lambda: next(ticks))
+    fake = SimpleNamespace(metrics={"iteration_time_s": 0.01}, units={"iteration_time_s": "s"})
+    monkeypatch.setattr(launch, "_run", lambda spec, work, progress: fake)
+    result = launch.run(None, tmp_path)
+    assert result.metrics["machine_steal_pct"] == pytest.approx(5.0)
+    assert result.units["machine_steal_pct"] == "%"
+    fake.metrics.pop("machine_steal_pct")
+    monkeypatch.setattr(launch, "cpu_ticks", lambda: None)  # not Linux
+    assert "machine_steal_pct" not in launch.run(None, tmp_path).metrics
 
 
 def test_the_report_says_how_much_cpu_the_hypervisor_took():
