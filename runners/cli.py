@@ -201,6 +201,13 @@ def _parser() -> argparse.ArgumentParser:
         "(engine, the default; the PS arena: idle for both)",
     )
     p.add_argument(
+        "--no-compute-check",
+        dest="compute_check",
+        action="store_false",
+        help="skip timing each model's step before and after the real runs against the "
+        "calibration's (about 6 s per model each time; the report's compute_drift)",
+    )
+    p.add_argument(
         "--json",
         action="store_true",
         help="one JSON line per configuration, then the report (mape_pct, configs, ...)",
@@ -605,11 +612,14 @@ def _fidelity(args: argparse.Namespace) -> int:
             latency=args.latency,
             repeats=args.repeats,
             progress=lambda m: print(f"[fidelity] {m}", file=sys.stderr, flush=True),
+            compute_check=args.compute_check,
         )
     except SpecError as err:
         print(f"invalid arguments: {err}", file=sys.stderr)
         return 2
     if args.json:
+        if result["compute_drift"]:  # the text report's line, where the JSON is not read
+            print(f"[fidelity] {fidelity.drift_line(result)}", file=sys.stderr, flush=True)
         print(json.dumps(result))
         return 0
     print(fidelity.format_report(result))

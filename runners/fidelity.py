@@ -38,7 +38,10 @@ CPU), on a shaped network the shaper's token bucket, the plan the real run execu
 real engine's negotiation of reordering plans. It reports
 per configuration both iteration times and the simulator's absolute percentage error, and
 their mean (MAPE) per system and overall. Nothing in the simulator is fitted to the training runs
-themselves: only the calibration measurements above feed it.
+themselves: only the calibration measurements above feed it. Before the first real run and
+after the last it times each model's step again as calibrate did and reports how far the
+machine's compute has moved from the calibration's (``compute_drift``; the twins keep the
+calibration's: a stale calibration is reported, not corrected).
 """
 
 from __future__ import annotations
@@ -647,8 +650,11 @@ def step_jitter_cv(steps: list[list[float]]) -> float:
     return round(variance**0.5 / mean, 6)
 
 
-def _measure_concurrently(model: str, label: str, workers: int, threads: int, repeats: int) -> Path:
-    """``workers`` measurement processes at once; the per-layer median written as one profile."""
+def _concurrent_docs(
+    model: str, label: str, workers: int, threads: int, repeats: int
+) -> list[dict[str, Any]]:
+    """``python -m workloads profile MODEL --measure`` in ``workers`` processes at once (their
+    timed steps started together), ``threads`` torch threads each: each process's profile."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
@@ -690,10 +696,15 @@ def _measure_concurrently(model: str, label: str, workers: int, threads: int, re
         for err in errs:
             err.close()  # the children have their own
         _wait_all(procs, logs, model)
-        docs = [
+        return [
             json.loads(workloads.measured_path(model, f"{label}-p{k}", Path(tmp)).read_text())
             for k in range(workers)
         ]
+
+
+def _measure_concurrently(model: str, label: str, workers: int, threads: int, repeats: int) -> Path:
+    """``workers`` measurement processes at once; the per-layer median written as one profile."""
+    docs = _concurrent_docs(model, label, workers, threads, repeats)
     merged = docs[0]
     merged["label"] = label
     for i, layer in enumerate(merged["layers"]):
@@ -946,6 +957,51 @@ def _profile(model: str, label: str) -> workloads.MeasuredProfile | None:
         return None
 
 
+# The compute check: each model's step timed again before and after fidelity's real runs, as
+# the calibration timed it, against the calibration's. A machine whose speed has moved since
+# it was calibrated (a busier host, another machine) makes the twins' compute stale, and the
+# report's error then measures the machine's drift as much as the simulator's model.
+COMPUTE_CHECK_REPEATS = PROFILE_REPEATS  # timed steps per process, as many as calibrate times
+COMPUTE_DRIFT_PCT = 10.0  # beyond this the report says to calibrate again (the MAPE target)
+
+
+def calibrated_step_s(model: str, label: str) -> float | None:
+    """The median training step (forward + backward + updates) of ``model`` in the
+    calibration ``label``, over its processes' timed steps (``concurrent_step_s``); None for
+    a calibration without them."""
+    profile = _profile(model, label)
+    steps = profile.source.get("concurrent_step_s") if profile is not None else None
+    return statistics.median(t for row in steps for t in row) if steps else None
+
+
+def step_now_s(
+    model: str, workers: int, threads: int, repeats: int = COMPUTE_CHECK_REPEATS
+) -> float:
+    """The median training step of ``model`` now, timed as the calibration times it
+    (``workers`` processes at once, ``threads`` torch threads each; nothing written)."""
+    docs = _concurrent_docs(model, "check", workers, threads, repeats)
+    return statistics.median(t for d in docs for t in d["source"]["step_s"])
+
+
+def compute_drift(
+    models: tuple[str, ...], label: str, testbed: dict[str, Any], when: str,
+    drift: dict[str, dict[str, Any]],
+) -> None:  # fmt: skip
+    """Time each of ``models`` now (``when``: "before" or "after" the real runs) into
+    ``drift[model]``, with the calibration's step and, once both are in, ``drift_pct``: the
+    median of the two over the calibration's, minus 1, in percent. Models the calibration has
+    no step times for are left out."""
+    workers, threads = int(testbed.get("workers", 2)), int(testbed.get("threads", 1))
+    for model in models:
+        calibrated = calibrated_step_s(model, label)
+        if calibrated is None:
+            continue
+        entry = drift.setdefault(model, {"calibrated_step_s": calibrated})
+        entry[f"{when}_step_s"] = step_now_s(model, workers, threads)
+        now = [entry[k] for k in ("before_step_s", "after_step_s") if k in entry]
+        entry["drift_pct"] = 100.0 * (statistics.median(now) / calibrated - 1.0)
+
+
 def _payload_burst(nominal_gbps: float, fitted_gbps: float) -> int:
     """The testbed's token bucket (``tc htb`` counts frames, headers included) in the payload
     bytes the simulator counts: its depth times the fitted bandwidth's share of the nominal."""
@@ -964,6 +1020,7 @@ def fidelity(
     latency: str = DEFAULT_LATENCY,
     repeats: int = DEFAULT_REPEATS,
     progress: Callable[[str], None] | None = None,
+    compute_check: bool = True,
 ) -> dict[str, Any]:
     """Run every configuration for real and simulated; the report (see the module docstring).
 
@@ -973,7 +1030,9 @@ def fidelity(
     measured iterations); the row keeps every run's (``real_runs_s``), and says whether the
     simulator's prediction lies within their range (``sim_within_runs``; None with one run).
     ``wall_s`` is the configuration's real runs' wall time, all rounds together.
-    ``on_config`` gets each row once its last run is done."""
+    ``on_config`` gets each row once its last run is done. ``compute_check``: time each
+    model's step before and after the real runs, as the calibration did, and report how far
+    it has moved from the calibration's (``compute_drift``)."""
     from .real import launch
 
     if repeats < 1:
@@ -989,6 +1048,10 @@ def fidelity(
     others = _other_twins(plan, testbed, iterations, latency)
     for _, real_spec, _ in checked:
         launch.preflight(real_spec)
+    drift: dict[str, dict[str, Any]] = {}
+    if compute_check:
+        say("compute check: each model's step timed as the calibration timed it")
+        compute_drift(models, label, testbed, "before", drift)
     runs: list[list[Any]] = [[] for _ in checked]
     failures: list[list[str]] = [[] for _ in checked]
     walls = [0.0] * len(checked)
@@ -1006,6 +1069,9 @@ def fidelity(
                 configs.append(row)
                 if on_config is not None:
                     on_config(row)
+    if compute_check:
+        say("compute check after the real runs")
+        compute_drift(models, label, testbed, "after", drift)
     real_specs = [real_spec for _, real_spec, _ in checked]
     sims = [sim_spec for _, _, sim_spec in checked]
 
@@ -1029,7 +1095,9 @@ def fidelity(
              for s in sims]
         )  # fmt: skip
     priority = testbed.get("comm_priority", "normal")
-    return report(configs, label, latency, by_latency, priority, mape_without=without)
+    return report(
+        configs, label, latency, by_latency, priority, mape_without=without, compute_drift=drift
+    )
 
 
 # The systems the report's speedups are over, where the set has them: the all-reduce arena's
@@ -1148,12 +1216,15 @@ def report(
     mape_by_latency: dict[str, float] | None = None,
     comm_priority: str = "normal",
     mape_without: dict[str, float] | None = None,
+    compute_drift: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """MAPE per system and overall, and each system's speedup over the baselines, real and
     simulated, per (model, bandwidth); ``mape_by_latency``: the same real runs scored with
     each latency model's twins; ``comm_priority``: the real runs' communication threads';
     ``mape_without``: the same real runs scored with twins without one modelled effect each
-    (``ABLATIONS``)."""
+    (``ABLATIONS``); ``compute_drift``: each model's step now against the calibration's
+    (``fidelity``'s compute check), and ``calibration_stale`` whether any moved more than
+    ``COMPUTE_DRIFT_PCT``."""
     per_system = {
         system: statistics.fmean(c["ape_pct"] for c in configs if c["system"] == system)
         for system in dict.fromkeys(c["system"] for c in configs)
@@ -1201,12 +1272,39 @@ def report(
         "steal_max_pct": max(steals) if steals else None,
         "mape_by_latency": mape_by_latency or {latency: mape},
         "mape_without": mape_without or {},
+        # each model's step timed before and after the real runs against the calibration's
+        "compute_drift": compute_drift or {},
+        "calibration_stale": any(
+            abs(d["drift_pct"]) > COMPUTE_DRIFT_PCT for d in (compute_drift or {}).values()
+        ),
         "target_pct": MAPE_TARGET_PCT,
         "meets_target": mape < MAPE_TARGET_PCT and len(configs) >= 12,
         "per_system_mape_pct": per_system,
         "configs": configs,
         "speedups": speedups,
     }
+
+
+def drift_line(result: dict[str, Any]) -> str:
+    """The compute check in words: each model's step now against the calibration's."""
+
+    def ms(entry: dict[str, Any], key: str) -> str:
+        return f"{entry[key] * 1e3:.1f}" if key in entry else "-"
+
+    parts = [
+        f"{model} {d['drift_pct']:+.1f}% (calibrated {ms(d, 'calibrated_step_s')} ms, "
+        f"before the real runs {ms(d, 'before_step_s')}, after {ms(d, 'after_step_s')})"
+        for model, d in result["compute_drift"].items()
+    ]
+    line = f"compute now against the calibration {result['label']}: " + "; ".join(parts)
+    if result.get("calibration_stale"):
+        line += (
+            f"; more than {COMPUTE_DRIFT_PCT:g}% off: this machine's speed has moved since it "
+            "was calibrated, so the error measures that as much as the simulator; calibrate "
+            f"again (python -m runners calibrate --label {result['label']}) and compare on "
+            "the same day"
+        )
+    return line
 
 
 def format_report(result: dict[str, Any]) -> str:
@@ -1250,6 +1348,8 @@ def format_report(result: dict[str, Any]) -> str:
             f"a configuration's real runs (median; at most {result['steal_max_pct']:.1f}%; "
             "/proc/stat steal): on a contended host, runs and calibrations are slower and noisier"
         )
+    if result.get("compute_drift"):
+        lines.append(drift_line(result))
     others = {
         k: v for k, v in result.get("mape_by_latency", {}).items() if k != result.get("latency")
     }

@@ -85,7 +85,8 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
     argv = ["fidelity", "--label", label, "--systems", systems, "--models", MODEL]
     argv += ["--latency", "engine", "--repeats", "1"]  # one run each: CI's time
     assert cli.main([*argv, "--bandwidths", "0.5,loopback", "--iterations", "5", "--json"]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
+    out = capsys.readouterr()
+    lines = out.out.strip().splitlines()
     assert len(lines) == 7  # six configurations, then the report
     rows = [json.loads(line) for line in lines[:6]]
     report = json.loads(lines[-1])
@@ -103,6 +104,16 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
     stolen = statistics.median(r["real_steal_pct"] for r in rows)
     assert report["steal_pct"] == pytest.approx(stolen)
     assert report["latency"] == "engine"
+    # the compute check: the model's step timed before and after the real runs, as the
+    # calibration above timed it, against the calibration's
+    drift = report["compute_drift"][MODEL]
+    assert drift["calibrated_step_s"] == pytest.approx(
+        statistics.median(t for row in steps for t in row)
+    )
+    assert drift["before_step_s"] > 0 and drift["after_step_s"] > 0
+    middle = statistics.median([drift["before_step_s"], drift["after_step_s"]])
+    assert drift["drift_pct"] == pytest.approx(100 * (middle / drift["calibrated_step_s"] - 1))
+    assert "compute now against the calibration" in out.err
     assert set(report["mape_by_latency"]) == set(fidelity.LATENCIES)
     by = {(r["system"], r["bandwidth_gbps"]): r for r in rows}
     (speedup,) = [

@@ -586,20 +586,95 @@ def test_fidelity_json_ends_with_the_report(monkeypatch, capsys):
     rows = [_row("wfbp", 0.04, 0.04 * (1 + i / 100), workload="vgg16-debug") for i in range(3)]
 
     def fake(label, systems, models, bandwidths, iterations, on_config=None, **options):
-        assert options == {"latency": "engine", "repeats": 3, "progress": options["progress"]}
+        assert options == {
+            "latency": "engine", "repeats": 3, "progress": options["progress"],
+            "compute_check": True,
+        }  # fmt: skip
         for row in rows:
             on_config(row)
-        return fidelity.report(rows, label)
+        drift = {"vgg16-debug": {"calibrated_step_s": 0.01, "before_step_s": 0.012}}
+        drift["vgg16-debug"]["drift_pct"] = 20.0
+        return fidelity.report(rows, label, compute_drift=drift)
 
     monkeypatch.setattr(fidelity, "fidelity", fake)
     monkeypatch.setattr(fidelity, "load_testbed", lambda label: TESTBED)
     argv = ["fidelity", "--label", "unit", "--systems", "wfbp", "--models", "vgg16-debug"]
     assert cli.main([*argv, "--bandwidths", "1", "--json"]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
+    out = capsys.readouterr()
+    lines = out.out.strip().splitlines()
     assert len(lines) == 4
     last = json.loads(lines[-1])
     assert last["mape_pct"] == pytest.approx(1.0)
     assert len(last["configs"]) == 3
+    # the compute check in words on stderr too, where a JSON reader would not look for it
+    assert last["calibration_stale"] and "vgg16-debug +20.0%" in out.err
+    assert "calibrate again (python -m runners calibrate --label unit)" in out.err
+
+
+def test_fidelity_times_each_model_before_and_after_the_real_runs(monkeypatch):
+    """The compute check: each model's step timed as the calibration timed it, before the
+    first real run and after the last, against the calibration's; the report flags a machine
+    whose speed has moved more than ``COMPUTE_DRIFT_PCT`` and says to calibrate again."""
+    from types import SimpleNamespace
+
+    from runners.real import launch
+
+    monkeypatch.setattr(fidelity, "load_testbed", lambda label: {**TESTBED, "workers": 3})
+    monkeypatch.setattr(launch, "preflight", lambda spec: None)
+    events = []
+    calibrated = {"vgg16-debug": 0.010, "resnet50-debug": None}  # the second: no step times
+    monkeypatch.setattr(fidelity, "calibrated_step_s", lambda model, label: calibrated[model])
+    now = iter([0.0118, 0.0126])
+
+    def step_now(model, workers, threads):
+        assert (model, workers, threads) == ("vgg16-debug", 3, 1)  # the calibration's layout
+        events.append("check")
+        return next(now)
+
+    def fake_run(spec, work):
+        events.append("run")
+        metrics = {"iteration_time_s": 0.03, "iteration_time_median_s": 0.03}
+        metrics["compute_time_s"] = 0.01
+        return SimpleNamespace(metrics=metrics, units={}, network=SimpleNamespace(kind="shaped"))
+
+    monkeypatch.setattr(fidelity, "step_now_s", step_now)
+    monkeypatch.setattr(launch, "run", fake_run)
+    twin = SimpleNamespace(metrics={"iteration_time_s": 0.03, "compute_time_s": 0.01})
+    monkeypatch.setattr(fidelity, "_twin", lambda real_spec, sim_spec: twin)
+    models = ("vgg16-debug",)
+    result = fidelity.fidelity("cpu", ("wfbp",), models, (1.0,), 5, repeats=2)
+    assert events == ["check", "run", "run", "check"]
+    (entry,) = result["compute_drift"].values()
+    assert entry == {
+        "calibrated_step_s": 0.010, "before_step_s": 0.0118, "after_step_s": 0.0126,
+        "drift_pct": pytest.approx(22.0),  # the median of before and after against 10 ms
+    }  # fmt: skip
+    assert result["calibration_stale"]
+    text = fidelity.format_report(result)
+    assert "vgg16-debug +22.0% (calibrated 10.0 ms, before the real runs 11.8, after 12.6)" in text
+    assert "calibrate again" in text
+    calm = fidelity.report(result["configs"], "cpu", compute_drift={"vgg16-debug": {
+        **entry, "drift_pct": -9.0}})  # fmt: skip
+    assert not calm["calibration_stale"] and "calibrate again" not in fidelity.format_report(calm)
+    events.clear()
+    result = fidelity.fidelity("cpu", ("wfbp",), models, (1.0,), 5, repeats=1, compute_check=False)
+    assert events == ["run"] and result["compute_drift"] == {}
+    assert "compute now" not in fidelity.format_report(result)
+    drift: dict = {}  # a calibration without step times for the model: nothing to compare
+    fidelity.compute_drift(("resnet50-debug",), "cpu", TESTBED, "before", drift)
+    assert drift == {} and events == ["run"]
+
+
+def test_the_calibrated_step_is_the_median_of_its_processes_timed_steps(monkeypatch):
+    measured = workloads.load_measured("vgg16-debug", "cpu")
+    steps = [[0.010, 0.030, 0.011], [0.012, 0.013, 0.009]]
+    with_steps = dataclasses.replace(
+        measured, source={**measured.source, "concurrent_step_s": steps}
+    )
+    monkeypatch.setattr(workloads, "load_measured", lambda model, label: with_steps)
+    assert fidelity.calibrated_step_s("vgg16-debug", "x") == pytest.approx(0.0115)
+    monkeypatch.setattr(workloads, "load_measured", lambda model, label: measured)
+    assert fidelity.calibrated_step_s("vgg16-debug", "cpu") is None  # a profile without them
 
 
 def test_repeated_real_runs_go_in_rounds_and_their_median_is_scored(monkeypatch):
