@@ -21,6 +21,7 @@ spec or grid, existing --out).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import math
@@ -164,6 +165,13 @@ def _parser() -> argparse.ArgumentParser:
         "all-reduces' latency while computing and while idle, also through the lab's engine, "
         "large ones' slow-down while computing) at each network of an existing calibration, "
         "keeping its other measurements",
+    )
+    p.add_argument(
+        "--compute-only",
+        action="store_true",
+        help="only measure the compute profiles of an existing calibration's models again "
+        "(a few seconds per model), keeping its network measurements: what fidelity's "
+        "compute check asks for when this machine's speed has moved since it was calibrated",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_calibrate)
@@ -443,7 +451,7 @@ def _calibrate(args: argparse.Namespace) -> int:
             raise SpecError("--threads/--repeats", "threads 1..256, repeats >= 3")
         if not re.fullmatch(workloads.LABEL_PATTERN, args.label):
             raise SpecError("--label", f"bad label {args.label!r} (letters, digits, '.', '_', '-')")
-        only = args.split_only or args.ps_only or args.overlap_only
+        only = args.split_only or args.ps_only or args.overlap_only or args.compute_only
         if only and args.comm_priority is not None:
             raise SpecError(
                 "--comm-priority",
@@ -460,11 +468,12 @@ def _calibrate(args: argparse.Namespace) -> int:
         fidelity.calibrate_split: args.split_only,
         fidelity.calibrate_ps: args.ps_only,
         fidelity.calibrate_overlap: args.overlap_only,
+        functools.partial(fidelity.calibrate_compute, repeats=args.repeats): args.compute_only,
     }
     chosen = [add for add, asked in only.items() if asked]
     if len(chosen) > 1:
         print(
-            "invalid arguments: --split-only/--ps-only/--overlap-only: choose one",
+            "invalid arguments: --split-only/--ps-only/--overlap-only/--compute-only: choose one",
             file=sys.stderr,
         )
         return 2

@@ -605,6 +605,28 @@ def calibrate_ps(
     )
 
 
+def calibrate_compute(
+    label: str = DEFAULT_LABEL,
+    progress: Callable[[str], None] | None = None,
+    repeats: int = PROFILE_REPEATS,
+) -> dict[str, Any]:
+    """Measure the compute profiles of calibration ``label``'s models again, as ``calibrate``
+    does (its ``workers`` processes at once, its torch threads), leaving its network
+    measurements as they are (``calibrate --compute-only``: what ``fidelity``'s compute check
+    asks for when the machine's speed has moved). The network entries stay those measured
+    before, some of them (the overlap's slow-downs, a collective's or a message's CPU)
+    against the compute of then; ``compute_date`` says when the compute was measured."""
+    say = progress or (lambda message: None)
+    doc = load_testbed(label)
+    workers, threads = int(doc["workers"]), int(doc["threads"])
+    for model in doc.get("profiles", {}):
+        say(f"compute: {model} in {workers} processes at once")
+        _measure_concurrently(model, label, workers, threads, repeats)
+    doc["compute_date"] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    _rewrite(doc, label)
+    return doc
+
+
 def _wait_all(procs: list[subprocess.Popen[str]], logs: list[Path], model: str) -> None:
     """Wait for every measuring process (``logs``: their stderr files); the first that fails
     stops the others (they would wait at the barrier for it) and its error is raised."""
@@ -962,7 +984,7 @@ def _profile(model: str, label: str) -> workloads.MeasuredProfile | None:
 # it was calibrated (a busier host, another machine) makes the twins' compute stale, and the
 # report's error then measures the machine's drift as much as the simulator's model.
 COMPUTE_CHECK_REPEATS = PROFILE_REPEATS  # timed steps per process, as many as calibrate times
-COMPUTE_DRIFT_PCT = 10.0  # beyond this the report says to calibrate again (the MAPE target)
+COMPUTE_DRIFT_PCT = 10.0  # beyond this the report says to measure again (the MAPE target)
 
 
 def calibrated_step_s(model: str, label: str) -> float | None:
@@ -1300,9 +1322,10 @@ def drift_line(result: dict[str, Any]) -> str:
     if result.get("calibration_stale"):
         line += (
             f"; more than {COMPUTE_DRIFT_PCT:g}% off: this machine's speed has moved since it "
-            "was calibrated, so the error measures that as much as the simulator; calibrate "
-            f"again (python -m runners calibrate --label {result['label']}) and compare on "
-            "the same day"
+            "was calibrated, so the error measures that as much as the simulator; measure "
+            f"the compute again (python -m runners calibrate --label {result['label']} "
+            "--compute-only, a few seconds per model; the whole calibration without "
+            "--compute-only) and compare on the same day"
         )
     return line
 

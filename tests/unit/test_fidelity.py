@@ -5,6 +5,7 @@ line's refusals (exit 2, nothing measured)."""
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 
 import pytest
@@ -445,6 +446,38 @@ def test_calibrate_refuses_both_only_flags(capsys):
     assert "choose one" in capsys.readouterr().err
 
 
+def test_calibrate_compute_only_measures_the_profiles_again_and_keeps_the_network(
+    tmp_path, monkeypatch, capsys
+):
+    """``calibrate --compute-only`` (what the compute check asks for): each of the
+    calibration's models measured again in its layout, the network entries kept, the date
+    recorded; an unknown calibration is exit 2 with the command to run."""
+    monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
+    doc = {**TESTBED, "method": "m", "workers": 3, "threads": 2}
+    doc["profiles"] = {"vgg16-debug": "vgg16-debug@cpu", "resnet50-debug": "resnet50-debug@cpu"}
+    (tmp_path / "cpu.json").write_text(json.dumps(doc))
+    seen = []
+    written = tmp_path / "profile.json"
+
+    def fake_measure(model, label, workers, threads, repeats):
+        seen.append((model, label, workers, threads, repeats))
+        return written
+
+    monkeypatch.setattr(fidelity, "_measure_concurrently", fake_measure)
+    argv = ["calibrate", "--label", "cpu", "--compute-only", "--repeats", "7", "--json"]
+    assert cli.main(argv) == 0
+    assert seen == [("vgg16-debug", "cpu", 3, 2, 7), ("resnet50-debug", "cpu", 3, 2, 7)]
+    stored = json.loads((tmp_path / "cpu.json").read_text())
+    assert stored.pop("compute_date") == datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    assert stored == json.loads(json.dumps(doc)), "the network measurements are kept"
+    assert not list(tmp_path.glob("*.tmp"))
+    capsys.readouterr()
+    assert cli.main(["calibrate", "--label", "nowhere", "--compute-only"]) == 2
+    assert "python -m runners calibrate --label nowhere" in capsys.readouterr().err
+    assert cli.main(["calibrate", "--compute-only", "--overlap-only"]) == 2
+    assert "choose one" in capsys.readouterr().err
+
+
 def test_split_costs_are_each_collective_over_the_all_reduce():
     rows = [
         (1 << 18, 2e-3, 2.2e-3, 0.9e-3),
@@ -608,13 +641,13 @@ def test_fidelity_json_ends_with_the_report(monkeypatch, capsys):
     assert len(last["configs"]) == 3
     # the compute check in words on stderr too, where a JSON reader would not look for it
     assert last["calibration_stale"] and "vgg16-debug +20.0%" in out.err
-    assert "calibrate again (python -m runners calibrate --label unit)" in out.err
+    assert "python -m runners calibrate --label unit --compute-only" in out.err
 
 
 def test_fidelity_times_each_model_before_and_after_the_real_runs(monkeypatch):
     """The compute check: each model's step timed as the calibration timed it, before the
     first real run and after the last, against the calibration's; the report flags a machine
-    whose speed has moved more than ``COMPUTE_DRIFT_PCT`` and says to calibrate again."""
+    whose speed has moved more than ``COMPUTE_DRIFT_PCT`` and says to measure it again."""
     from types import SimpleNamespace
 
     from runners.real import launch
@@ -652,10 +685,10 @@ def test_fidelity_times_each_model_before_and_after_the_real_runs(monkeypatch):
     assert result["calibration_stale"]
     text = fidelity.format_report(result)
     assert "vgg16-debug +22.0% (calibrated 10.0 ms, before the real runs 11.8, after 12.6)" in text
-    assert "calibrate again" in text
+    assert "--compute-only" in text
     calm = fidelity.report(result["configs"], "cpu", compute_drift={"vgg16-debug": {
         **entry, "drift_pct": -9.0}})  # fmt: skip
-    assert not calm["calibration_stale"] and "calibrate again" not in fidelity.format_report(calm)
+    assert not calm["calibration_stale"] and "--compute-only" not in fidelity.format_report(calm)
     events.clear()
     result = fidelity.fidelity("cpu", ("wfbp",), models, (1.0,), 5, repeats=1, compute_check=False)
     assert events == ["run"] and result["compute_drift"] == {}
