@@ -6,9 +6,11 @@
     python -m runners bench [--json] [--repeats N] [--only comm|cluster|real|harmony] [--grid]
     python -m runners harmony train --out DIR [--epochs E] [--seed S] | evaluate --checkpoint P
     python -m runners calibrate [--label L] [--models M,..] [--bandwidths G,..] [--workers N]
-                                [--comm-priority auto|realtime|normal]
+                                [--threads T] [--repeats R] [--comm-priority auto|realtime|normal]
+                                [--split-only | --ps-only | --overlap-only | --compute-only]
     python -m runners fidelity [--label L] [--systems S,..] [--models M,..] [--bandwidths G,..]
-                               [--json]
+                               [--iterations I] [--repeats R] [--latency busy|idle|split|engine]
+                               [--no-compute-check] [--json]
 
 ``grid`` expands a sweep (systems x workloads x cluster/params/spec axes x seeds, see
 ``runners.grid``), validates every run, runs them in parallel and writes DIR/results.csv (one row
@@ -627,7 +629,7 @@ def _fidelity(args: argparse.Namespace) -> int:
         print(f"invalid arguments: {err}", file=sys.stderr)
         return 2
     if args.json:
-        if result["compute_drift"]:  # the text report's line, where the JSON is not read
+        if result["compute_drift"] is not None:  # the text report's line, on stderr
             print(f"[fidelity] {fidelity.drift_line(result)}", file=sys.stderr, flush=True)
         print(json.dumps(result))
         return 0

@@ -983,24 +983,24 @@ def _profile(model: str, label: str) -> workloads.MeasuredProfile | None:
 # the calibration timed it, against the calibration's. A machine whose speed has moved since
 # it was calibrated (a busier host, another machine) makes the twins' compute stale, and the
 # report's error then measures the machine's drift as much as the simulator's model.
-COMPUTE_CHECK_REPEATS = PROFILE_REPEATS  # timed steps per process, as many as calibrate times
 COMPUTE_DRIFT_PCT = 10.0  # beyond this the report says to measure again (the MAPE target)
 
 
-def calibrated_step_s(model: str, label: str) -> float | None:
+def calibrated_step(model: str, label: str) -> tuple[float, int] | None:
     """The median training step (forward + backward + updates) of ``model`` in the
-    calibration ``label``, over its processes' timed steps (``concurrent_step_s``); None for
-    a calibration without them."""
+    calibration ``label``, over its processes' timed steps (``concurrent_step_s``), and how
+    many steps each process timed; None for a calibration without them."""
     profile = _profile(model, label)
     steps = profile.source.get("concurrent_step_s") if profile is not None else None
-    return statistics.median(t for row in steps for t in row) if steps else None
+    if not steps:
+        return None
+    return statistics.median(t for row in steps for t in row), len(steps[0])
 
 
-def step_now_s(
-    model: str, workers: int, threads: int, repeats: int = COMPUTE_CHECK_REPEATS
-) -> float:
+def step_now_s(model: str, workers: int, threads: int, repeats: int) -> float:
     """The median training step of ``model`` now, timed as the calibration times it
-    (``workers`` processes at once, ``threads`` torch threads each; nothing written)."""
+    (``workers`` processes at once, ``threads`` torch threads each, ``repeats`` timed steps
+    each; nothing written)."""
     docs = _concurrent_docs(model, "check", workers, threads, repeats)
     return statistics.median(t for d in docs for t in d["source"]["step_s"])
 
@@ -1010,18 +1010,28 @@ def compute_drift(
     drift: dict[str, dict[str, Any]],
 ) -> None:  # fmt: skip
     """Time each of ``models`` now (``when``: "before" or "after" the real runs) into
-    ``drift[model]``, with the calibration's step and, once both are in, ``drift_pct``: the
-    median of the two over the calibration's, minus 1, in percent. Models the calibration has
-    no step times for are left out."""
-    workers, threads = int(testbed.get("workers", 2)), int(testbed.get("threads", 1))
+    ``drift[model]``: the calibration's step (``calibrated_step_s``), ``{when}_step_s`` and
+    ``{when}_pct`` (over the calibration's, minus 1, in percent), and ``drift_pct``, the
+    larger move of the two (by its size, with its sign). A model the calibration has no
+    step times for gets ``missing``; one whose measurement fails ``{when}_error`` (the real
+    runs' results are kept either way)."""
+    workers, threads = int(testbed["workers"]), int(testbed["threads"])
     for model in models:
-        calibrated = calibrated_step_s(model, label)
+        calibrated = calibrated_step(model, label)
         if calibrated is None:
+            drift[model] = {"missing": "the calibration has no step times for it"}
             continue
-        entry = drift.setdefault(model, {"calibrated_step_s": calibrated})
-        entry[f"{when}_step_s"] = step_now_s(model, workers, threads)
-        now = [entry[k] for k in ("before_step_s", "after_step_s") if k in entry]
-        entry["drift_pct"] = 100.0 * (statistics.median(now) / calibrated - 1.0)
+        step, repeats = calibrated
+        entry = drift.setdefault(model, {"calibrated_step_s": step})
+        try:
+            now = step_now_s(model, workers, threads, repeats)
+        except RuntimeError as err:  # a measuring process failed (``_wait_all``)
+            entry[f"{when}_error"] = str(err)
+            continue
+        entry[f"{when}_step_s"] = now
+        entry[f"{when}_pct"] = 100.0 * (now / step - 1.0)
+        moves = [entry[k] for k in ("before_pct", "after_pct") if k in entry]
+        entry["drift_pct"] = max(moves, key=abs)
 
 
 def _payload_burst(nominal_gbps: float, fitted_gbps: float) -> int:
@@ -1070,8 +1080,8 @@ def fidelity(
     others = _other_twins(plan, testbed, iterations, latency)
     for _, real_spec, _ in checked:
         launch.preflight(real_spec)
-    drift: dict[str, dict[str, Any]] = {}
-    if compute_check:
+    drift: dict[str, dict[str, Any]] | None = {} if compute_check else None
+    if drift is not None:
         say("compute check: each model's step timed as the calibration timed it")
         compute_drift(models, label, testbed, "before", drift)
     runs: list[list[Any]] = [[] for _ in checked]
@@ -1091,7 +1101,7 @@ def fidelity(
                 configs.append(row)
                 if on_config is not None:
                     on_config(row)
-    if compute_check:
+    if drift is not None:
         say("compute check after the real runs")
         compute_drift(models, label, testbed, "after", drift)
     real_specs = [real_spec for _, real_spec, _ in checked]
@@ -1245,8 +1255,8 @@ def report(
     each latency model's twins; ``comm_priority``: the real runs' communication threads';
     ``mape_without``: the same real runs scored with twins without one modelled effect each
     (``ABLATIONS``); ``compute_drift``: each model's step now against the calibration's
-    (``fidelity``'s compute check), and ``calibration_stale`` whether any moved more than
-    ``COMPUTE_DRIFT_PCT``."""
+    (``fidelity``'s compute check; None where it was not made), and ``calibration_stale``
+    whether any moved more than ``COMPUTE_DRIFT_PCT``, before or after the real runs."""
     per_system = {
         system: statistics.fmean(c["ape_pct"] for c in configs if c["system"] == system)
         for system in dict.fromkeys(c["system"] for c in configs)
@@ -1295,9 +1305,10 @@ def report(
         "mape_by_latency": mape_by_latency or {latency: mape},
         "mape_without": mape_without or {},
         # each model's step timed before and after the real runs against the calibration's
-        "compute_drift": compute_drift or {},
+        # (None: not checked)
+        "compute_drift": compute_drift,
         "calibration_stale": any(
-            abs(d["drift_pct"]) > COMPUTE_DRIFT_PCT for d in (compute_drift or {}).values()
+            abs(d.get("drift_pct", 0.0)) > COMPUTE_DRIFT_PCT for d in (compute_drift or {}).values()
         ),
         "target_pct": MAPE_TARGET_PCT,
         "meets_target": mape < MAPE_TARGET_PCT and len(configs) >= 12,
@@ -1308,22 +1319,40 @@ def report(
 
 
 def drift_line(result: dict[str, Any]) -> str:
-    """The compute check in words: each model's step now against the calibration's."""
+    """The compute check in words: each model's step before and after the real runs against
+    the calibration's."""
+    label = result["label"]
 
-    def ms(entry: dict[str, Any], key: str) -> str:
-        return f"{entry[key] * 1e3:.1f}" if key in entry else "-"
+    def timed(entry: dict[str, Any], when: str) -> str:
+        if f"{when}_step_s" in entry:
+            return f"{when} {entry[f'{when}_step_s'] * 1e3:.1f} ({entry[f'{when}_pct']:+.1f}%)"
+        if f"{when}_error" in entry:
+            return f"{when}: not timed ({entry[f'{when}_error']})"
+        return f"{when}: -"
 
-    parts = [
-        f"{model} {d['drift_pct']:+.1f}% (calibrated {ms(d, 'calibrated_step_s')} ms, "
-        f"before the real runs {ms(d, 'before_step_s')}, after {ms(d, 'after_step_s')})"
-        for model, d in result["compute_drift"].items()
-    ]
-    line = f"compute now against the calibration {result['label']}: " + "; ".join(parts)
+    parts = []
+    for model, d in result["compute_drift"].items():
+        if "missing" in d:
+            parts.append(f"{model} not checked ({d['missing']})")
+            continue
+        parts.append(
+            f"{model} calibrated {d['calibrated_step_s'] * 1e3:.1f} ms, "
+            + ", ".join(timed(d, when) for when in ("before", "after"))
+        )
+    line = (
+        f"compute check, each model's step against the calibration {label}'s, before and "
+        "after the real runs: " + "; ".join(parts)
+    )
     if result.get("calibration_stale"):
         line += (
             f"; more than {COMPUTE_DRIFT_PCT:g}% off: this machine's speed has moved since it "
-            "was calibrated, so the error measures that as much as the simulator; measure "
-            f"the compute again (python -m runners calibrate --label {result['label']} "
+            "was calibrated, so the error measures that as much as the simulator"
+        )
+    if result.get("calibration_stale") or any(
+        "missing" in d for d in result["compute_drift"].values()
+    ):
+        line += (
+            f"; measure the compute again (python -m runners calibrate --label {label} "
             "--compute-only, a few seconds per model; the whole calibration without "
             "--compute-only) and compare on the same day"
         )
@@ -1371,7 +1400,7 @@ def format_report(result: dict[str, Any]) -> str:
             f"a configuration's real runs (median; at most {result['steal_max_pct']:.1f}%; "
             "/proc/stat steal): on a contended host, runs and calibrations are slower and noisier"
         )
-    if result.get("compute_drift"):
+    if result.get("compute_drift") is not None:
         lines.append(drift_line(result))
     others = {
         k: v for k, v in result.get("mape_by_latency", {}).items() if k != result.get("latency")

@@ -16,6 +16,18 @@ from runners.real import probe
 from runners.sim.network import RingAllReduce
 from runners.spec import validate
 
+
+@pytest.fixture(autouse=True)
+def _no_measuring_processes(monkeypatch):
+    """``fidelity``'s compute check starts measuring processes: in these tests only where a
+    test fakes them (a test that forgets fails here rather than timing torch for real)."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a unit test started the compute check's measuring processes")
+
+    monkeypatch.setattr(fidelity, "_concurrent_docs", refuse)
+
+
 TESTBED = {
     "label": "cpu",  # vgg16-debug@cpu is a stored measured profile
     "workers": 2,
@@ -625,9 +637,9 @@ def test_fidelity_json_ends_with_the_report(monkeypatch, capsys):
         }  # fmt: skip
         for row in rows:
             on_config(row)
-        drift = {"vgg16-debug": {"calibrated_step_s": 0.01, "before_step_s": 0.012}}
-        drift["vgg16-debug"]["drift_pct"] = 20.0
-        return fidelity.report(rows, label, compute_drift=drift)
+        drift = {"calibrated_step_s": 0.01, "before_step_s": 0.012, "before_pct": 20.0}
+        drift["drift_pct"] = 20.0
+        return fidelity.report(rows, label, compute_drift={"vgg16-debug": drift})
 
     monkeypatch.setattr(fidelity, "fidelity", fake)
     monkeypatch.setattr(fidelity, "load_testbed", lambda label: TESTBED)
@@ -640,14 +652,15 @@ def test_fidelity_json_ends_with_the_report(monkeypatch, capsys):
     assert last["mape_pct"] == pytest.approx(1.0)
     assert len(last["configs"]) == 3
     # the compute check in words on stderr too, where a JSON reader would not look for it
-    assert last["calibration_stale"] and "vgg16-debug +20.0%" in out.err
+    assert last["calibration_stale"] and "before 12.0 (+20.0%)" in out.err
     assert "python -m runners calibrate --label unit --compute-only" in out.err
 
 
 def test_fidelity_times_each_model_before_and_after_the_real_runs(monkeypatch):
-    """The compute check: each model's step timed as the calibration timed it, before the
-    first real run and after the last, against the calibration's; the report flags a machine
-    whose speed has moved more than ``COMPUTE_DRIFT_PCT`` and says to measure it again."""
+    """The compute check: each model's step timed as the calibration timed it (its layout and
+    number of timed steps), before the first real run and after the last, against the
+    calibration's; the report flags a move of more than ``COMPUTE_DRIFT_PCT`` either time,
+    even where before and after move opposite ways, and says to measure it again."""
     from types import SimpleNamespace
 
     from runners.real import launch
@@ -655,12 +668,11 @@ def test_fidelity_times_each_model_before_and_after_the_real_runs(monkeypatch):
     monkeypatch.setattr(fidelity, "load_testbed", lambda label: {**TESTBED, "workers": 3})
     monkeypatch.setattr(launch, "preflight", lambda spec: None)
     events = []
-    calibrated = {"vgg16-debug": 0.010, "resnet50-debug": None}  # the second: no step times
-    monkeypatch.setattr(fidelity, "calibrated_step_s", lambda model, label: calibrated[model])
-    now = iter([0.0118, 0.0126])
+    monkeypatch.setattr(fidelity, "calibrated_step", lambda model, label: (0.010, 7))
+    now = iter([0.0085, 0.0112])  # -15 % before, +12 % after: their mean would be -1.5 %
 
-    def step_now(model, workers, threads):
-        assert (model, workers, threads) == ("vgg16-debug", 3, 1)  # the calibration's layout
+    def step_now(model, workers, threads, repeats):
+        assert (model, workers, threads, repeats) == ("vgg16-debug", 3, 1, 7)
         events.append("check")
         return next(now)
 
@@ -678,36 +690,70 @@ def test_fidelity_times_each_model_before_and_after_the_real_runs(monkeypatch):
     result = fidelity.fidelity("cpu", ("wfbp",), models, (1.0,), 5, repeats=2)
     assert events == ["check", "run", "run", "check"]
     (entry,) = result["compute_drift"].values()
-    assert entry == {
-        "calibrated_step_s": 0.010, "before_step_s": 0.0118, "after_step_s": 0.0126,
-        "drift_pct": pytest.approx(22.0),  # the median of before and after against 10 ms
-    }  # fmt: skip
+    assert entry == pytest.approx({
+        "calibrated_step_s": 0.010, "before_step_s": 0.0085, "after_step_s": 0.0112,
+        "before_pct": -15.0, "after_pct": 12.0, "drift_pct": -15.0,  # the larger move
+    })  # fmt: skip
     assert result["calibration_stale"]
     text = fidelity.format_report(result)
-    assert "vgg16-debug +22.0% (calibrated 10.0 ms, before the real runs 11.8, after 12.6)" in text
+    assert "vgg16-debug calibrated 10.0 ms, before 8.5 (-15.0%), after 11.2 (+12.0%)" in text
     assert "--compute-only" in text
-    calm = fidelity.report(result["configs"], "cpu", compute_drift={"vgg16-debug": {
-        **entry, "drift_pct": -9.0}})  # fmt: skip
+    calm = {**entry, "before_pct": -9.0, "after_pct": 9.5, "drift_pct": 9.5}
+    calm = fidelity.report(result["configs"], "cpu", compute_drift={"vgg16-debug": calm})
     assert not calm["calibration_stale"] and "--compute-only" not in fidelity.format_report(calm)
     events.clear()
     result = fidelity.fidelity("cpu", ("wfbp",), models, (1.0,), 5, repeats=1, compute_check=False)
-    assert events == ["run"] and result["compute_drift"] == {}
-    assert "compute now" not in fidelity.format_report(result)
-    drift: dict = {}  # a calibration without step times for the model: nothing to compare
-    fidelity.compute_drift(("resnet50-debug",), "cpu", TESTBED, "before", drift)
-    assert drift == {} and events == ["run"]
+    assert events == ["run"] and result["compute_drift"] is None  # not checked, not "calm"
+    assert "compute check" not in fidelity.format_report(result)
 
 
-def test_the_calibrated_step_is_the_median_of_its_processes_timed_steps(monkeypatch):
+def test_the_compute_check_keeps_the_runs_when_it_cannot_measure(monkeypatch):
+    """A model the calibration has no step times for is named with the command that
+    records them; a measurement that fails is reported, and the real runs' results stand."""
+    monkeypatch.setattr(
+        fidelity, "calibrated_step", lambda m, label: None if m == "vgg16-debug" else (0.01, 5)
+    )
+
+    def broken(model, workers, threads, repeats):
+        raise RuntimeError("measuring resnet50-debug failed: ['Killed']")
+
+    monkeypatch.setattr(fidelity, "step_now_s", broken)
+    drift: dict = {}
+    models = ("vgg16-debug", "resnet50-debug")
+    fidelity.compute_drift(models, "cpu", TESTBED, "before", drift)
+    assert drift["vgg16-debug"] == {"missing": "the calibration has no step times for it"}
+    assert drift["resnet50-debug"] == {
+        "calibrated_step_s": 0.01, "before_error": "measuring resnet50-debug failed: ['Killed']"
+    }  # fmt: skip
+    out = fidelity.report([_row("wfbp", 0.04, 0.04)], "cpu", compute_drift=drift)
+    assert not out["calibration_stale"]
+    line = fidelity.drift_line(out)
+    assert "vgg16-debug not checked (the calibration has no step times for it)" in line
+    assert "before: not timed (measuring resnet50-debug failed" in line and "after: -" in line
+    assert "python -m runners calibrate --label cpu --compute-only" in line
+
+
+def test_the_check_times_the_step_as_the_calibration_does_and_writes_nothing(monkeypatch):
+    """``step_now_s``: the measuring processes' timed steps together, their median; the
+    calibration's step likewise over ``concurrent_step_s``, with how many each timed."""
+    calls = []
+
+    def docs(model, label, workers, threads, repeats):
+        calls.append((model, label, workers, threads, repeats))
+        return [{"source": {"step_s": [0.010, 0.030, 0.011]}}, {"source": {"step_s": [0.012]}}]
+
+    monkeypatch.setattr(fidelity, "_concurrent_docs", docs)
+    assert fidelity.step_now_s("vgg16-debug", 2, 1, 3) == pytest.approx(0.0115)
+    assert calls == [("vgg16-debug", "check", 2, 1, 3)]  # written in a temporary folder
     measured = workloads.load_measured("vgg16-debug", "cpu")
     steps = [[0.010, 0.030, 0.011], [0.012, 0.013, 0.009]]
     with_steps = dataclasses.replace(
         measured, source={**measured.source, "concurrent_step_s": steps}
     )
     monkeypatch.setattr(workloads, "load_measured", lambda model, label: with_steps)
-    assert fidelity.calibrated_step_s("vgg16-debug", "x") == pytest.approx(0.0115)
+    assert fidelity.calibrated_step("vgg16-debug", "x") == (pytest.approx(0.0115), 3)
     monkeypatch.setattr(workloads, "load_measured", lambda model, label: measured)
-    assert fidelity.calibrated_step_s("vgg16-debug", "cpu") is None  # a profile without them
+    assert fidelity.calibrated_step("vgg16-debug", "cpu") is None  # a profile without them
 
 
 def test_repeated_real_runs_go_in_rounds_and_their_median_is_scored(monkeypatch):
@@ -860,8 +906,10 @@ def test_every_real_run_records_the_hypervisor_s_share(monkeypatch, tmp_path):
     assert result.metrics["machine_steal_pct"] == pytest.approx(5.0)
     assert result.units["machine_steal_pct"] == "%"
     fake.metrics.pop("machine_steal_pct")
+    fake.units.pop("machine_steal_pct")
     monkeypatch.setattr(launch, "cpu_ticks", lambda: None)  # not Linux
-    assert "machine_steal_pct" not in launch.run(None, tmp_path).metrics
+    result = launch.run(None, tmp_path)
+    assert "machine_steal_pct" not in result.metrics and "machine_steal_pct" not in result.units
 
 
 def test_the_report_says_how_much_cpu_the_hypervisor_took():
