@@ -1084,6 +1084,15 @@ def fidelity(
     if drift is not None:
         say("compute check: each model's step timed as the calibration timed it")
         compute_drift(models, label, testbed, "before", drift)
+        for model, entry in drift.items():
+            if "before_pct" in entry:
+                say(f"compute check: {model} {entry['before_pct']:+.1f}% against the calibration")
+        if any(abs(entry.get("before_pct", 0.0)) > COMPUTE_DRIFT_PCT for entry in drift.values()):
+            say(
+                f"compute check: more than {COMPUTE_DRIFT_PCT:g}% off before the real runs; the "
+                "error will measure that as much as the simulator (stop here and run python -m "
+                f"runners calibrate --label {label} --compute-only first, or let it go on)"
+            )
     runs: list[list[Any]] = [[] for _ in checked]
     failures: list[list[str]] = [[] for _ in checked]
     walls = [0.0] * len(checked)

@@ -687,8 +687,14 @@ def test_fidelity_times_each_model_before_and_after_the_real_runs(monkeypatch):
     twin = SimpleNamespace(metrics={"iteration_time_s": 0.03, "compute_time_s": 0.01})
     monkeypatch.setattr(fidelity, "_twin", lambda real_spec, sim_spec: twin)
     models = ("vgg16-debug",)
-    result = fidelity.fidelity("cpu", ("wfbp",), models, (1.0,), 5, repeats=2)
+    said = []
+    result = fidelity.fidelity(
+        "cpu", ("wfbp",), models, (1.0,), 5, repeats=2, progress=said.append
+    )  # fmt: skip
     assert events == ["check", "run", "run", "check"]
+    # said at once, before the real runs: the user may stop and measure the compute again
+    assert "compute check: vgg16-debug -15.0% against the calibration" in said
+    assert any("--compute-only first" in line for line in said[:4]), said
     (entry,) = result["compute_drift"].values()
     assert entry == pytest.approx({
         "calibrated_step_s": 0.010, "before_step_s": 0.0085, "after_step_s": 0.0112,
