@@ -95,6 +95,11 @@ class CalibrationError(RuntimeError):
     is not written (the compute profiles already measured are kept)."""
 
 
+def _today() -> str:
+    """The date a calibration (or a part of it) is stamped with, UTC."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+
+
 def testbed_path(label: str) -> Path:
     return TESTBEDS_DIR / f"{label}.json"
 
@@ -125,10 +130,7 @@ def calibrate(
     except PermissionError as err:
         raise CalibrationError(f"--comm-priority realtime is not permitted here ({err})") from None
     say(f"network probes: {note or f'communication threads at {prio} priority'}")
-    written = []
-    for model in models:
-        say(f"compute: {model} in {workers} processes at once")
-        written.append(str(_measure_concurrently(model, label, workers, threads, repeats)))
+    written = _measure_models(models, label, workers, threads, repeats, say)
     network = []
     points: list[float | None] = [None]
     if tb.can_shape() is None:
@@ -180,7 +182,7 @@ def calibrate(
             "usable_cpus": usable_cpus(),  # what the ranks could use (cpuset, quota)
             "python": platform.python_version(),
         },
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
+        "date": _today(),
     }
     path = testbed_path(label)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -447,7 +449,7 @@ def _add_to_calibration(
         for old in sorted(superseded, key=len, reverse=True):  # one may start another
             text = text.replace(old + "; ", "")
         doc["method"] = text + method
-    doc[date_key] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    doc[date_key] = _today()
     _rewrite(doc, label)
     return doc
 
@@ -618,11 +620,9 @@ def calibrate_compute(
     against the compute of then; ``compute_date`` says when the compute was measured."""
     say = progress or (lambda message: None)
     doc = load_testbed(label)
-    workers, threads = int(doc["workers"]), int(doc["threads"])
-    for model in doc.get("profiles", {}):
-        say(f"compute: {model} in {workers} processes at once")
-        _measure_concurrently(model, label, workers, threads, repeats)
-    doc["compute_date"] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+    models = tuple(doc.get("profiles", {}))
+    _measure_models(models, label, int(doc["workers"]), int(doc["threads"]), repeats, say)
+    doc["compute_date"] = _today()
     _rewrite(doc, label)
     return doc
 
@@ -722,6 +722,19 @@ def _concurrent_docs(
             json.loads(workloads.measured_path(model, f"{label}-p{k}", Path(tmp)).read_text())
             for k in range(workers)
         ]
+
+
+def _measure_models(
+    models: tuple[str, ...], label: str, workers: int, threads: int, repeats: int,
+    say: Callable[[str], None],
+) -> list[str]:  # fmt: skip
+    """Each model's measured profile ``<model>@<label>`` (``_measure_concurrently``); their
+    paths."""
+    written = []
+    for model in models:
+        say(f"compute: {model} in {workers} processes at once")
+        written.append(str(_measure_concurrently(model, label, workers, threads, repeats)))
+    return written
 
 
 def _measure_concurrently(model: str, label: str, workers: int, threads: int, repeats: int) -> Path:
@@ -986,6 +999,12 @@ def _profile(model: str, label: str) -> workloads.MeasuredProfile | None:
 COMPUTE_DRIFT_PCT = 10.0  # beyond this the report says to measure again (the MAPE target)
 
 
+def _moved(entry: dict[str, Any], key: str) -> bool:
+    """Whether a compute check entry's move ``key`` (a percentage) is past
+    ``COMPUTE_DRIFT_PCT`` (an entry without it has not moved)."""
+    return abs(entry.get(key, 0.0)) > COMPUTE_DRIFT_PCT
+
+
 def calibrated_step(model: str, label: str) -> tuple[float, int] | None:
     """The median training step (forward + backward + updates) of ``model`` in the
     calibration ``label``, over its processes' timed steps (``concurrent_step_s``), and how
@@ -1087,7 +1106,7 @@ def fidelity(
         for model, entry in drift.items():
             if "before_pct" in entry:
                 say(f"compute check: {model} {entry['before_pct']:+.1f}% against the calibration")
-        if any(abs(entry.get("before_pct", 0.0)) > COMPUTE_DRIFT_PCT for entry in drift.values()):
+        if any(_moved(entry, "before_pct") for entry in drift.values()):
             say(
                 f"compute check: more than {COMPUTE_DRIFT_PCT:g}% off before the real runs; the "
                 "error will measure that as much as the simulator (stop here and run python -m "
@@ -1316,9 +1335,7 @@ def report(
         # each model's step timed before and after the real runs against the calibration's
         # (None: not checked)
         "compute_drift": compute_drift,
-        "calibration_stale": any(
-            abs(d.get("drift_pct", 0.0)) > COMPUTE_DRIFT_PCT for d in (compute_drift or {}).values()
-        ),
+        "calibration_stale": any(_moved(d, "drift_pct") for d in (compute_drift or {}).values()),
         "target_pct": MAPE_TARGET_PCT,
         "meets_target": mape < MAPE_TARGET_PCT and len(configs) >= 12,
         "per_system_mape_pct": per_system,
