@@ -7,7 +7,8 @@
     python -m runners harmony train --out DIR [--epochs E] [--seed S] | evaluate --checkpoint P
     python -m runners calibrate [--label L] [--models M,..] [--bandwidths G,..] [--workers N]
                                 [--threads T] [--repeats R] [--comm-priority auto|realtime|normal]
-                                [--split-only | --ps-only | --overlap-only | --compute-only]
+                                [--split-only | --ps-only | --overlap-only | --horovod-only
+                                 | --compute-only]
     python -m runners fidelity [--label L] [--systems S,..] [--models M,..] [--bandwidths G,..]
                                [--iterations I] [--repeats R] [--latency busy|idle|split|engine]
                                [--no-compute-check] [--json]
@@ -167,6 +168,13 @@ def _parser() -> argparse.ArgumentParser:
         "all-reduces' latency while computing and while idle, also through the lab's engine, "
         "large ones' slow-down while computing) at each network of an existing calibration, "
         "keeping its other measurements",
+    )
+    p.add_argument(
+        "--horovod-only",
+        action="store_true",
+        help="only measure the real Horovod's own CPU cost (what one of its collectives and "
+        "its idle negotiation loop take from the compute) at each network of an existing "
+        "calibration, keeping its other measurements",
     )
     p.add_argument(
         "--compute-only",
@@ -453,7 +461,13 @@ def _calibrate(args: argparse.Namespace) -> int:
             raise SpecError("--threads/--repeats", "threads 1..256, repeats >= 3")
         if not re.fullmatch(workloads.LABEL_PATTERN, args.label):
             raise SpecError("--label", f"bad label {args.label!r} (letters, digits, '.', '_', '-')")
-        only = args.split_only or args.ps_only or args.overlap_only or args.compute_only
+        only = (
+            args.split_only
+            or args.ps_only
+            or args.overlap_only
+            or args.horovod_only
+            or args.compute_only
+        )
         if only and args.comm_priority is not None:
             raise SpecError(
                 "--comm-priority",
@@ -470,12 +484,14 @@ def _calibrate(args: argparse.Namespace) -> int:
         fidelity.calibrate_split: args.split_only,
         fidelity.calibrate_ps: args.ps_only,
         fidelity.calibrate_overlap: args.overlap_only,
+        fidelity.calibrate_horovod: args.horovod_only,
         functools.partial(fidelity.calibrate_compute, repeats=args.repeats): args.compute_only,
     }
     chosen = [add for add, asked in only.items() if asked]
     if len(chosen) > 1:
         print(
-            "invalid arguments: --split-only/--ps-only/--overlap-only/--compute-only: choose one",
+            "invalid arguments: --split-only/--ps-only/--overlap-only/--horovod-only/"
+            "--compute-only: choose one",
             file=sys.stderr,
         )
         return 2
@@ -563,10 +579,18 @@ def _print_point(point: dict[str, Any]) -> None:
         if ps
         else ""
     )
+    own = point.get("horovod")
+    horovod_line = (
+        f"  Horovod: {own['collective_cpu_us']:.0f} us of compute per collective, a step "
+        + ", ".join(f"{m} {v:+.0%}" for m, v in own["idle_slowdown"].items())
+        + " while it idles"
+        if own
+        else ""
+    )
     print(
         f"{where:20} bandwidth {point['bandwidth_gbps']:8.3f} Gbit/s  latency "
         f"{point['latency_us']:7.1f} us  compute while communicating (latency while "
-        f"computing): {slow}{cpu_line}{split}{ps_line}"
+        f"computing): {slow}{cpu_line}{split}{ps_line}{horovod_line}"
     )
 
 

@@ -168,6 +168,17 @@ class CommCluster:
     once (a slow spell they share is left out) and ``fidelity`` sets it. A reconstruction,
     labelled as such.
 
+    ``background_slowdown`` (all-reduce arena): a compute op that starts while its worker's
+    network is idle (no collective in flight) takes ``1 + background_slowdown`` times as long:
+    a framework's background loop on the cores the training shares, which wakes every cycle
+    and negotiates with the other ranks while it has nothing to send (Horovod's: on our CPU
+    testbed that slows the forward pass, which runs after the last collective); while a
+    collective runs the loop is busy with it, and its cost is the collective's
+    (``collective_cpu_us``). 0 (the default): none. ``python -m runners calibrate`` measures
+    it for Horovod (``runners.real.probe.horovod_cpu``: a step with Horovod idle over a step
+    without) and ``fidelity`` sets it for the ``horovod`` twin. A reconstruction, labelled as
+    such.
+
     ``message_cpu_us`` (PS arena): the CPU time each message a worker's NIC carries (a push
     it sends, a pull it receives) takes from the compute op its worker runs when the message
     starts: the op ends that much later. The PS transport's threads (the worker's, the
@@ -196,6 +207,7 @@ class CommCluster:
     negotiation_cpu_us: float | None = None  # all-reduce arena: a round's (None: a collective's)
     optimizer_update: bool = False  # all-reduce arena: a measured profile's update times
     step_jitter_cv: float = 0.0  # all-reduce arena: per-worker, per-step compute noise
+    background_slowdown: float = 0.0  # all-reduce arena: a framework's background work
     stragglers: tuple[Straggler, ...] = ()
     ps: int = 4
     servers: int = 8
@@ -319,6 +331,7 @@ ALLREDUCE_ONLY_FIELDS = (
     "negotiation_cpu_us",
     "optimizer_update",
     "step_jitter_cv",
+    "background_slowdown",
 )
 
 # Cluster fields the PS arena alone uses (other arenas refuse them unless default; the ``ps`` /
@@ -348,6 +361,7 @@ _OMITTED_AT_DEFAULT = {
     "negotiation_cpu_us": CommCluster.negotiation_cpu_us,
     "optimizer_update": CommCluster.optimizer_update,
     "step_jitter_cv": CommCluster.step_jitter_cv,
+    "background_slowdown": CommCluster.background_slowdown,
 }
 _TOP_OMITTED_AT_DEFAULT = {"timeline_iterations": 2}
 
@@ -480,6 +494,12 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         lambda v: 0 <= v < 1,
         "a fraction in [0, 1) (the CV of each worker's per-step compute; a step waits for the "
         "slowest worker)",
+    ),
+    "background_slowdown": (
+        float,
+        lambda v: 0 <= v <= SLOWDOWN_MAX,
+        f"a number in [0, {SLOWDOWN_MAX:g}] (how much longer a compute op takes that starts "
+        "while the network is idle, beside a framework's background loop; 0 = none)",
     ),
     "ps": (int, lambda v: 1 <= v <= 10_000, "an integer between 1 and 10000 (PS processes)"),
     "servers": (int, lambda v: 1 <= v <= 10_000, "an integer between 1 and 10000 (PS machines)"),

@@ -274,6 +274,15 @@ class ExperimentForm(_ClusterArenaFields):
         help_text="each worker's whole step slower or faster by a seeded draw; a step waits for "
         "the slowest worker, so it grows with the workers (0 = none)",
     )
+    cluster_background_slowdown = forms.FloatField(
+        label="background compute slow-down",
+        required=False,
+        min_value=0,
+        initial=_DEFAULTS.background_slowdown,
+        help_text="a compute op that starts while the network is idle takes 1 + this times as "
+        "long, as beside a framework's background loop on a CPU testbed (Horovod's "
+        "negotiation every cycle; 0 = none)",
+    )
     cluster_ps = forms.IntegerField(label="parameter servers", required=False, initial=_DEFAULTS.ps)
     cluster_servers = forms.IntegerField(
         label="server machines",

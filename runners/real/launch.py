@@ -528,9 +528,7 @@ def _run(
                 ]  # fmt: skip
                 _supervise(commands, work, options.threads, end, progress)
     elif horovod:
-        horovodrun = str(Path(sys.executable).parent / "horovodrun")
-        argv = [horovodrun, "--gloo", "-np", str(n), "-H", f"localhost:{n}",
-                sys.executable, "-m", "runners.real.worker", str(work)]  # fmt: skip
+        argv = horovodrun_argv(n, "runners.real.worker", work)
         _supervise([(argv, extra)], work, options.threads, end, progress)
     else:
         commands = [(_torchrun(spec, work, None, None), {})]
@@ -612,6 +610,13 @@ def _horovod_server(argv: list[str]) -> Iterator[int]:
             server.wait()
 
 
+def horovodrun_argv(n: int, module: str, work: Path) -> list[str]:
+    """``n`` ranks of ``python -m module work`` under ``horovodrun --gloo`` on this machine."""
+    horovodrun = str(Path(sys.executable).parent / "horovodrun")
+    return [horovodrun, "--gloo", "-np", str(n), "-H", f"localhost:{n}",
+            sys.executable, "-m", module, str(work)]  # fmt: skip
+
+
 def _supervise_horovod(
     bed: tb.Testbed,
     work: Path,
@@ -619,16 +624,17 @@ def _supervise_horovod(
     threads: int,
     total: int,
     progress: Callable[[int, int], None] | None,
+    module: str = "runners.real.worker",
 ) -> None:
     """The real Horovod on the emulated network (``runners.real.hvd``): Horovod's rendezvous
-    server in node 0's namespace, then one rank per namespace with ``horovodrun``'s variables,
-    supervised like every other real run."""
+    server in node 0's namespace, then one rank per namespace with ``horovodrun``'s variables
+    (each ``python -m module work``), supervised like every other real run."""
     from . import hvd
 
     addresses = [bed.address(k) for k in range(bed.nodes)]
     serve = [sys.executable, "-m", "runners.real.hvd", "serve", *addresses]
     with _horovod_server(bed.wrap(0, serve)) as port:
-        worker = [sys.executable, "-m", "runners.real.worker", str(work)]
+        worker = [sys.executable, "-m", module, str(work)]
         commands = [
             (
                 bed.wrap(k, hvd.with_hostname(addresses[k], worker)),

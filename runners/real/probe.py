@@ -13,7 +13,8 @@ times reduce-scatter and all-gather against the all-reduce (the simulator's
 ``cluster.reduce_scatter_cost`` / ``all_gather_cost``); ``ps_overlap`` is the
 parameter-server arena's counterpart of ``overlap``, with server processes beside the
 workers, and ``ps_message_cpu`` the compute time one PS message takes from a backward it
-overlaps. ``runners.fidelity.calibrate`` uses all six.
+overlaps; ``horovod_cpu`` the compute time one collective of the real Horovod takes from a
+backward it overlaps. ``runners.fidelity.calibrate`` uses all seven.
 """
 
 from __future__ import annotations
@@ -144,6 +145,75 @@ def overlap(
 
 
 @dataclass(frozen=True)
+class HorovodProbe:
+    """What ``horovod_cpu`` measures (every value the slowest rank's)."""
+
+    collective_cpu_s: float  # compute time one Horovod collective takes from a backward
+    idle_slowdown: dict[str, float]  # per model: a step with Horovod idle over without, minus 1
+
+
+HOROVOD_ROUNDS = 5  # launches of the ranks (Horovod started once in each): their median
+HOROVOD_COLLECTIVES = 200  # per round: a second or so of back-to-back collectives
+
+
+def horovod_cpu(
+    workers: int,
+    bandwidth_gbps: float | None,
+    work: Path,
+    models: tuple[str, ...] = (),
+    threads: int = 1,
+    comm_priority: str = "normal",
+    rounds: int = HOROVOD_ROUNDS,
+    collectives: int = HOROVOD_COLLECTIVES,
+    steps: int = 15,
+) -> HorovodProbe:
+    """The compute time one collective of the real Horovod takes from a backward pass it
+    overlaps, on this machine and network: the ``horovod`` baseline's counterpart of
+    ``overlap``'s ``collective_cpu_s``, which is the lab's engine's. The ranks run under
+    Horovod as ``horovod`` real runs do (``horovodrun --gloo`` on loopback, one namespace per
+    rank on the emulated network; the registry entry's default cycle time and fusion
+    threshold; Horovod's threads at ``comm_priority``), ``rounds`` times (each a launch of
+    the ranks, Horovod started once in each). In each, every rank times each model of
+    ``models`` for ``steps`` training steps (forward + backward, as ``overlap`` times them)
+    before Horovod starts and again with it started and idle; then a thread issues
+    ``collectives`` synchronous 4 KiB ``hvd.allreduce`` calls back to back (so each of
+    Horovod's cycles carries one: a negotiation, a fusion-buffer copy and a gloo all-reduce,
+    as one fused collective of a training run does) while the rank computes the engine
+    probes' synthetic backward (``_synthetic_backward``) over and over. The cost is
+    ``_cost_per_event`` over those backward passes, against that backward's median with
+    Horovod idle, and the calls' starts; ``idle_slowdown`` per model, the step's median with
+    Horovod idle over without it, minus 1 (Horovod's background thread negotiates every cycle
+    even with nothing to send; may be negative on a noisy machine). Each value is the median
+    over rounds of the slowest rank's. What the ranks' hooks cost (``DistributedOptimizer``
+    enqueues each gradient from the backward) is not included."""
+    from .. import registry
+    from . import hvd
+
+    if hvd.available() is None:
+        raise RuntimeError("the real Horovod is not installed here: run `make horovod`")
+    settings = hvd.settings_env(registry.get("horovod").defaults())
+    job = {"collectives": collectives, "models": list(models), "steps": steps}
+    taken = [
+        _launch(
+            {"horovod_cpu": job},
+            workers,
+            bandwidth_gbps,
+            work,
+            threads,
+            comm_priority,
+            horovod=settings,
+        )  # fmt: skip
+        for _ in range(rounds)
+    ]
+    return HorovodProbe(
+        collective_cpu_s=statistics.median(t["collective_cpu_s"] for t in taken),
+        idle_slowdown={
+            model: statistics.median(t["idle_slowdown"][model] for t in taken) for model in models
+        },
+    )
+
+
+@dataclass(frozen=True)
 class PSProbe:
     """What ``ps_overlap`` measures (every value the slowest rank's)."""
 
@@ -231,28 +301,37 @@ def _launch(
     work: Path,
     threads: int,
     comm_priority: str = "normal",
+    horovod: dict[str, str] | None = None,
 ) -> Any:
     """Run ``job`` on ``workers`` ranks; ``comm_priority``: the communication threads'
-    (``runners.real.priority``, resolved: realtime or normal), as the real runs have it."""
-    from .launch import _supervise, torchrun_argv
+    (``runners.real.priority``, resolved: realtime or normal), as the real runs have it.
+    ``horovod``: Horovod's settings (``hvd.settings_env``): the ranks run under the real
+    Horovod, started as ``horovod`` real runs are, instead of under torchrun."""
+    from .launch import _supervise, _supervise_horovod, horovodrun_argv, torchrun_argv
 
     work.mkdir(parents=True, exist_ok=True)
     (work / "job.json").write_text(json.dumps({**job, "comm_priority": comm_priority}))
     (work / "probe.json").unlink(missing_ok=True)
     module = "runners.real.probe"
     if bandwidth_gbps is None:
-        argv = torchrun_argv(module, work, workers, None, None)
-        _supervise([(argv, {})], work, threads, 0, None)
+        if horovod is not None:
+            _supervise([(horovodrun_argv(workers, module, work), horovod)], work, threads, 0, None)
+        else:
+            argv = torchrun_argv(module, work, workers, None, None)
+            _supervise([(argv, {})], work, threads, 0, None)
     else:
         if why_not := tb.can_shape():
             raise tb.TestbedError(why_not)
         with tb.testbed([bandwidth_gbps] * workers) as bed:
-            commands = [
-                (bed.wrap(k, torchrun_argv(module, work, workers, k, bed)),
-                 {"GLOO_SOCKET_IFNAME": "eth0"})
-                for k in range(workers)
-            ]  # fmt: skip
-            _supervise(commands, work, threads, 0, None)
+            if horovod is not None:
+                _supervise_horovod(bed, work, horovod, threads, 0, None, module=module)
+            else:
+                commands = [
+                    (bed.wrap(k, torchrun_argv(module, work, workers, k, bed)),
+                     {"GLOO_SOCKET_IFNAME": "eth0"})
+                    for k in range(workers)
+                ]  # fmt: skip
+                _supervise(commands, work, threads, 0, None)
     return json.loads((work / "probe.json").read_text())
 
 
@@ -299,6 +378,11 @@ def main(argv: list[str]) -> int:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     global _PRIORITY
     _PRIORITY = job.get("comm_priority", "normal")
+    if "horovod_cpu" in job:  # under the real Horovod, not torch.distributed
+        rank, out = _horovod_cpu(**job["horovod_cpu"])
+        if rank == 0:
+            _write(work, out)
+        return 0
     with _communication():
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
     rank = int(os.environ["RANK"])
@@ -329,10 +413,15 @@ def main(argv: list[str]) -> int:
     finally:
         dist.destroy_process_group()
     if rank == 0:
-        tmp = work / ".probe.json"
-        tmp.write_text(json.dumps(out))
-        tmp.rename(work / "probe.json")
+        _write(work, out)
     return 0
+
+
+def _write(work: Path, out: Any) -> None:
+    """Rank 0's result, as ``probe.json`` (whole or not at all)."""
+    tmp = work / ".probe.json"
+    tmp.write_text(json.dumps(out))
+    tmp.rename(work / "probe.json")
 
 
 def _trimmed_mean(values: list[float], cut: float = 0.1) -> float:
@@ -648,6 +737,64 @@ def _engine_cpu(
     if negotiate:
         return _cost_per_event(windows, rounds, base, known=starts, known_cost=per_collective)
     return _cost_per_event(windows, starts, base)
+
+
+def _horovod_cpu(
+    collectives: int,
+    models: list[str],
+    steps: int,
+    layers: int = ENGINE_LAYERS,
+    iterations: int = ENGINE_ITERATIONS,
+    batch: int = CPU_BATCH,
+) -> tuple[int, dict[str, Any]]:
+    """(Every rank, under ``horovodrun``'s variables.) One round of ``horovod_cpu``: this
+    rank's rank and what rank 0 writes, each value the slowest rank's. It times every model's
+    ``steps`` steps before Horovod starts, starts it, times them again with it idle, measures
+    the synthetic backward's cost per collective and shuts Horovod down. (One start per
+    process: Horovod 0.28.1 crashes in ``hvd.init`` after a ``shutdown`` that followed more
+    than a few collectives.)"""
+    import os
+    import threading
+
+    import horovod.torch as hvd
+    import torch
+
+    rank, workers = int(os.environ["HOROVOD_RANK"]), int(os.environ["HOROVOD_SIZE"])
+    timers = {model: _timed_steps(model, rank, workers) for model in models}
+    plain = {model: statistics.median(timers[model](steps)) for model in models}
+    with _communication():  # Horovod's background and gloo threads
+        hvd.init()
+    try:
+        hvd.allreduce(torch.zeros(1), name="ready")
+        idle = {model: statistics.median(timers[model](steps)) for model in models}
+        synthetic, inputs, base = _synthetic_backward(layers, iterations, batch)
+        hvd.allreduce(torch.zeros(1), name="go")  # the streams start together
+        starts: list[float] = []
+
+        def stream() -> None:
+            tensor = torch.ones(1024)  # 4 KiB
+            for i in range(collectives):
+                starts.append(time.perf_counter())
+                hvd.allreduce(tensor, name=f"cpu.{i}")
+
+        windows = []
+        thread = threading.Thread(target=stream)
+        thread.start()
+        while thread.is_alive():
+            synthetic.zero_grad(set_to_none=True)
+            loss = synthetic(inputs).square().mean()
+            start = time.perf_counter()
+            loss.backward()
+            windows.append((start, time.perf_counter()))
+        thread.join()
+        mine = [_cost_per_event(windows, starts, base)]
+        mine += [idle[model] / plain[model] - 1 for model in models]
+        every = hvd.allgather(torch.tensor([mine], dtype=torch.float64), name="slowest")
+        slowest = [float(v) for v in every.max(dim=0).values]
+    finally:
+        hvd.shutdown()
+    idle_slowdown = dict(zip(models, slowest[1:], strict=True))
+    return rank, {"collective_cpu_s": slowest[0], "idle_slowdown": idle_slowdown}
 
 
 def _ps_server(rank: int, workers: int, elements: int) -> float:

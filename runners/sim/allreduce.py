@@ -51,6 +51,7 @@ def compute_setup(
         collective_cpu_s=c.collective_cpu_us * 1e-6,
         negotiation_cpu_s=None if c.negotiation_cpu_us is None else c.negotiation_cpu_us * 1e-6,
         step_jitter_cv=c.step_jitter_cv,
+        background_slowdown=c.background_slowdown,
     )
 
 

@@ -26,6 +26,11 @@ Modelling choices (written down, labelled in reports):
 * a straggler's slow-down multiplies its group's compute times in the iterations it is active;
 * ``overlap_slowdown`` (gamma): an op that *starts* while its group's network is busy takes
   ``1 + gamma`` times longer (Echo-style interference, applied at op start, not integrated);
+* ``background_slowdown`` (all-reduce arena's ``cluster.background_slowdown``): an op that
+  starts while its group's network is idle takes ``1 + background_slowdown`` times longer (a
+  framework's loop that wakes every cycle and negotiates while it has nothing to send, as
+  Horovod's does; while a collective runs, the loop is busy with it and its cost is the
+  collective's, ``collective_cpu_s``; a reconstruction, labelled as such);
 * ``collective_cpu_s`` (all-reduce arena): each collective the arena starts (``charge_cpu``)
   takes that much CPU time from the op each computing group runs then (a negotiation round's,
   ``negotiation_cpu_s`` when set): the op ends that much later (the communication threads
@@ -111,6 +116,8 @@ class ComputeSetup:
     negotiation_cpu_s: float | None = None
     # All-reduce arena: per-worker, per-iteration compute noise (CV of one draw per step).
     step_jitter_cv: float = 0.0
+    # All-reduce arena: how much longer an op takes that starts while the network is idle.
+    background_slowdown: float = 0.0
 
     @property
     def workers(self) -> int:
@@ -228,6 +235,7 @@ class ComputeJob:
         self.roots = [i for i in range(n) if self.n_deps[i] == 0]
         self.durations = self._durations()
         self.gamma = setup.overlap_slowdown
+        self.idle_gamma = setup.background_slowdown
         self.cpu_per_collective = setup.collective_cpu_s
         self.cpu_per_round = (
             setup.collective_cpu_s if setup.negotiation_cpu_s is None else setup.negotiation_cpu_s
@@ -323,11 +331,12 @@ class ComputeJob:
         n_deps, roots = self.n_deps, self.roots
         timeline, names, compute_resource = self.timeline, self.names, self.compute_resource
         tl_from, tl_to = self.tl_from, self.tl_to
-        gamma = self.gamma
+        gamma, idle_gamma = self.gamma, self.idle_gamma
         # Batched forward ops cannot be lengthened by a collective that starts among them.
         batch = (
             self.batch_forward
             and not gamma
+            and not idle_gamma
             and not self.cpu_per_collective
             and not self.cpu_per_round
             and not self.cpu_per_message
@@ -371,8 +380,8 @@ class ComputeJob:
                     iter_start[g].append(loop.now)
                 op = layer
             duration = durations[g][it][op]
-            if gamma and network_busy(g):
-                duration *= 1.0 + gamma
+            if gamma or idle_gamma:
+                duration *= 1.0 + (gamma if network_busy(g) else idle_gamma)
             busy[g] = True
             if watch is not None:
                 watch()
@@ -383,9 +392,9 @@ class ComputeJob:
             """Forward ops of ``it`` on group ``g`` back to back, in one event, while the next
             op is certain: the lowest-index available layer, whose parameters are already in
             (they stay in, and no other layer is preferred to it, so op by op would pick it
-            too, at the same time). Needs ``overlap_slowdown`` 0 (else an op's time depends on
-            the network when it starts). Same op order, times (``t + d`` in sequence) and
-            sums as op by op."""
+            too, at the same time). Needs ``overlap_slowdown`` and ``background_slowdown`` 0
+            (else an op's time depends on the network when it starts). Same op order, times
+            (``t + d`` in sequence) and sums as op by op."""
             now = loop.now
             if fwd_done[g] == 0 and len(iter_start[g]) == it:
                 iter_start[g].append(now)

@@ -17,6 +17,7 @@ import pytest
 
 import workloads
 from runners import cli, fidelity
+from runners.real import hvd
 from tests.conftest import require_root
 
 MODEL = "vgg16-debug"
@@ -71,6 +72,15 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
         # what a message's threads take from a backward: measured, a CPU time (with spare
         # cores it may be none; the simulator's PS twins get it)
         assert 0 <= ps["message_cpu_us"] < 1e6
+        # the real Horovod's own cost, where it is installed (`make test` builds it): a CPU
+        # time per collective, and per model a step's slow-down beside its idle loop (a
+        # ratio minus 1: below 0 only by the machine's noise)
+        if hvd.available() is None:
+            assert "horovod" not in point
+        else:
+            own = point["horovod"]
+            assert 0 <= own["collective_cpu_us"] < 1e6
+            assert set(own["idle_slowdown"]) == {MODEL} and own["idle_slowdown"][MODEL] > -1
     profile = workloads.load_measured(MODEL, label)
     assert len(profile.fwd_s) == len(workloads.load_profile(MODEL).layers)
     assert all(t > 0 for t in profile.fwd_s)

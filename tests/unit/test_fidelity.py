@@ -453,6 +453,75 @@ def test_the_twin_simulates_the_plan_the_real_run_executed(monkeypatch):
     assert {r[6] for r in twin.timeline if r[1] == "network"} == {4 << 20}
 
 
+def test_calibrate_horovod_only_measures_horovod_s_own_cost_and_its_twin_pays_it(
+    tmp_path, monkeypatch, capsys
+):
+    """``calibrate --horovod-only``: the real Horovod's CPU cost at each network, under
+    ``horovod`` (its other measurements kept); the ``horovod`` twin is charged it (a cycle's
+    whole cost on its collective, its negotiation round none; the idle loop's slow-down only
+    when asked, none where the step was faster beside it); DDP's and the lab's engine's twins
+    are not."""
+    from runners.real import hvd
+
+    monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
+    doc = {**TESTBED, "method": "m", "comm_priority": "realtime"}
+    doc["profiles"] = {"vgg16-debug": "vgg16-debug@cpu"}
+    doc["network"] = [
+        {**point, "collective_cpu_us": {"vgg16-debug": 300.0}} for point in doc["network"]
+    ]
+    (tmp_path / "cpu.json").write_text(json.dumps(doc))
+    monkeypatch.setattr(hvd, "available", lambda: "0.28.1")
+    seen = []
+
+    def fake_horovod_cpu(workers, nominal, work, models, threads, comm_priority):
+        assert comm_priority == "realtime", "the calibration's priority"
+        seen.append((workers, nominal, models, threads))
+        idle = -0.05 if nominal is None else 0.6  # a faster step: the machine's noise
+        return probe.HorovodProbe(collective_cpu_s=1.2e-3, idle_slowdown={"vgg16-debug": idle})
+
+    monkeypatch.setattr(probe, "horovod_cpu", fake_horovod_cpu)
+    assert cli.main(["calibrate", "--label", "cpu", "--horovod-only"]) == 0
+    assert "Horovod: 1200 us of compute per collective, a step vgg16-debug +60% while it idles" in (
+        capsys.readouterr().out
+    )
+    assert seen == [(2, None, ("vgg16-debug",), 1), (2, 1.0, ("vgg16-debug",), 1)]
+    stored = json.loads((tmp_path / "cpu.json").read_text())
+    loop, shaped = stored["network"]
+    assert shaped["horovod"] == {"collective_cpu_us": 1200.0, "idle_slowdown": {"vgg16-debug": 0.6}}
+    assert loop["horovod"]["idle_slowdown"] == {"vgg16-debug": -0.05}, "written as measured"
+    assert shaped["latency_engine_us"] == {"vgg16-debug": 650.0}, "the rest is kept"
+    assert stored["horovod_date"] and stored["method"] == f"m; {fidelity.HOROVOD_METHOD}"
+    _, twin = fidelity.matched_specs("horovod", "vgg16-debug", 1.0, stored)
+    c = validate(twin).cluster
+    assert (c.collective_cpu_us, c.negotiation_cpu_us, c.background_slowdown) == (1200.0, 0.0, 0.0)
+    _, twin = fidelity.matched_specs("horovod", "vgg16-debug", 1.0, stored, idle_loop=True)
+    assert validate(twin).cluster.background_slowdown == 0.6, "its idle loop, when asked"
+    _, twin = fidelity.matched_specs("horovod", "vgg16-debug", None, stored, idle_loop=True)
+    assert validate(twin).cluster.background_slowdown == 0.0
+    _, ddp = fidelity.matched_specs("ddp", "vgg16-debug", 1.0, stored)
+    c = validate(ddp).cluster
+    assert (c.collective_cpu_us, c.background_slowdown) == (0.0, 0.0), "DDP's own: not measured"
+    _, wfbp = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, stored)
+    c = validate(wfbp).cluster
+    assert (c.collective_cpu_us, c.background_slowdown) == (300.0, 0.0), "the lab's engine's"
+    # a calibration without it: the Horovod twin as before (nothing charged)
+    _, older = fidelity.matched_specs("horovod", "vgg16-debug", 1.0, TESTBED)
+    assert validate(older).cluster.collective_cpu_us == 0.0
+    # a slow-down beyond what the simulator takes: refused, the calibration unchanged
+    monkeypatch.setattr(
+        probe,
+        "horovod_cpu",
+        lambda *a, **kw: probe.HorovodProbe(1e-3, {"vgg16-debug": fidelity.SLOWDOWN_MAX + 1}),
+    )
+    assert cli.main(["calibrate", "--label", "cpu", "--horovod-only"]) == 1
+    assert "compute while Horovod runs idle" in capsys.readouterr().err
+    assert json.loads((tmp_path / "cpu.json").read_text()) == stored
+    # without Horovod here: what to run, nothing written
+    monkeypatch.setattr(hvd, "available", lambda: None)
+    assert cli.main(["calibrate", "--label", "cpu", "--horovod-only"]) == 1
+    assert "make horovod" in capsys.readouterr().err
+
+
 def test_calibrate_refuses_both_only_flags(capsys):
     assert cli.main(["calibrate", "--split-only", "--ps-only"]) == 2
     assert "choose one" in capsys.readouterr().err
@@ -857,6 +926,44 @@ def test_the_report_scores_the_same_runs_without_each_modelled_effect(monkeypatc
         {"step_jitter_cv": 10.0, "link_burst_bytes": 2.5}
     )
     assert "without one modelled effect: step_jitter_cv 10.0%" in fidelity.format_report(result)
+
+
+def test_the_report_scores_the_same_runs_with_horovod_s_idle_loop(monkeypatch):
+    """``mape_with``: where the calibration measured Horovod's idle loop, the same real runs
+    scored with Horovod twins that have it (the default twins do not); a set without a
+    ``horovod`` configuration has none."""
+    from types import SimpleNamespace
+
+    from runners.real import launch
+
+    testbed = json.loads(json.dumps(TESTBED))
+    testbed["network"][1]["horovod"] = {
+        "collective_cpu_us": 900.0,
+        "idle_slowdown": {"vgg16-debug": 0.5},
+    }
+    monkeypatch.setattr(fidelity, "load_testbed", lambda label: testbed)
+    monkeypatch.setattr(launch, "preflight", lambda spec: None)
+
+    def fake_run(spec, work):
+        metrics = {"iteration_time_s": 0.040, "iteration_time_median_s": 0.040}
+        metrics["compute_time_s"] = 0.01
+        return SimpleNamespace(metrics=metrics, network=SimpleNamespace(kind="shaped"))
+
+    def fake_twin(real_spec, sim_spec):  # 38 ms, 48 ms with the idle loop
+        t = 0.038 + (0.010 if sim_spec.cluster.background_slowdown else 0.0)
+        return SimpleNamespace(metrics={"iteration_time_s": t, "compute_time_s": 0.01})
+
+    monkeypatch.setattr(launch, "run", fake_run)
+    monkeypatch.setattr(fidelity, "_twin", fake_twin)
+    both = ("wfbp", "horovod")
+    result = fidelity.fidelity("cpu", both, ("vgg16-debug",), (1.0,), 5, repeats=1)
+    assert result["mape_pct"] == pytest.approx(5.0)
+    assert result["mape_with"] == pytest.approx({"background_slowdown": (5.0 + 20.0) / 2})
+    assert "with a measured effect it leaves out: background_slowdown 12.5%" in (
+        fidelity.format_report(result)
+    )
+    result = fidelity.fidelity("cpu", ("wfbp",), ("vgg16-debug",), (1.0,), 5, repeats=1)
+    assert result["mape_with"] == {}
 
 
 def test_a_measuring_process_that_fails_stops_the_others_at_once(tmp_path):

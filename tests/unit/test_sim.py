@@ -378,6 +378,43 @@ def test_each_layer_s_forward_takes_its_measured_update_longer():
     assert err.value.field == "cluster.optimizer_update"
 
 
+def test_a_framework_s_background_loop_slows_the_ops_that_start_while_the_network_idles():
+    """``background_slowdown``: an op that starts while no collective is in flight, a measured
+    update included, takes 1 + it times as long; one that starts while a collective runs
+    does not (the loop is busy with it); left out of the resolved spec at its default; the
+    all-reduce arena's alone."""
+    # two workers, 1 MB gradients at 1 Gbit/s (8.2 ms a collective): the forward ops and the
+    # first backward op start with the network idle (wfbp's barrier waited for the last
+    # collective); the two others start while the first gradient's collective runs
+    layers = tuple(
+        LayerTimes(f"l{i}", fwd_s=0.001, bwd_s=0.002, grad_bytes=10**6, update_s=0.0005)
+        for i in range(3)
+    )
+    kw = {"workers": 2, "bandwidth_gbps": 1.0, "latency_us": 100.0, "iterations": 3}
+    kw |= {"gpu": "measured:testbed", "workload": "vgg16-debug"}
+
+    def ops(result, kind):
+        rows = sorted(
+            (r for r in result.timeline if r[2] == kind and r[0] == 3), key=lambda r: r[4]
+        )
+        return [r[5] - r[4] for r in rows]
+
+    _, plain = run_layers("wfbp", layers, **kw)
+    spec, slowed = run_layers("wfbp", layers, **kw, background_slowdown=0.5)
+    assert ops(plain, "forward") == pytest.approx([0.001] * 3, rel=1e-9)
+    assert ops(slowed, "forward") == pytest.approx([0.0015] * 3, rel=1e-9)
+    assert ops(plain, "backward") == pytest.approx([0.002] * 3, rel=1e-9)
+    assert ops(slowed, "backward") == pytest.approx([0.003, 0.002, 0.002], rel=1e-9)
+    assert spec.as_dict()["cluster"]["background_slowdown"] == 0.5
+    _, both = run_layers("wfbp", layers, **kw, background_slowdown=0.5, optimizer_update=True)
+    assert ops(both, "forward") == pytest.approx([0.00225] * 3, rel=1e-9)
+    assert "background_slowdown" not in validate(raw_spec("wfbp")).as_dict()["cluster"]
+    for system, value in (("ps-default", 0.5), ("wfbp", -0.1), ("wfbp", 101.0)):
+        with pytest.raises(SpecError) as err:
+            validate(raw_spec(system, background_slowdown=value))
+        assert err.value.field == "cluster.background_slowdown", (system, value)
+
+
 def test_the_slowest_of_n_per_step_draws_follows_the_order_statistic():
     """``slowest_of``: one worker's draws have mean 1 and the CV asked for; the largest of n
     has the log-normal's quantile U ** (1/n): its median is the quantile 0.5 ** (1/n)."""
