@@ -581,7 +581,7 @@ def _print_point(point: dict[str, Any]) -> None:
     )
     own = point.get("horovod")
     horovod_line = (
-        f"  Horovod: {own['collective_cpu_us']:.0f} us of compute per collective, a step "
+        f"  Horovod: {own['cycle_cpu_us']:.0f} us of compute per cycle with a collective, a step "
         + ", ".join(f"{m} {v:+.0%}" for m, v in own["idle_slowdown"].items())
         + " while it idles"
         if own

@@ -13,8 +13,9 @@ times reduce-scatter and all-gather against the all-reduce (the simulator's
 ``cluster.reduce_scatter_cost`` / ``all_gather_cost``); ``ps_overlap`` is the
 parameter-server arena's counterpart of ``overlap``, with server processes beside the
 workers, and ``ps_message_cpu`` the compute time one PS message takes from a backward it
-overlaps; ``horovod_cpu`` the compute time one collective of the real Horovod takes from a
-backward it overlaps. ``runners.fidelity.calibrate`` uses all seven.
+overlaps; ``horovod_cpu`` the compute time one cycle of the real Horovod with a collective
+takes from a backward it overlaps, and a step's slow-down beside its idle loop.
+``runners.fidelity.calibrate`` uses all seven.
 """
 
 from __future__ import annotations
@@ -146,9 +147,9 @@ def overlap(
 
 @dataclass(frozen=True)
 class HorovodProbe:
-    """What ``horovod_cpu`` measures (every value the slowest rank's)."""
+    """What ``horovod_cpu`` measures (each value the median over rounds of the ranks' largest)."""
 
-    collective_cpu_s: float  # compute time one Horovod collective takes from a backward
+    cycle_cpu_s: float  # compute time a Horovod cycle with a collective takes from a backward
     idle_slowdown: dict[str, float]  # per model: a step with Horovod idle over without, minus 1
 
 
@@ -167,25 +168,30 @@ def horovod_cpu(
     collectives: int = HOROVOD_COLLECTIVES,
     steps: int = 15,
 ) -> HorovodProbe:
-    """The compute time one collective of the real Horovod takes from a backward pass it
-    overlaps, on this machine and network: the ``horovod`` baseline's counterpart of
-    ``overlap``'s ``collective_cpu_s``, which is the lab's engine's. The ranks run under
-    Horovod as ``horovod`` real runs do (``horovodrun --gloo`` on loopback, one namespace per
-    rank on the emulated network; the registry entry's default cycle time and fusion
-    threshold; Horovod's threads at ``comm_priority``), ``rounds`` times (each a launch of
-    the ranks, Horovod started once in each). In each, every rank times each model of
-    ``models`` for ``steps`` training steps (forward + backward, as ``overlap`` times them)
-    before Horovod starts and again with it started and idle; then a thread issues
-    ``collectives`` synchronous 4 KiB ``hvd.allreduce`` calls back to back (so each of
-    Horovod's cycles carries one: a negotiation, a fusion-buffer copy and a gloo all-reduce,
-    as one fused collective of a training run does) while the rank computes the engine
-    probes' synthetic backward (``_synthetic_backward``) over and over. The cost is
-    ``_cost_per_event`` over those backward passes, against that backward's median with
-    Horovod idle, and the calls' starts; ``idle_slowdown`` per model, the step's median with
+    """The compute time one cycle of the real Horovod that carries a collective takes from a
+    backward pass it overlaps, on this machine and network: the ``horovod`` baseline's
+    counterpart of ``overlap``'s ``collective_cpu_s`` (the lab's engine's) and
+    ``negotiation_cpu_s``. The ranks run under Horovod as ``horovod`` real runs do
+    (``horovodrun --gloo`` on loopback, one namespace per rank on the emulated network; the
+    registry entry's default cycle time and fusion threshold; Horovod's threads at
+    ``comm_priority``), ``rounds`` times (each a launch of the ranks, Horovod started once in
+    each). In each, the ranks meet at a file barrier, and every rank times each model of
+    ``models`` for ``steps`` training steps (forward + backward, as ``overlap`` times them,
+    after 3 untimed) and the engine probes' synthetic backward (``_synthetic_backward``)
+    before Horovod starts, then the steps again with it started and idle. Then a thread issues
+    ``collectives`` 4 KiB all-reduces one after another under one name (Horovod's response
+    cache hits, as with a training run's gradients), each waited for by polling with the GIL
+    released (nothing waits on Horovod during a training run's backward), so that each
+    Horovod cycle carries one: its negotiation, a fusion-buffer copy and a gloo all-reduce.
+    Meanwhile the rank computes the synthetic backward over and over. ``cycle_cpu_s`` is
+    ``_cost_per_event`` over those backward passes, against that backward's median before
+    Horovod started (what Horovod's loop costs while it is busy, its idle cycles' share
+    included), and the calls' starts; ``idle_slowdown`` per model, the step's median with
     Horovod idle over without it, minus 1 (Horovod's background thread negotiates every cycle
     even with nothing to send; may be negative on a noisy machine). Each value is the median
-    over rounds of the slowest rank's. What the ranks' hooks cost (``DistributedOptimizer``
-    enqueues each gradient from the backward) is not included."""
+    over rounds of the largest over the ranks (a synchronous step waits for the slowest).
+    Not measured: what a training run's gradient hooks cost (``DistributedOptimizer`` enqueues
+    each gradient from the backward), and the fusion-buffer copies of more than 4 KiB."""
     from .. import registry
     from . import hvd
 
@@ -206,7 +212,7 @@ def horovod_cpu(
         for _ in range(rounds)
     ]
     return HorovodProbe(
-        collective_cpu_s=statistics.median(t["collective_cpu_s"] for t in taken),
+        cycle_cpu_s=statistics.median(t["cycle_cpu_s"] for t in taken),
         idle_slowdown={
             model: statistics.median(t["idle_slowdown"][model] for t in taken) for model in models
         },
@@ -379,7 +385,7 @@ def main(argv: list[str]) -> int:
     global _PRIORITY
     _PRIORITY = job.get("comm_priority", "normal")
     if "horovod_cpu" in job:  # under the real Horovod, not torch.distributed
-        rank, out = _horovod_cpu(**job["horovod_cpu"])
+        rank, out = _horovod_cpu(work, **job["horovod_cpu"])
         if rank == 0:
             _write(work, out)
         return 0
@@ -728,18 +734,40 @@ def _engine_cpu(
     windows = []
     for it in range(warmup + iterations):
         engine.begin(it)  # waits for the previous iteration's collectives
-        loss = model(inputs).square().mean()
-        start = time.perf_counter()
-        loss.backward()
+        window = _backward_window(model, inputs)
         if it >= warmup:
-            windows.append((start, time.perf_counter()))
+            windows.append(window)
     engine.finish()
     if negotiate:
         return _cost_per_event(windows, rounds, base, known=starts, known_cost=per_collective)
     return _cost_per_event(windows, starts, base)
 
 
+def _file_barrier(work: Path, name: str, rank: int, workers: int, timeout_s: float = 120.0) -> None:
+    """Wait until every rank of ``workers`` has reached the barrier ``name`` (a file per rank
+    in ``work``, the job's directory, which every rank's namespace sees): for ranks that have
+    no collective library started yet."""
+    (work / f".{name}.{rank}").touch()
+    deadline = time.monotonic() + timeout_s
+    while not all((work / f".{name}.{k}").exists() for k in range(workers)):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"rank {rank}: the other ranks never reached {name!r}")
+        time.sleep(0.005)
+
+
+def _backward_window(model: Any, inputs: Any) -> tuple[float, float]:
+    """The synthetic model's forward, then its backward timed: ``(start, end)``."""
+    loss = model(inputs).square().mean()
+    start = time.perf_counter()
+    loss.backward()
+    return start, time.perf_counter()
+
+
+HOROVOD_POLL_S = 0.0005  # the stream's wait between polls of a collective (GIL released)
+
+
 def _horovod_cpu(
+    work: Path,
     collectives: int,
     models: list[str],
     steps: int,
@@ -748,11 +776,12 @@ def _horovod_cpu(
     batch: int = CPU_BATCH,
 ) -> tuple[int, dict[str, Any]]:
     """(Every rank, under ``horovodrun``'s variables.) One round of ``horovod_cpu``: this
-    rank's rank and what rank 0 writes, each value the slowest rank's. It times every model's
-    ``steps`` steps before Horovod starts, starts it, times them again with it idle, measures
-    the synthetic backward's cost per collective and shuts Horovod down. (One start per
-    process: Horovod 0.28.1 crashes in ``hvd.init`` after a ``shutdown`` that followed more
-    than a few collectives.)"""
+    rank's rank and what rank 0 writes, each value the largest over the ranks. The ranks meet
+    at a file barrier; each times every model's ``steps`` steps (after 3 untimed) and the
+    synthetic backward before Horovod starts, starts it, times the steps again with it idle,
+    then measures the synthetic backward's cost per cycle, and shuts Horovod down. (One start
+    per process: Horovod 0.28.1 crashes in ``hvd.init`` after a ``shutdown`` that followed
+    more than a few collectives.)"""
     import os
     import threading
 
@@ -761,40 +790,45 @@ def _horovod_cpu(
 
     rank, workers = int(os.environ["HOROVOD_RANK"]), int(os.environ["HOROVOD_SIZE"])
     timers = {model: _timed_steps(model, rank, workers) for model in models}
+    for timed in timers.values():
+        timed(3)
+    _file_barrier(work, "plain", rank, workers)
     plain = {model: statistics.median(timers[model](steps)) for model in models}
+    synthetic, inputs, base = _synthetic_backward(layers, iterations, batch)
     with _communication():  # Horovod's background and gloo threads
         hvd.init()
     try:
         hvd.allreduce(torch.zeros(1), name="ready")
         idle = {model: statistics.median(timers[model](steps)) for model in models}
-        synthetic, inputs, base = _synthetic_backward(layers, iterations, batch)
         hvd.allreduce(torch.zeros(1), name="go")  # the streams start together
         starts: list[float] = []
 
         def stream() -> None:
-            tensor = torch.ones(1024)  # 4 KiB
-            for i in range(collectives):
+            tensor = torch.ones(1024)  # 4 KiB, under one name: Horovod's response cache hits,
+            for _ in range(collectives):  # as a training run's gradients' names do
                 starts.append(time.perf_counter())
-                hvd.allreduce(tensor, name=f"cpu.{i}")
+                handle = hvd.allreduce_async_(tensor, name="cycle")
+                while not hvd.poll(handle):
+                    time.sleep(HOROVOD_POLL_S)
+                hvd.synchronize(handle)
 
         windows = []
         thread = threading.Thread(target=stream)
         thread.start()
         while thread.is_alive():
             synthetic.zero_grad(set_to_none=True)
-            loss = synthetic(inputs).square().mean()
-            start = time.perf_counter()
-            loss.backward()
-            windows.append((start, time.perf_counter()))
+            windows.append(_backward_window(synthetic, inputs))
         thread.join()
+        if not any(a <= t < b for a, b in windows for t in starts):
+            raise RuntimeError("no synthetic backward overlapped a Horovod collective")
         mine = [_cost_per_event(windows, starts, base)]
         mine += [idle[model] / plain[model] - 1 for model in models]
-        every = hvd.allgather(torch.tensor([mine], dtype=torch.float64), name="slowest")
-        slowest = [float(v) for v in every.max(dim=0).values]
+        every = hvd.allgather(torch.tensor([mine], dtype=torch.float64), name="largest")
+        largest = [float(v) for v in every.max(dim=0).values]
     finally:
         hvd.shutdown()
-    idle_slowdown = dict(zip(models, slowest[1:], strict=True))
-    return rank, {"collective_cpu_s": slowest[0], "idle_slowdown": idle_slowdown}
+    idle_slowdown = dict(zip(models, largest[1:], strict=True))
+    return rank, {"cycle_cpu_s": largest[0], "idle_slowdown": idle_slowdown}
 
 
 def _ps_server(rank: int, workers: int, elements: int) -> float:

@@ -73,14 +73,14 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
         # cores it may be none; the simulator's PS twins get it)
         assert 0 <= ps["message_cpu_us"] < 1e6
         # the real Horovod's own cost, where it is installed (`make test` builds it): a CPU
-        # time per collective, and per model a step's slow-down beside its idle loop (a
-        # ratio minus 1: below 0 only by the machine's noise)
+        # time per cycle (the probe fails where no backward overlapped a collective), and per
+        # model a step's slow-down beside its idle loop (below 0 only by the machine's noise)
         if hvd.available() is None:
             assert "horovod" not in point
         else:
             own = point["horovod"]
-            assert 0 <= own["collective_cpu_us"] < 1e6
-            assert set(own["idle_slowdown"]) == {MODEL} and own["idle_slowdown"][MODEL] > -1
+            assert 0 <= own["cycle_cpu_us"] < 1e6
+            assert set(own["idle_slowdown"]) == {MODEL} and -1 < own["idle_slowdown"][MODEL] < 100
     profile = workloads.load_measured(MODEL, label)
     assert len(profile.fwd_s) == len(workloads.load_profile(MODEL).layers)
     assert all(t > 0 for t in profile.fwd_s)

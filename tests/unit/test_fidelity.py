@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+from pathlib import Path
 
 import pytest
 
@@ -458,9 +459,9 @@ def test_calibrate_horovod_only_measures_horovod_s_own_cost_and_its_twin_pays_it
 ):
     """``calibrate --horovod-only``: the real Horovod's CPU cost at each network, under
     ``horovod`` (its other measurements kept); the ``horovod`` twin is charged it (a cycle's
-    whole cost on its collective, its negotiation round none; the idle loop's slow-down only
-    when asked, none where the step was faster beside it); DDP's and the lab's engine's twins
-    are not."""
+    whole cost once per cycle, at its negotiation round, its collectives nothing more; the
+    idle loop's slow-down only when asked, none where the step was faster beside it); DDP's
+    and the lab's engine's twins are not."""
     from runners.real import hvd
 
     monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
@@ -477,36 +478,36 @@ def test_calibrate_horovod_only_measures_horovod_s_own_cost_and_its_twin_pays_it
         assert comm_priority == "realtime", "the calibration's priority"
         seen.append((workers, nominal, models, threads))
         idle = -0.05 if nominal is None else 0.6  # a faster step: the machine's noise
-        return probe.HorovodProbe(collective_cpu_s=1.2e-3, idle_slowdown={"vgg16-debug": idle})
+        return probe.HorovodProbe(cycle_cpu_s=1.2e-3, idle_slowdown={"vgg16-debug": idle})
 
     monkeypatch.setattr(probe, "horovod_cpu", fake_horovod_cpu)
     assert cli.main(["calibrate", "--label", "cpu", "--horovod-only"]) == 0
-    assert "Horovod: 1200 us of compute per collective, a step vgg16-debug +60% while it idles" in (
-        capsys.readouterr().out
-    )
+    out = capsys.readouterr().out
+    assert "Horovod: 1200 us of compute per cycle with a collective, a step vgg16-debug +60%" in out
     assert seen == [(2, None, ("vgg16-debug",), 1), (2, 1.0, ("vgg16-debug",), 1)]
     stored = json.loads((tmp_path / "cpu.json").read_text())
     loop, shaped = stored["network"]
-    assert shaped["horovod"] == {"collective_cpu_us": 1200.0, "idle_slowdown": {"vgg16-debug": 0.6}}
+    assert shaped["horovod"] == {"cycle_cpu_us": 1200.0, "idle_slowdown": {"vgg16-debug": 0.6}}
     assert loop["horovod"]["idle_slowdown"] == {"vgg16-debug": -0.05}, "written as measured"
     assert shaped["latency_engine_us"] == {"vgg16-debug": 650.0}, "the rest is kept"
     assert stored["horovod_date"] and stored["method"] == f"m; {fidelity.HOROVOD_METHOD}"
     _, twin = fidelity.matched_specs("horovod", "vgg16-debug", 1.0, stored)
     c = validate(twin).cluster
-    assert (c.collective_cpu_us, c.negotiation_cpu_us, c.background_slowdown) == (1200.0, 0.0, 0.0)
+    assert (c.collective_cpu_us, c.negotiation_cpu_us, c.background_slowdown) == (0.0, 1200.0, 0.0)
     _, twin = fidelity.matched_specs("horovod", "vgg16-debug", 1.0, stored, idle_loop=True)
     assert validate(twin).cluster.background_slowdown == 0.6, "its idle loop, when asked"
     _, twin = fidelity.matched_specs("horovod", "vgg16-debug", None, stored, idle_loop=True)
     assert validate(twin).cluster.background_slowdown == 0.0
     _, ddp = fidelity.matched_specs("ddp", "vgg16-debug", 1.0, stored)
     c = validate(ddp).cluster
-    assert (c.collective_cpu_us, c.background_slowdown) == (0.0, 0.0), "DDP's own: not measured"
+    assert (c.collective_cpu_us, c.negotiation_cpu_us) == (0.0, None), "DDP's own: not measured"
     _, wfbp = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, stored)
     c = validate(wfbp).cluster
     assert (c.collective_cpu_us, c.background_slowdown) == (300.0, 0.0), "the lab's engine's"
     # a calibration without it: the Horovod twin as before (nothing charged)
     _, older = fidelity.matched_specs("horovod", "vgg16-debug", 1.0, TESTBED)
-    assert validate(older).cluster.collective_cpu_us == 0.0
+    c = validate(older).cluster
+    assert (c.collective_cpu_us, c.negotiation_cpu_us) == (0.0, None)
     # a slow-down beyond what the simulator takes: refused, the calibration unchanged
     monkeypatch.setattr(
         probe,
@@ -520,6 +521,68 @@ def test_calibrate_horovod_only_measures_horovod_s_own_cost_and_its_twin_pays_it
     monkeypatch.setattr(hvd, "available", lambda: None)
     assert cli.main(["calibrate", "--label", "cpu", "--horovod-only"]) == 1
     assert "make horovod" in capsys.readouterr().err
+
+
+def test_the_horovod_probe_takes_the_median_of_its_launches(monkeypatch):
+    """``probe.horovod_cpu``: one launch of the ranks per round, under Horovod with the
+    registry entry's default settings; each value the median over the launches."""
+    from runners.real import hvd
+
+    monkeypatch.setattr(hvd, "available", lambda: "0.28.1")
+    answers = iter([(3e-4, 0.1), (9e-4, 0.7), (5e-4, 0.4)])
+    seen = []
+
+    def fake_launch(job, workers, nominal, work, threads, comm_priority, horovod):
+        seen.append((job, horovod))
+        cost, idle = next(answers)
+        return {"cycle_cpu_s": cost, "idle_slowdown": {"vgg16-debug": idle}}
+
+    monkeypatch.setattr(probe, "_launch", fake_launch)
+    m = probe.horovod_cpu(2, 1.0, Path("/nonexistent"), ("vgg16-debug",), rounds=3)
+    assert m == probe.HorovodProbe(5e-4, {"vgg16-debug": 0.4})
+    job, settings = seen[0]
+    assert len(seen) == 3 and job["horovod_cpu"]["models"] == ["vgg16-debug"]
+    assert settings == {"HOROVOD_FUSION_THRESHOLD": str(128 << 20), "HOROVOD_CYCLE_TIME": "1"}
+
+
+def test_calibrate_keeps_the_rest_when_horovod_s_probe_fails(tmp_path, monkeypatch):
+    """Horovod is optional: its probe failing during ``calibrate`` is said, with what to run
+    later, and leaves its entry and method out; the other measurements are written."""
+    from runners.real import hvd
+    from runners.real import testbed as tb
+
+    monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
+    monkeypatch.setattr(hvd, "available", lambda: "0.28.1")
+    monkeypatch.setattr(tb, "can_shape", lambda: "not root")  # loopback only
+    monkeypatch.setattr(fidelity, "_measure_models", lambda *a: ["p.json"])
+    point = {key: value for key, value in TESTBED["network"][0].items() if key != "nominal_gbps"}
+    ring = [(4096, 1e-3), (1 << 20, 2e-3)]
+    monkeypatch.setattr(fidelity, "_probe_network", lambda *a: (ring, 1e-4, 1e9, False))
+    monkeypatch.setattr(fidelity, "_probe_split", lambda *a: ([], 1.0, 0.5))
+    monkeypatch.setattr(fidelity, "_split_entry", lambda *a: {})
+    monkeypatch.setattr(
+        fidelity,
+        "_probe_overlap",
+        lambda *a: {k: v for k, v in point.items() if isinstance(v, dict)},
+    )
+    monkeypatch.setattr(fidelity, "_probe_ps", lambda *a: {})
+
+    def broken(*args):
+        raise RuntimeError("Horovod's ranks failed: Segmentation fault")
+
+    said = []
+    monkeypatch.setattr(fidelity, "_probe_horovod", broken)
+    fidelity.calibrate("cpu", ("vgg16-debug",), (), progress=said.append, comm_priority="normal")
+    stored = json.loads((tmp_path / "cpu.json").read_text())
+    assert "horovod" not in stored["network"][0]
+    assert fidelity.HOROVOD_METHOD not in stored["method"]
+    assert any("Segmentation fault" in m and "--horovod-only" in m for m in said)
+    own = {"cycle_cpu_us": 800.0, "idle_slowdown": {"vgg16-debug": 0.3}}
+    monkeypatch.setattr(fidelity, "_probe_horovod", lambda *a: own)
+    fidelity.calibrate("cpu", ("vgg16-debug",), (), progress=said.append, comm_priority="normal")
+    stored = json.loads((tmp_path / "cpu.json").read_text())
+    assert stored["network"][0]["horovod"] == own
+    assert fidelity.HOROVOD_METHOD in stored["method"]
 
 
 def test_calibrate_refuses_both_only_flags(capsys):
@@ -938,7 +1001,7 @@ def test_the_report_scores_the_same_runs_with_horovod_s_idle_loop(monkeypatch):
 
     testbed = json.loads(json.dumps(TESTBED))
     testbed["network"][1]["horovod"] = {
-        "collective_cpu_us": 900.0,
+        "cycle_cpu_us": 900.0,
         "idle_slowdown": {"vgg16-debug": 0.5},
     }
     monkeypatch.setattr(fidelity, "load_testbed", lambda label: testbed)
@@ -959,9 +1022,12 @@ def test_the_report_scores_the_same_runs_with_horovod_s_idle_loop(monkeypatch):
     result = fidelity.fidelity("cpu", both, ("vgg16-debug",), (1.0,), 5, repeats=1)
     assert result["mape_pct"] == pytest.approx(5.0)
     assert result["mape_with"] == pytest.approx({"background_slowdown": (5.0 + 20.0) / 2})
-    assert "with a measured effect it leaves out: background_slowdown 12.5%" in (
-        fidelity.format_report(result)
-    )
+    wfbp, horovod = result["configs"]
+    assert "sim_idle_loop_s" not in wfbp and horovod["sim_idle_loop_s"] == pytest.approx(0.048)
+    assert (
+        "with a measured effect it leaves out: background_slowdown 12.5% (background_slowdown: "
+        "Horovod's idle loop; on the Horovod configurations 20.0% with it, 5.0% without)"
+    ) in fidelity.format_report(result)
     result = fidelity.fidelity("cpu", ("wfbp",), ("vgg16-debug",), (1.0,), 5, repeats=1)
     assert result["mape_with"] == {}
 

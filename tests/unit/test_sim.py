@@ -408,6 +408,10 @@ def test_a_framework_s_background_loop_slows_the_ops_that_start_while_the_networ
     assert spec.as_dict()["cluster"]["background_slowdown"] == 0.5
     _, both = run_layers("wfbp", layers, **kw, background_slowdown=0.5, optimizer_update=True)
     assert ops(both, "forward") == pytest.approx([0.00225] * 3, rel=1e-9)
+    # beside the busy network's own slow-down: each op gets one of the two, by when it starts
+    _, mixed = run_layers("wfbp", layers, **kw, background_slowdown=0.5, overlap_slowdown=1.0)
+    assert ops(mixed, "forward") == pytest.approx([0.0015] * 3, rel=1e-9)
+    assert ops(mixed, "backward") == pytest.approx([0.003, 0.004, 0.004], rel=1e-9)
     assert "background_slowdown" not in validate(raw_spec("wfbp")).as_dict()["cluster"]
     for system, value in (("ps-default", 0.5), ("wfbp", -0.1), ("wfbp", 101.0)):
         with pytest.raises(SpecError) as err:
