@@ -208,7 +208,7 @@ def horovod_cpu(
             threads,
             comm_priority,
             horovod=settings,
-        )  # fmt: skip
+        )
         for _ in range(rounds)
     ]
     return HorovodProbe(
@@ -318,6 +318,8 @@ def _launch(
     work.mkdir(parents=True, exist_ok=True)
     (work / "job.json").write_text(json.dumps({**job, "comm_priority": comm_priority}))
     (work / "probe.json").unlink(missing_ok=True)
+    for stale in work.glob(".barrier-*"):  # an earlier launch's ranks' (``_file_barrier``)
+        stale.unlink()
     module = "runners.real.probe"
     if bandwidth_gbps is None:
         if horovod is not None:
@@ -745,11 +747,11 @@ def _engine_cpu(
 
 def _file_barrier(work: Path, name: str, rank: int, workers: int, timeout_s: float = 120.0) -> None:
     """Wait until every rank of ``workers`` has reached the barrier ``name`` (a file per rank
-    in ``work``, the job's directory, which every rank's namespace sees): for ranks that have
-    no collective library started yet."""
-    (work / f".{name}.{rank}").touch()
+    in ``work``, the job's directory, which every rank's namespace sees; ``_launch`` clears
+    them before each launch): for ranks that have no collective library started yet."""
+    (work / f".barrier-{name}.{rank}").touch()
     deadline = time.monotonic() + timeout_s
-    while not all((work / f".{name}.{k}").exists() for k in range(workers)):
+    while not all((work / f".barrier-{name}.{k}").exists() for k in range(workers)):
         if time.monotonic() > deadline:
             raise RuntimeError(f"rank {rank}: the other ranks never reached {name!r}")
         time.sleep(0.005)

@@ -545,6 +545,30 @@ def test_the_horovod_probe_takes_the_median_of_its_launches(monkeypatch):
     assert settings == {"HOROVOD_FUSION_THRESHOLD": str(128 << 20), "HOROVOD_CYCLE_TIME": "1"}
 
 
+def test_the_ranks_file_barrier_waits_for_all_and_each_launch_starts_it_afresh(
+    tmp_path, monkeypatch
+):
+    """``_file_barrier``: a rank goes on once every rank's file is there, and fails with
+    what it waited for when one never comes; ``_launch`` clears an earlier launch's files,
+    so that its ranks meet again."""
+    from runners.real import launch
+
+    probe._file_barrier(tmp_path, "plain", 0, 1)  # one rank: at once
+    with pytest.raises(RuntimeError, match="never reached 'plain'"):
+        probe._file_barrier(tmp_path, "plain", 0, 2, timeout_s=0.05)
+    (tmp_path / ".barrier-plain.1").touch()
+    probe._file_barrier(tmp_path, "plain", 0, 2)
+    seen = []
+
+    def fake_supervise(commands, work, threads, total, progress):
+        seen.append(sorted(f.name for f in work.glob(".barrier-*")))
+        (work / "probe.json").write_text("[]")
+
+    monkeypatch.setattr(launch, "_supervise", fake_supervise)
+    assert probe._launch({"sizes": []}, 2, None, tmp_path, 1) == []
+    assert seen == [[]]
+
+
 def test_calibrate_keeps_the_rest_when_horovod_s_probe_fails(tmp_path, monkeypatch):
     """Horovod is optional: its probe failing during ``calibrate`` is said, with what to run
     later, and leaves its entry and method out; the other measurements are written."""
@@ -958,6 +982,15 @@ def test_repeated_real_runs_go_in_rounds_and_their_median_is_scored(monkeypatch)
     assert result["steal_max_pct"] == pytest.approx(0.5)
 
 
+def _run_of_40_ms(spec, work):
+    """A fake real run (``launch.run``): 40 ms an iteration, 10 ms of it computing."""
+    from types import SimpleNamespace
+
+    metrics = {"iteration_time_s": 0.040, "iteration_time_median_s": 0.040}
+    metrics["compute_time_s"] = 0.01
+    return SimpleNamespace(metrics=metrics, network=SimpleNamespace(kind="shaped"))
+
+
 def test_the_report_scores_the_same_runs_without_each_modelled_effect(monkeypatch):
     """``mape_without``: where the twins model an effect (here the ranks' step noise), the
     same real runs scored with twins without it; effects no twin has are left out."""
@@ -971,16 +1004,11 @@ def test_the_report_scores_the_same_runs_without_each_modelled_effect(monkeypatc
     monkeypatch.setattr(fidelity, "load_testbed", lambda label: TESTBED)
     monkeypatch.setattr(launch, "preflight", lambda spec: None)
 
-    def fake_run(spec, work):
-        metrics = {"iteration_time_s": 0.040, "iteration_time_median_s": 0.040}
-        metrics["compute_time_s"] = 0.01
-        return SimpleNamespace(metrics=metrics, network=SimpleNamespace(kind="shaped"))
-
     def fake_twin(real_spec, sim_spec):  # 39 ms with the step noise, 36 ms without
         t = 0.036 + (0.003 if sim_spec.cluster.step_jitter_cv else 0.0)
         return SimpleNamespace(metrics={"iteration_time_s": t, "compute_time_s": 0.01})
 
-    monkeypatch.setattr(launch, "run", fake_run)
+    monkeypatch.setattr(launch, "run", _run_of_40_ms)
     monkeypatch.setattr(fidelity, "_twin", fake_twin)
     result = fidelity.fidelity("cpu", ("wfbp",), ("vgg16-debug",), (1.0,), 5, repeats=1)
     assert result["mape_pct"] == pytest.approx(2.5)
@@ -1007,16 +1035,11 @@ def test_the_report_scores_the_same_runs_with_horovod_s_idle_loop(monkeypatch):
     monkeypatch.setattr(fidelity, "load_testbed", lambda label: testbed)
     monkeypatch.setattr(launch, "preflight", lambda spec: None)
 
-    def fake_run(spec, work):
-        metrics = {"iteration_time_s": 0.040, "iteration_time_median_s": 0.040}
-        metrics["compute_time_s"] = 0.01
-        return SimpleNamespace(metrics=metrics, network=SimpleNamespace(kind="shaped"))
-
     def fake_twin(real_spec, sim_spec):  # 38 ms, 48 ms with the idle loop
         t = 0.038 + (0.010 if sim_spec.cluster.background_slowdown else 0.0)
         return SimpleNamespace(metrics={"iteration_time_s": t, "compute_time_s": 0.01})
 
-    monkeypatch.setattr(launch, "run", fake_run)
+    monkeypatch.setattr(launch, "run", _run_of_40_ms)
     monkeypatch.setattr(fidelity, "_twin", fake_twin)
     both = ("wfbp", "horovod")
     result = fidelity.fidelity("cpu", both, ("vgg16-debug",), (1.0,), 5, repeats=1)
