@@ -172,8 +172,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--horovod-only",
         action="store_true",
-        help="only measure the real Horovod's own CPU cost (what one of its collectives and "
-        "its idle negotiation loop take from the compute) at each network of an existing "
+        help="only measure the real Horovod's own CPU cost (what one of its cycles with a "
+        "collective and its idle negotiation loop take from the compute) at each network of "
+        "an existing "
         "calibration, keeping its other measurements",
     )
     p.add_argument(
@@ -447,6 +448,10 @@ def _bandwidths(value: str, loopback: bool) -> tuple[float | None, ...]:
     return tuple(out)
 
 
+# ``calibrate --<name>-only``: one measurement added to an existing calibration.
+CALIBRATE_ONLY = ("split", "ps", "overlap", "horovod", "compute")
+
+
 def _calibrate(args: argparse.Namespace) -> int:
     from . import fidelity
     from .real import priority
@@ -461,14 +466,8 @@ def _calibrate(args: argparse.Namespace) -> int:
             raise SpecError("--threads/--repeats", "threads 1..256, repeats >= 3")
         if not re.fullmatch(workloads.LABEL_PATTERN, args.label):
             raise SpecError("--label", f"bad label {args.label!r} (letters, digits, '.', '_', '-')")
-        only = (
-            args.split_only
-            or args.ps_only
-            or args.overlap_only
-            or args.horovod_only
-            or args.compute_only
-        )
-        if only and args.comm_priority is not None:
+        asked = [name for name in CALIBRATE_ONLY if getattr(args, f"{name}_only")]
+        if asked and args.comm_priority is not None:
             raise SpecError(
                 "--comm-priority",
                 "the --*-only measurements keep the calibration's priority (its comm_priority);"
@@ -480,23 +479,18 @@ def _calibrate(args: argparse.Namespace) -> int:
         print(f"invalid arguments: {err}", file=sys.stderr)
         return 2
     say = lambda message: print(f"[calibrate] {message}", file=sys.stderr, flush=True)  # noqa: E731
-    only = {
-        fidelity.calibrate_split: args.split_only,
-        fidelity.calibrate_ps: args.ps_only,
-        fidelity.calibrate_overlap: args.overlap_only,
-        fidelity.calibrate_horovod: args.horovod_only,
-        functools.partial(fidelity.calibrate_compute, repeats=args.repeats): args.compute_only,
-    }
-    chosen = [add for add, asked in only.items() if asked]
-    if len(chosen) > 1:
-        print(
-            "invalid arguments: --split-only/--ps-only/--overlap-only/--horovod-only/"
-            "--compute-only: choose one",
-            file=sys.stderr,
-        )
+    if len(asked) > 1:
+        flags = "/".join(f"--{name}-only" for name in CALIBRATE_ONLY)
+        print(f"invalid arguments: {flags}: choose one", file=sys.stderr)
         return 2
-    if chosen:
-        add = chosen[0]
+    if asked:
+        add = {
+            "split": fidelity.calibrate_split,
+            "ps": fidelity.calibrate_ps,
+            "overlap": fidelity.calibrate_overlap,
+            "horovod": fidelity.calibrate_horovod,
+            "compute": functools.partial(fidelity.calibrate_compute, repeats=args.repeats),
+        }[asked[0]]
         try:
             doc = add(args.label, progress=say)
         except fidelity.CalibrationMissing as err:

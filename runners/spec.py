@@ -147,7 +147,9 @@ class CommCluster:
     (the default): a round costs what a collective does. ``python -m runners calibrate``
     measures it through the lab's engine (a round is one 16-byte all-reduce, issued
     synchronously by the engine's dispatcher; beyond the gradient collectives' cost) and
-    ``fidelity`` sets it. A reconstruction, labelled as such.
+    ``fidelity`` sets it; for the ``horovod`` twin, Horovod's own cost per cycle (its
+    negotiation and its fused collective, ``runners.real.probe.horovod_cpu``), charged at the
+    cycle's round with ``collective_cpu_us`` 0. A reconstruction, labelled as such.
 
     ``optimizer_update`` (all-reduce arena; needs ``gpu: measured:<label>``): each layer's
     forward takes its measured momentum-SGD update time longer (the profile's ``update_s``:
@@ -173,11 +175,11 @@ class CommCluster:
     a framework's background loop on the cores the training shares, which wakes every cycle
     and negotiates with the other ranks while it has nothing to send (Horovod's: on our CPU
     testbed that slows the forward pass, which runs after the last collective); while a
-    collective runs the loop is busy with it, and its cost is the collective's
-    (``collective_cpu_us``). 0 (the default): none. ``python -m runners calibrate`` measures
+    collective runs the loop is busy with it, and its cost is the cycle's
+    (``negotiation_cpu_us``). 0 (the default): none. ``python -m runners calibrate`` measures
     it for Horovod (``runners.real.probe.horovod_cpu``: a step with Horovod idle over a step
-    without) and ``fidelity`` sets it for the ``horovod`` twin. A reconstruction, labelled as
-    such.
+    without); ``fidelity`` leaves it out of the ``horovod`` twin and scores the same real
+    runs with it apart (``mape_with``). A reconstruction, labelled as such.
 
     ``message_cpu_us`` (PS arena): the CPU time each message a worker's NIC carries (a push
     it sends, a pull it receives) takes from the compute op its worker runs when the message

@@ -323,10 +323,10 @@ def _launch(
     module = "runners.real.probe"
     if bandwidth_gbps is None:
         if horovod is not None:
-            _supervise([(horovodrun_argv(workers, module, work), horovod)], work, threads, 0, None)
+            argv = horovodrun_argv(workers, module, work)
         else:
             argv = torchrun_argv(module, work, workers, None, None)
-            _supervise([(argv, {})], work, threads, 0, None)
+        _supervise([(argv, horovod or {})], work, threads, 0, None)
     else:
         if why_not := tb.can_shape():
             raise tb.TestbedError(why_not)
@@ -664,11 +664,9 @@ def _synthetic_backward(
     inputs = torch.randn(batch, width)
     alone = []
     for it in range(SYNTHETIC_WARMUP + iterations):
-        loss = model(inputs).square().mean()
-        start = time.perf_counter()
-        loss.backward()
+        start, end = _backward_window(model, inputs)
         if it >= SYNTHETIC_WARMUP:
-            alone.append(time.perf_counter() - start)
+            alone.append(end - start)
         model.zero_grad(set_to_none=True)
     return model, inputs, statistics.median(alone)
 
@@ -820,7 +818,6 @@ def _horovod_cpu(
         while thread.is_alive():
             synthetic.zero_grad(set_to_none=True)
             windows.append(_backward_window(synthetic, inputs))
-        thread.join()
         if not any(a <= t < b for a, b in windows for t in starts):
             raise RuntimeError("no synthetic backward overlapped a Horovod collective")
         mine = [_cost_per_event(windows, starts, base)]

@@ -30,7 +30,7 @@ Modelling choices (written down, labelled in reports):
   starts while its group's network is idle takes ``1 + background_slowdown`` times longer (a
   framework's loop that wakes every cycle and negotiates while it has nothing to send, as
   Horovod's does; while a collective runs, the loop is busy with it and its cost is the
-  collective's, ``collective_cpu_s``; a reconstruction, labelled as such);
+  cycle's, ``negotiation_cpu_s``; a reconstruction, labelled as such);
 * ``collective_cpu_s`` (all-reduce arena): each collective the arena starts (``charge_cpu``)
   takes that much CPU time from the op each computing group runs then (a negotiation round's,
   ``negotiation_cpu_s`` when set): the op ends that much later (the communication threads

@@ -465,7 +465,9 @@ def test_calibrate_horovod_only_measures_horovod_s_own_cost_and_its_twin_pays_it
     from runners.real import hvd
 
     monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
-    doc = {**TESTBED, "method": "m", "comm_priority": "realtime"}
+    # a calibration whose Horovod entry is the first version's: its text replaced, not doubled
+    method = f"m; {fidelity._HOROVOD_METHOD_BEFORE_CYCLE}"
+    doc = {**TESTBED, "method": method, "comm_priority": "realtime"}
     doc["profiles"] = {"vgg16-debug": "vgg16-debug@cpu"}
     doc["network"] = [
         {**point, "collective_cpu_us": {"vgg16-debug": 300.0}} for point in doc["network"]
@@ -601,6 +603,14 @@ def test_calibrate_keeps_the_rest_when_horovod_s_probe_fails(tmp_path, monkeypat
     assert "horovod" not in stored["network"][0]
     assert fidelity.HOROVOD_METHOD not in stored["method"]
     assert any("Segmentation fault" in m and "--horovod-only" in m for m in said)
+    # a slow-down beyond what the simulator takes (a busy machine): the entry left out too
+    beyond = {"cycle_cpu_us": 800.0, "idle_slowdown": {"vgg16-debug": fidelity.SLOWDOWN_MAX + 1}}
+    monkeypatch.setattr(fidelity, "_probe_horovod", lambda *a: beyond)
+    said.clear()
+    fidelity.calibrate("cpu", ("vgg16-debug",), (), progress=said.append, comm_priority="normal")
+    stored = json.loads((tmp_path / "cpu.json").read_text())
+    assert "horovod" not in stored["network"][0]
+    assert any("Horovod runs idle" in m and "entry left out" in m for m in said)
     own = {"cycle_cpu_us": 800.0, "idle_slowdown": {"vgg16-debug": 0.3}}
     monkeypatch.setattr(fidelity, "_probe_horovod", lambda *a: own)
     fidelity.calibrate("cpu", ("vgg16-debug",), (), progress=said.append, comm_priority="normal")
@@ -1048,8 +1058,8 @@ def test_the_report_scores_the_same_runs_with_horovod_s_idle_loop(monkeypatch):
     wfbp, horovod = result["configs"]
     assert "sim_idle_loop_s" not in wfbp and horovod["sim_idle_loop_s"] == pytest.approx(0.048)
     assert (
-        "with a measured effect it leaves out: background_slowdown 12.5% (background_slowdown: "
-        "Horovod's idle loop; on the Horovod configurations 20.0% with it, 5.0% without)"
+        "with a measured effect it leaves out, Horovod's idle loop: background_slowdown 12.5% "
+        "(on the Horovod configurations 20.0% with it, 5.0% without)"
     ) in fidelity.format_report(result)
     result = fidelity.fidelity("cpu", ("wfbp",), ("vgg16-debug",), (1.0,), 5, repeats=1)
     assert result["mape_with"] == {}
