@@ -21,6 +21,7 @@ takes from a backward it overlaps, and a step's slow-down beside its idle loop.
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import sys
 import time
@@ -318,8 +319,8 @@ def _launch(
     work.mkdir(parents=True, exist_ok=True)
     (work / "job.json").write_text(json.dumps({**job, "comm_priority": comm_priority}))
     (work / "probe.json").unlink(missing_ok=True)
-    for stale in work.glob(".barrier-*"):  # an earlier launch's ranks' (``_file_barrier``)
-        stale.unlink()
+    for stale in work.glob(".barrier-*"):  # an earlier launch's ranks' (``file_barrier``)
+        shutil.rmtree(stale)
     module = "runners.real.probe"
     if bandwidth_gbps is None:
         if horovod is not None:
@@ -743,18 +744,6 @@ def _engine_cpu(
     return _cost_per_event(windows, starts, base)
 
 
-def _file_barrier(work: Path, name: str, rank: int, workers: int, timeout_s: float = 120.0) -> None:
-    """Wait until every rank of ``workers`` has reached the barrier ``name`` (a file per rank
-    in ``work``, the job's directory, which every rank's namespace sees; ``_launch`` clears
-    them before each launch): for ranks that have no collective library started yet."""
-    (work / f".barrier-{name}.{rank}").touch()
-    deadline = time.monotonic() + timeout_s
-    while not all((work / f".barrier-{name}.{k}").exists() for k in range(workers)):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"rank {rank}: the other ranks never reached {name!r}")
-        time.sleep(0.005)
-
-
 def _backward_window(model: Any, inputs: Any) -> tuple[float, float]:
     """The synthetic model's forward, then its backward timed: ``(start, end)``."""
     loss = model(inputs).square().mean()
@@ -788,11 +777,14 @@ def _horovod_cpu(
     import horovod.torch as hvd
     import torch
 
+    from workloads.measure import file_barrier
+
     rank, workers = int(os.environ["HOROVOD_RANK"]), int(os.environ["HOROVOD_SIZE"])
     timers = {model: _timed_steps(model, rank, workers) for model in models}
     for timed in timers.values():
         timed(3)
-    _file_barrier(work, "plain", rank, workers)
+    # every rank's namespace sees the job's directory; ``_launch`` clears it for each launch
+    file_barrier(work / ".barrier-plain", workers, timeout_s=120.0)()
     plain = {model: statistics.median(timers[model](steps)) for model in models}
     synthetic, inputs, base = _synthetic_backward(layers, iterations, batch)
     with _communication():  # Horovod's background and gloo threads
