@@ -223,8 +223,9 @@ def _parser() -> argparse.ArgumentParser:
         "--no-compute-check",
         dest="compute_check",
         action="store_false",
-        help="skip timing each model's step before and after the real runs against the "
-        "calibration's (about 6 s per model each time; the report's compute_drift)",
+        help="skip timing each model's step before, between the rounds of and after the real "
+        "runs against the calibration's (about 6 s per model each time; the report's "
+        "compute_drift, and mape_with's compute_checked)",
     )
     p.add_argument(
         "--json",

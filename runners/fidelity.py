@@ -45,10 +45,14 @@ CPU), on a shaped network the shaper's token bucket, the plan the real run execu
 real engine's negotiation of reordering plans. It reports
 per configuration both iteration times and the simulator's absolute percentage error, and
 their mean (MAPE) per system and overall. Nothing in the simulator is fitted to the training runs
-themselves: only the calibration measurements above feed it. Before the first real run and
-after the last it times each model's step again as calibrate did and reports how far the
-machine's compute has moved from the calibration's (``compute_drift``; the twins keep the
-calibration's: a stale calibration is reported, not corrected).
+themselves: only the calibration measurements above feed it. Before the first real run,
+between rounds and after the last it times each model's step again as calibrate did and
+reports how far the machine's compute has moved from the calibration's (``compute_drift``).
+The twins keep the calibration's compute, so a stale calibration is reported, not corrected.
+The report also scores the same real runs with twins whose compute is scaled by what these
+checks measured (``cluster.compute_scale``: the geometric mean of a model's checks over the
+calibration's step; ``mape_with``'s ``compute_checked``). That is the simulator given the
+machine's speed during the set, measured apart from the runs it scores.
 """
 
 from __future__ import annotations
@@ -1157,10 +1161,13 @@ def compute_drift(
     models: tuple[str, ...], label: str, testbed: dict[str, Any], when: str,
     drift: dict[str, dict[str, Any]],
 ) -> None:  # fmt: skip
-    """Time each of ``models`` now (``when``: "before" or "after" the real runs) into
-    ``drift[model]``: the calibration's step (``calibrated_step_s``), ``{when}_step_s`` and
-    ``{when}_pct`` (over the calibration's, minus 1, in percent), and ``drift_pct``, the
-    larger move of the two (by its size, with its sign). A model the calibration has no
+    """Time each of ``models`` now (``when``: "before" or "after" the real runs, or
+    "between" two rounds of them) into ``drift[model]``: the calibration's step
+    (``calibrated_step_s``), ``{when}_step_s`` and ``{when}_pct`` (over the calibration's,
+    minus 1, in percent; "between" appends to ``between_step_s``), ``drift_pct``, the largest
+    move of ``before`` and ``after`` (by its size, with its sign), and ``checked_scale``, the
+    geometric mean of every step timed so far over the calibration's (the twins scored with
+    the machine's measured speed: ``cluster.compute_scale``). A model the calibration has no
     step times for gets ``missing``; one whose measurement fails ``{when}_error`` (the real
     runs' results are kept either way)."""
     workers, threads = int(testbed["workers"]), int(testbed["threads"])
@@ -1176,10 +1183,16 @@ def compute_drift(
         except RuntimeError as err:  # a measuring process failed (``_wait_all``)
             entry[f"{when}_error"] = str(err)
             continue
-        entry[f"{when}_step_s"] = now
-        entry[f"{when}_pct"] = 100.0 * (now / step - 1.0)
-        moves = [entry[k] for k in ("before_pct", "after_pct") if k in entry]
-        entry["drift_pct"] = max(moves, key=abs)
+        if when == "between":
+            entry.setdefault("between_step_s", []).append(now)
+        else:
+            entry[f"{when}_step_s"] = now
+            entry[f"{when}_pct"] = 100.0 * (now / step - 1.0)
+            moves = [entry[k] for k in ("before_pct", "after_pct") if k in entry]
+            entry["drift_pct"] = max(moves, key=abs)
+        timed = [entry[k] for k in ("before_step_s", "after_step_s") if k in entry]
+        timed += entry.get("between_step_s", [])
+        entry["checked_scale"] = statistics.geometric_mean(timed) / step
 
 
 def _payload_burst(nominal_gbps: float, fitted_gbps: float) -> int:
@@ -1211,8 +1224,10 @@ def fidelity(
     simulator's prediction lies within their range (``sim_within_runs``; None with one run).
     ``wall_s`` is the configuration's real runs' wall time, all rounds together.
     ``on_config`` gets each row once its last run is done. ``compute_check``: time each
-    model's step before and after the real runs, as the calibration did, and report how far
-    it has moved from the calibration's (``compute_drift``)."""
+    model's step before, between the rounds of and after the real runs, as the calibration
+    did, report how far it has moved from the calibration's (``compute_drift``) and score the
+    runs with twins given the speed measured (``mape_with``'s ``compute_checked``, each row's
+    ``sim_compute_checked_s``: rows are complete in the report, not in ``on_config``)."""
     from .real import launch
 
     if repeats < 1:
@@ -1265,6 +1280,9 @@ def fidelity(
                 configs.append(row)
                 if on_config is not None:
                     on_config(row)
+        if drift is not None and round_ < repeats - 1:
+            say("compute check between rounds")
+            compute_drift(models, label, testbed, "between", drift)
     if drift is not None:
         say("compute check after the real runs")
         compute_drift(models, label, testbed, "after", drift)
@@ -1296,6 +1314,14 @@ def fidelity(
             _ape(row.get("sim_idle_loop_s", row["sim_iteration_s"]), row["real_iteration_s"])
             for row in configs
         )
+    scales = {m: d["checked_scale"] for m, d in (drift or {}).items() if "checked_scale" in d}
+    if configs and all(row["workload"] in scales for row in configs):
+        for real_spec, sim, row in zip(real_specs, sims, configs, strict=True):
+            twin = _scaled_twin(sim, scales[row["workload"]])
+            row["sim_compute_checked_s"] = _twin(real_spec, twin).metrics["iteration_time_s"]
+        with_["compute_checked"] = statistics.fmean(
+            _ape(row["sim_compute_checked_s"], row["real_iteration_s"]) for row in configs
+        )
     priority = testbed.get("comm_priority", "normal")
     return report(
         configs,
@@ -1326,6 +1352,11 @@ ABLATIONS = (
     "link_burst_bytes",
     "message_cpu_us",
 )
+
+
+def _scaled_twin(sim: RunSpec, scale: float) -> RunSpec:
+    """``sim`` with its compute ``scale`` times as long (``cluster.compute_scale``)."""
+    return dataclasses.replace(sim, cluster=dataclasses.replace(sim.cluster, compute_scale=scale))
 
 
 def _ape(predicted: float, measured: float) -> float:
@@ -1498,8 +1529,8 @@ def report(
 
 
 def drift_line(result: dict[str, Any]) -> str:
-    """The compute check in words: each model's step before and after the real runs against
-    the calibration's."""
+    """The compute check in words: each model's step before, between the rounds of and after
+    the real runs against the calibration's."""
     label = result["label"]
 
     def timed(entry: dict[str, Any], when: str) -> str:
@@ -1514,13 +1545,18 @@ def drift_line(result: dict[str, Any]) -> str:
         if "missing" in d:
             parts.append(f"{model} not checked ({d['missing']})")
             continue
-        parts.append(
-            f"{model} calibrated {d['calibrated_step_s'] * 1e3:.1f} ms, "
-            + ", ".join(timed(d, when) for when in ("before", "after"))
-        )
+        checks = [timed(d, "before")]
+        if d.get("between_step_s"):
+            steps = ", ".join(f"{t * 1e3:.1f}" for t in d["between_step_s"])
+            checks.append(f"between rounds {steps}")
+        checks.append(timed(d, "after"))
+        if "checked_scale" in d:
+            checks.append(f"x{d['checked_scale']:.2f} over the set")
+        calibrated = f"{model} calibrated {d['calibrated_step_s'] * 1e3:.1f} ms, "
+        parts.append(calibrated + ", ".join(checks))
     line = (
-        f"compute check, each model's step against the calibration {label}'s, before and "
-        "after the real runs: " + "; ".join(parts)
+        f"compute check, each model's step (ms) against the calibration {label}'s, before, "
+        "between the rounds of and after the real runs: " + "; ".join(parts)
     )
     if result.get("calibration_stale"):
         line += (
@@ -1590,14 +1626,30 @@ def format_report(result: dict[str, Any]) -> str:
     if result.get("mape_without"):
         scored = ", ".join(f"{k} {v:.1f}%" for k, v in result["mape_without"].items())
         lines.append(f"the same real runs, the simulator without one modelled effect: {scored}")
-    if result.get("mape_with"):
-        scored = ", ".join(f"{k} {v:.1f}%" for k, v in result["mape_with"].items())
+    with_ = result.get("mape_with", {})
+    if "background_slowdown" in with_:
         idle = [c for c in result["configs"] if "sim_idle_loop_s" in c]
         alone = statistics.fmean(_ape(c["sim_idle_loop_s"], c["real_iteration_s"]) for c in idle)
         lines.append(
-            f"the same real runs, the simulator with a measured effect it leaves out, Horovod's "
-            f"idle loop: {scored} (on the Horovod configurations {alone:.1f}% with it, "
+            "the same real runs, the simulator with a measured effect it leaves out, Horovod's "
+            f"idle loop: background_slowdown {with_['background_slowdown']:.1f}% (on the "
+            f"Horovod configurations {alone:.1f}% with it, "
             f"{statistics.fmean(c['ape_pct'] for c in idle):.1f}% without)"
+        )
+    if "compute_checked" in with_:
+        per_system = {
+            system: statistics.fmean(
+                _ape(c["sim_compute_checked_s"], c["real_iteration_s"])
+                for c in result["configs"]
+                if c["system"] == system
+            )
+            for system in result["per_system_mape_pct"]
+        }
+        systems = ", ".join(f"{k} {v:.1f}%" for k, v in per_system.items())
+        lines.append(
+            "the same real runs, the simulator given each model's compute as the compute check "
+            f"measured it during the set: compute_checked {with_['compute_checked']:.1f}% "
+            f"({systems})"
         )
     verdict = "meets" if result["meets_target"] else "misses"
     lines.append(

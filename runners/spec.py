@@ -189,6 +189,14 @@ class CommCluster:
     nothing. ``python -m runners calibrate`` measures it through the real PS transport
     (``runners.real.probe.ps_message_cpu``) and ``fidelity`` sets it for the PS systems. A
     reconstruction, labelled as such.
+
+    ``compute_scale``: every compute op (forward, backward, optimizer update) takes this many
+    times its profile's time: a machine whose speed has moved since its profile was measured,
+    or a what-if for a slower (> 1) or faster (< 1) device. 1 (the default): the profile's
+    times. ``fidelity`` sets it from its compute check (each model's step timed before, between
+    and after the real runs, as the calibration timed it) for the twins it scores apart
+    (``mape_with``: ``compute_checked``); a uniform scale is an assumption: contention slows
+    every layer alike.
     """
 
     workers: int = 8
@@ -210,6 +218,7 @@ class CommCluster:
     optimizer_update: bool = False  # all-reduce arena: a measured profile's update times
     step_jitter_cv: float = 0.0  # all-reduce arena: per-worker, per-step compute noise
     background_slowdown: float = 0.0  # all-reduce arena: a framework's background work
+    compute_scale: float = 1.0  # every compute op's time over its profile's
     stragglers: tuple[Straggler, ...] = ()
     ps: int = 4
     servers: int = 8
@@ -320,6 +329,7 @@ SPLIT_COST_MAX = 4.0  # reduce_scatter_cost / all_gather_cost: of an all-reduce,
 # overlap_slowdown / overlap_comm_slowdown: measured ratios minus 1 (``calibrate``); a machine
 # busy with other work can make them large (10.7 once in CI), so the bound only stops typos.
 SLOWDOWN_MAX = 100.0
+COMPUTE_SCALE_MAX = 1000.0  # ``cluster.compute_scale``: the bound only stops typos
 
 # Cluster fields the all-reduce arena alone uses (other arenas refuse them unless default).
 ALLREDUCE_ONLY_FIELDS = (
@@ -364,6 +374,7 @@ _OMITTED_AT_DEFAULT = {
     "optimizer_update": CommCluster.optimizer_update,
     "step_jitter_cv": CommCluster.step_jitter_cv,
     "background_slowdown": CommCluster.background_slowdown,
+    "compute_scale": CommCluster.compute_scale,
 }
 _TOP_OMITTED_AT_DEFAULT = {"timeline_iterations": 2}
 
@@ -502,6 +513,12 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         lambda v: 0 <= v <= SLOWDOWN_MAX,
         f"a number in [0, {SLOWDOWN_MAX:g}] (how much longer a compute op takes that starts "
         "while the network is idle, beside a framework's background loop; 0 = none)",
+    ),
+    "compute_scale": (
+        float,
+        lambda v: 0 < v <= COMPUTE_SCALE_MAX,
+        f"a number in (0, {COMPUTE_SCALE_MAX:g}] (every compute op's time over its profile's; "
+        "1 = the profile's)",
     ),
     "ps": (int, lambda v: 1 <= v <= 10_000, "an integer between 1 and 10000 (PS processes)"),
     "servers": (int, lambda v: 1 <= v <= 10_000, "an integer between 1 and 10000 (PS machines)"),

@@ -47,6 +47,7 @@ CLUSTER_KEYS = (
     "gpu",
     "compute_efficiency",
     "compute_jitter_cv",
+    "compute_scale",
     "overlap_slowdown",
     "stragglers",
     "link_burst_bytes",
@@ -191,6 +192,13 @@ class ExperimentForm(_ClusterArenaFields):
         label="compute jitter (CV)",
         initial=_DEFAULTS.compute_jitter_cv,
         help_text="seeded per-op noise; 0 = deterministic",
+    )
+    cluster_compute_scale = forms.FloatField(
+        label="compute scale",
+        required=False,
+        initial=_DEFAULTS.compute_scale,
+        help_text="every forward, backward and update takes this many times the device's "
+        "time: a what-if for a slower (> 1) or faster (< 1) machine (1 = as profiled)",
     )
     cluster_overlap_slowdown = forms.FloatField(
         label="overlap slow-down",

@@ -36,6 +36,8 @@ def compute_setup(
     times = profile_times(spec) if layers is None else layers
     if c.optimizer_update:
         times = with_updates(times, spec)
+    if c.compute_scale != 1.0:
+        times = scaled(times, c.compute_scale)
     n_iter = spec.warmup_iterations + spec.iterations + 1
     return ComputeSetup(
         layers=times,
@@ -65,6 +67,16 @@ def with_updates(times: tuple[LayerTimes, ...], spec: RunSpec) -> tuple[LayerTim
             "python -m runners calibrate"
         )
     return tuple(dataclasses.replace(lt, fwd_s=lt.fwd_s + lt.update_s) for lt in times)
+
+
+def scaled(times: tuple[LayerTimes, ...], factor: float) -> tuple[LayerTimes, ...]:
+    """``cluster.compute_scale``: every compute time ``factor`` times as long (the sizes kept)."""
+    return tuple(
+        dataclasses.replace(
+            lt, fwd_s=lt.fwd_s * factor, bwd_s=lt.bwd_s * factor, update_s=lt.update_s * factor
+        )
+        for lt in times
+    )
 
 
 def timeline_window(spec: RunSpec) -> tuple[int, int] | None:

@@ -817,11 +817,13 @@ def test_fidelity_json_ends_with_the_report(monkeypatch, capsys):
     assert "python -m runners calibrate --label unit --compute-only" in out.err
 
 
-def test_fidelity_times_each_model_before_and_after_the_real_runs(monkeypatch):
+def test_fidelity_times_each_model_before_between_and_after_the_real_runs(monkeypatch):
     """The compute check: each model's step timed as the calibration timed it (its layout and
-    number of timed steps), before the first real run and after the last, against the
-    calibration's; the report flags a move of more than ``COMPUTE_DRIFT_PCT`` either time,
-    even where before and after move opposite ways, and says to measure it again."""
+    number of timed steps), before the first real run, between rounds and after the last,
+    against the calibration's; the report flags a move of more than ``COMPUTE_DRIFT_PCT``
+    before or after, even where they move opposite ways, and says to measure it again; and
+    it scores the same runs with twins whose compute is the checks' geometric mean over the
+    calibration's (``compute_checked``)."""
     from types import SimpleNamespace
 
     from runners.real import launch
@@ -830,7 +832,8 @@ def test_fidelity_times_each_model_before_and_after_the_real_runs(monkeypatch):
     monkeypatch.setattr(launch, "preflight", lambda spec: None)
     events = []
     monkeypatch.setattr(fidelity, "calibrated_step", lambda model, label: (0.010, 7))
-    now = iter([0.0085, 0.0112])  # -15 % before, +12 % after: their mean would be -1.5 %
+    # -15 % before, +12 % after (their mean would be -1.5 %), between rounds 14 and 12.5 ms
+    now = iter([0.0085, 0.0140, 0.0125, 0.0112])
 
     def step_now(model, workers, threads, repeats):
         assert (model, workers, threads, repeats) == ("vgg16-debug", 3, 1, 7)
@@ -845,26 +848,43 @@ def test_fidelity_times_each_model_before_and_after_the_real_runs(monkeypatch):
 
     monkeypatch.setattr(fidelity, "step_now_s", step_now)
     monkeypatch.setattr(launch, "run", fake_run)
-    twin = SimpleNamespace(metrics={"iteration_time_s": 0.03, "compute_time_s": 0.01})
-    monkeypatch.setattr(fidelity, "_twin", lambda real_spec, sim_spec: twin)
+
+    def fake_twin(real_spec, sim_spec):  # 30 ms at the calibration's compute
+        t = 0.03 * sim_spec.cluster.compute_scale
+        return SimpleNamespace(metrics={"iteration_time_s": t, "compute_time_s": 0.01})
+
+    monkeypatch.setattr(fidelity, "_twin", fake_twin)
     models = ("vgg16-debug",)
     said = []
     result = fidelity.fidelity(
-        "cpu", ("wfbp",), models, (1.0,), 5, repeats=2, progress=said.append
+        "cpu", ("wfbp",), models, (1.0,), 5, repeats=3, progress=said.append
     )  # fmt: skip
-    assert events == ["check", "run", "run", "check"]
+    assert events == ["check", "run", "check", "run", "check", "run", "check"]
     # said at once, before the real runs: the user may stop and measure the compute again
     assert "compute check: vgg16-debug -15.0% against the calibration" in said
     assert any("--compute-only first" in line for line in said[:4]), said
     (entry,) = result["compute_drift"].values()
+    scale = (0.0085 * 0.0140 * 0.0125 * 0.0112) ** 0.25 / 0.010  # 1.13
+    entry = dict(entry)  # the report's own is read again below
+    assert entry.pop("between_step_s") == pytest.approx([0.0140, 0.0125])
     assert entry == pytest.approx({
         "calibrated_step_s": 0.010, "before_step_s": 0.0085, "after_step_s": 0.0112,
+        "checked_scale": scale,
         "before_pct": -15.0, "after_pct": 12.0, "drift_pct": -15.0,  # the larger move
     })  # fmt: skip
     assert result["calibration_stale"]
+    assert result["mape_pct"] == 0.0, "the twins keep the calibration's compute"
+    (row,) = result["configs"]
+    assert row["sim_compute_checked_s"] == pytest.approx(0.03 * scale)
+    assert result["mape_with"] == pytest.approx({"compute_checked": 100 * abs(scale - 1)})
     text = fidelity.format_report(result)
-    assert "vgg16-debug calibrated 10.0 ms, before 8.5 (-15.0%), after 11.2 (+12.0%)" in text
+    assert (
+        "vgg16-debug calibrated 10.0 ms, before 8.5 (-15.0%), between rounds 14.0, 12.5, "
+        f"after 11.2 (+12.0%), x{scale:.2f} over the set"
+    ) in text
     assert "--compute-only" in text
+    checked = f"measured it during the set: compute_checked {100 * abs(scale - 1):.1f}% (wfbp"
+    assert checked in text
     calm = {**entry, "before_pct": -9.0, "after_pct": 9.5, "drift_pct": 9.5}
     calm = fidelity.report(result["configs"], "cpu", compute_drift={"vgg16-debug": calm})
     assert not calm["calibration_stale"] and "--compute-only" not in fidelity.format_report(calm)

@@ -378,6 +378,38 @@ def test_each_layer_s_forward_takes_its_measured_update_longer():
     assert err.value.field == "cluster.optimizer_update"
 
 
+def test_compute_scale_stretches_every_compute_op_in_both_arenas():
+    """``compute_scale``: every forward, backward and measured update takes that many times
+    its profile's time (the gradients' sizes kept), in the all-reduce and the PS arena; left
+    out of the resolved spec at its default; refused at 0, below and above its bound."""
+    layers = tuple(
+        LayerTimes(f"l{i}", fwd_s=0.001, bwd_s=0.002, grad_bytes=10**6, update_s=0.0005)
+        for i in range(3)
+    )
+    kw = {"workers": 2, "bandwidth_gbps": 1.0, "latency_us": 100.0, "iterations": 3}
+    kw |= {"gpu": "measured:testbed", "workload": "vgg16-debug", "optimizer_update": True}
+
+    def ops(result, kind):
+        return [r[5] - r[4] for r in result.timeline if r[2] == kind and r[0] == 3]
+
+    _, plain = run_layers("wfbp", layers, **kw)
+    spec, scaled = run_layers("wfbp", layers, **kw, compute_scale=1.5)
+    assert ops(plain, "forward") == pytest.approx([0.0015] * 3, rel=1e-9)  # the updates in
+    assert ops(scaled, "forward") == pytest.approx([0.00225] * 3, rel=1e-9)
+    assert ops(scaled, "backward") == pytest.approx([0.003] * 3, rel=1e-9)
+    assert spec.as_dict()["cluster"]["compute_scale"] == 1.5
+    # the PS arena: its compute alike, its messages not
+    _, ps_plain = run("ps-default", "vgg16-debug", workers=2)
+    _, ps_scaled = run("ps-default", "vgg16-debug", workers=2, compute_scale=2.0)
+    compute = [r.metrics["compute_time_s"] for r in (ps_plain, ps_scaled)]
+    assert compute[1] == pytest.approx(2 * compute[0], rel=1e-6)
+    assert "compute_scale" not in validate(raw_spec("wfbp")).as_dict()["cluster"]
+    for value in (0.0, -1.0, 1001.0):
+        with pytest.raises(SpecError) as err:
+            validate(raw_spec("wfbp", compute_scale=value))
+        assert err.value.field == "cluster.compute_scale", value
+
+
 def test_a_framework_s_background_loop_slows_the_ops_that_start_while_the_network_idles():
     """``background_slowdown``: an op that starts while no collective is in flight, a measured
     update included, takes 1 + it times as long; one that starts while a collective runs
