@@ -138,6 +138,44 @@ def test_calibrate_measures_again_once_when_times_do_not_grow(monkeypatch):
     assert calls == [11, 22]
 
 
+def test_calibrate_measures_a_shaped_network_again_when_its_times_are_not_straight(monkeypatch):
+    """On a shaped network a large all-reduce more than ``LINEAR_TOLERANCE_PCT`` off the fit's
+    straight line (the 4 MiB one 3x its time: another load took the cores) is measured again
+    with twice the repeats and the straighter measurement kept; where both are off, the
+    straighter with a warning; loopback (not linear in size) is not checked."""
+    ring = RingAllReduce(2, 1.2e8, 50e-6)
+    good = [(s, ring.time_s(s)) for s in probe.DEFAULT_SIZES]
+    bent = [(s, t * (3.0 if s == 4 * 2**20 else 1.0)) for s, t in good]
+    worse = [(s, t * (4.0 if s == 4 * 2**20 else 1.0)) for s, t in good]
+    answers: list = []
+    calls = []
+
+    def fake_probe(workers, nominal, work, repeats, threads, comm_priority):
+        calls.append(repeats)
+        return answers[len(calls) - 1]
+
+    monkeypatch.setattr(probe, "probe", fake_probe)
+    assert fidelity.nonlinearity_pct(good, 50e-6, 1.2e8, 2) == pytest.approx(0.0, abs=1e-6)
+    said: list[str] = []
+    answers[:] = [bent, good]
+    rows, alpha, bandwidth, remeasured = fidelity._probe_network(2, 1.0, 1, said.append)
+    assert (calls, rows, remeasured) == ([11, 22], good, True)
+    assert bandwidth == pytest.approx(1.2e8, rel=1e-6) and alpha == pytest.approx(50e-6)
+    assert "off the fit's straight line" in said[0] and len(said) == 1
+    calls.clear(), said.clear()
+    answers[:] = [bent, worse]
+    rows, _, _, remeasured = fidelity._probe_network(2, 1.0, 1, said.append)
+    assert (calls, rows, remeasured) == ([11, 22], bent, True)
+    assert "both measurements are off a straight line" in said[-1]
+    calls.clear(), said.clear()
+    answers[:] = [bent]  # loopback: kept as measured
+    assert fidelity._probe_network(2, None, 1, said.append)[0] == bent
+    assert calls == [11] and said == []
+    calls.clear()
+    answers[:] = [good]
+    assert fidelity._probe_network(2, 1.0, 1, said.append)[3] is False and calls == [11]
+
+
 def test_twins_get_the_optimizer_updates_where_the_calibration_timed_them(monkeypatch):
     """Every real system updates each parameter every iteration: where the calibration's
     profile timed the updates, every all-reduce twin (DDP's and Horovod's too) has them."""
