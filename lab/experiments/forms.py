@@ -197,8 +197,9 @@ class ExperimentForm(_ClusterArenaFields):
         label="compute scale",
         required=False,
         initial=_DEFAULTS.compute_scale,
-        help_text="every forward, backward and update takes this many times the device's "
-        "time: a what-if for a slower (> 1) or faster (< 1) machine (1 = as profiled)",
+        help_text="every forward and backward takes this many times the device's time: a "
+        "what-if for a slower (> 1) or faster (< 1) machine (1 = as profiled; on a named GPU "
+        "the same as dividing the compute efficiency by it)",
     )
     cluster_overlap_slowdown = forms.FloatField(
         label="overlap slow-down",

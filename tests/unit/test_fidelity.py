@@ -142,7 +142,8 @@ def test_calibrate_measures_a_shaped_network_again_when_its_times_are_not_straig
     """On a shaped network a large all-reduce more than ``LINEAR_TOLERANCE_PCT`` off the fit's
     straight line (the 4 MiB one 3x its time: another load took the cores) is measured again
     with twice the repeats and the straighter measurement kept; where both are off, the
-    straighter with a warning; loopback (not linear in size) is not checked."""
+    straighter with a warning, as where the second is impossible or the first was already
+    measured again (as impossible); loopback (not linear in size) is not checked."""
     ring = RingAllReduce(2, 1.2e8, 50e-6)
     good = [(s, ring.time_s(s)) for s in probe.DEFAULT_SIZES]
     bent = [(s, t * (3.0 if s == 4 * 2**20 else 1.0)) for s, t in good]
@@ -166,7 +167,13 @@ def test_calibrate_measures_a_shaped_network_again_when_its_times_are_not_straig
     answers[:] = [bent, worse]
     rows, _, _, remeasured = fidelity._probe_network(2, 1.0, 1, said.append)
     assert (calls, rows, remeasured) == ([11, 22], bent, True)
-    assert "both measurements are off a straight line" in said[-1]
+    assert "the all-reduce times kept are 200% off a straight line" in said[-1]
+    impossible = [(s, 1e-3 if s < probe.LARGE_BYTES else 1.0 / s) for s in probe.DEFAULT_SIZES]
+    for answers[:] in ([bent, impossible], [impossible, bent]):
+        calls.clear(), said.clear()
+        rows, _, _, remeasured = fidelity._probe_network(2, 1.0, 1, said.append)
+        assert (calls, rows, remeasured) == ([11, 22], bent, True)
+        assert "off a straight line in size" in said[-1], said
     calls.clear(), said.clear()
     answers[:] = [bent]  # loopback: kept as measured
     assert fidelity._probe_network(2, None, 1, said.append)[0] == bent
@@ -858,10 +865,10 @@ def test_fidelity_json_ends_with_the_report(monkeypatch, capsys):
 def test_fidelity_times_each_model_before_between_and_after_the_real_runs(monkeypatch):
     """The compute check: each model's step timed as the calibration timed it (its layout and
     number of timed steps), before the first real run, between rounds and after the last,
-    against the calibration's; the report flags a move of more than ``COMPUTE_DRIFT_PCT``
-    before or after, even where they move opposite ways, and says to measure it again; and
-    it scores the same runs with twins whose compute is the checks' geometric mean over the
-    calibration's (``compute_checked``)."""
+    against the calibration's; the report flags a move of more than ``COMPUTE_DRIFT_PCT`` at
+    any check, even where before and after move opposite ways, and says to measure it again;
+    and it scores the same runs with twins whose compute is the checks' geometric mean over
+    the calibration's (``compute_checked``)."""
     from types import SimpleNamespace
 
     from runners.real import launch
@@ -905,11 +912,13 @@ def test_fidelity_times_each_model_before_between_and_after_the_real_runs(monkey
     scale = (0.0085 * 0.0140 * 0.0125 * 0.0112) ** 0.25 / 0.010  # 1.13
     entry = dict(entry)  # the report's own is read again below
     assert entry.pop("between_step_s") == pytest.approx([0.0140, 0.0125])
+    assert entry.pop("between_pct") == pytest.approx([40.0, 25.0])
     assert entry == pytest.approx({
         "calibrated_step_s": 0.010, "before_step_s": 0.0085, "after_step_s": 0.0112,
         "checked_scale": scale,
-        "before_pct": -15.0, "after_pct": 12.0, "drift_pct": -15.0,  # the larger move
+        "before_pct": -15.0, "after_pct": 12.0, "drift_pct": 40.0,  # the largest move
     })  # fmt: skip
+    assert "compute check between rounds: vgg16-debug +40.0%" in said
     assert result["calibration_stale"]
     assert result["mape_pct"] == 0.0, "the twins keep the calibration's compute"
     (row,) = result["configs"]
@@ -917,13 +926,13 @@ def test_fidelity_times_each_model_before_between_and_after_the_real_runs(monkey
     assert result["mape_with"] == pytest.approx({"compute_checked": 100 * abs(scale - 1)})
     text = fidelity.format_report(result)
     assert (
-        "vgg16-debug calibrated 10.0 ms, before 8.5 (-15.0%), between rounds 14.0, 12.5, "
-        f"after 11.2 (+12.0%), x{scale:.2f} over the set"
+        "vgg16-debug calibrated 10.0 ms, before 8.5 (-15.0%), between rounds 14.0 (+40.0%), "
+        f"12.5 (+25.0%), after 11.2 (+12.0%), x{scale:.2f} over the set (compute_checked's"
     ) in text
     assert "--compute-only" in text
     checked = f"measured it during the set: compute_checked {100 * abs(scale - 1):.1f}% (wfbp"
     assert checked in text
-    calm = {**entry, "before_pct": -9.0, "after_pct": 9.5, "drift_pct": 9.5}
+    calm = {**entry, "before_pct": -9.0, "after_pct": 9.5, "drift_pct": 9.5}  # no between
     calm = fidelity.report(result["configs"], "cpu", compute_drift={"vgg16-debug": calm})
     assert not calm["calibration_stale"] and "--compute-only" not in fidelity.format_report(calm)
     events.clear()
@@ -934,7 +943,9 @@ def test_fidelity_times_each_model_before_between_and_after_the_real_runs(monkey
 
 def test_the_compute_check_keeps_the_runs_when_it_cannot_measure(monkeypatch):
     """A model the calibration has no step times for is named with the command that
-    records them; a measurement that fails is reported, and the real runs' results stand."""
+    records them; a measurement that fails is reported (each between rounds too), and the
+    real runs' results stand; the runs are then not scored with the checked compute, and
+    the text says why."""
     monkeypatch.setattr(
         fidelity, "calibrated_step", lambda m, label: None if m == "vgg16-debug" else (0.01, 5)
     )
@@ -956,6 +967,19 @@ def test_the_compute_check_keeps_the_runs_when_it_cannot_measure(monkeypatch):
     assert "vgg16-debug not checked (the calibration has no step times for it)" in line
     assert "before: not timed (measuring resnet50-debug failed" in line and "after: -" in line
     assert "python -m runners calibrate --label cpu --compute-only" in line
+    for _ in range(2):
+        fidelity.compute_drift(models, "cpu", TESTBED, "between", drift)
+    assert (
+        drift["resnet50-debug"]["between_errors"]
+        == ["measuring resnet50-debug failed: ['Killed']"] * 2
+    )
+    out = fidelity.report([_row("wfbp", 0.04, 0.04)], "cpu", compute_drift=drift)
+    assert "between rounds not timed (measuring resnet50-debug failed" in fidelity.drift_line(out)
+    assert out["mape_with"] == {}
+    assert (
+        "with the compute the check measured: not scored, as vgg16-debug, resnet50-debug could "
+        "not be timed"
+    ) in fidelity.format_report(out)
 
 
 def test_the_check_times_the_step_as_the_calibration_does_and_writes_nothing(monkeypatch):

@@ -398,11 +398,15 @@ def test_compute_scale_stretches_every_compute_op_in_both_arenas():
     assert ops(scaled, "forward") == pytest.approx([0.00225] * 3, rel=1e-9)
     assert ops(scaled, "backward") == pytest.approx([0.003] * 3, rel=1e-9)
     assert spec.as_dict()["cluster"]["compute_scale"] == 1.5
-    # the PS arena: its compute alike, its messages not
+    # the PS arena: its compute alike, its messages' sizes kept
     _, ps_plain = run("ps-default", "vgg16-debug", workers=2)
     _, ps_scaled = run("ps-default", "vgg16-debug", workers=2, compute_scale=2.0)
     compute = [r.metrics["compute_time_s"] for r in (ps_plain, ps_scaled)]
     assert compute[1] == pytest.approx(2 * compute[0], rel=1e-6)
+    pushes = [
+        sorted(r[6] for r in result.timeline if r[2] == "push") for result in (ps_plain, ps_scaled)
+    ]
+    assert pushes[0] and pushes[1] == pushes[0]
     assert "compute_scale" not in validate(raw_spec("wfbp")).as_dict()["cluster"]
     for value in (0.0, -1.0, 1001.0):
         with pytest.raises(SpecError) as err:
