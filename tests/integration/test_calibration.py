@@ -100,7 +100,17 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
     assert len(lines) == 7  # six configurations, then the report
     rows = [json.loads(line) for line in lines[:6]]
     report = json.loads(lines[-1])
+    # the report's rows are the printed ones, with the prediction given the compute the check
+    # measured (known only after the last check)
+    checked = [row.pop("sim_compute_checked_s") for row in report["configs"]]
     assert report["configs"] == rows
+    assert all(t > 0 for t in checked)
+    assert report["mape_with"]["compute_checked"] == pytest.approx(
+        statistics.fmean(
+            100 * abs(t - r["real_iteration_s"]) / r["real_iteration_s"]
+            for t, r in zip(checked, rows, strict=True)
+        )
+    )
     assert {(r["system"], r["network"]) for r in rows} == {
         (s, n) for s in systems.split(",") for n in ("shaped", "loopback")
     }
@@ -124,7 +134,11 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
         assert drift[f"{when}_step_s"] > 0
         moves.append(100 * (drift[f"{when}_step_s"] / calibrated - 1))
         assert drift[f"{when}_pct"] == pytest.approx(moves[-1])
-    assert drift["drift_pct"] == pytest.approx(max(moves, key=abs))
+    assert drift["drift_pct"] == pytest.approx(max(moves, key=abs))  # one round: none between
+    steps_timed = [drift["before_step_s"], drift["after_step_s"]]
+    assert drift["checked_scale"] == pytest.approx(
+        statistics.geometric_mean(steps_timed) / calibrated
+    )
     assert f"compute check, each model's step against the calibration {label}'s" in out.err
     assert set(report["mape_by_latency"]) == set(fidelity.LATENCIES)
     by = {(r["system"], r["bandwidth_gbps"]): r for r in rows}
