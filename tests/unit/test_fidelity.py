@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -791,6 +792,66 @@ def test_the_report_averages_errors_and_computes_speedups():
     assert "cores used" not in text  # runs without the processes' CPU time
     many = fidelity.report([_row("wfbp", 0.04, 0.041)] * 12, "unit")
     assert many["meets_target"]
+
+
+def _runs(system, runs, sim, gbps=1.0):
+    real = statistics.median(runs)
+    return {**_row(system, real, sim, gbps), "real_runs_s": list(runs)}
+
+
+def test_the_mape_s_range_is_a_bootstrap_over_the_runs():
+    # one configuration, runs 90/100/110 ms, predicted 100: the MAPE is 0, but another draw
+    # of the runs would have scored 0, 9.1 or 11.1 %
+    rows = [_runs("wfbp", [0.090, 0.100, 0.110], 0.100)]
+    low, high = fidelity.mape_interval(rows)
+    assert low == 0.0 and high == pytest.approx(100 * 10 / 90)
+    # predicted 130 against the same runs: APE 30 %, resamples 18.2, 30 or 44.4 %
+    rows = [_runs("wfbp", [0.090, 0.100, 0.110], 0.130)]
+    low, high = fidelity.mape_interval(rows)
+    assert (low, high) == pytest.approx((100 * 2 / 11, 100 * 40 / 90))
+    assert fidelity.mape_interval(rows) == (low, high)  # the same seed, the same range
+    # four configurations: resampled apart, so the range is narrower than each one's
+    both = fidelity.mape_interval(rows * 4)
+    assert low < both[0] < both[1] < high
+    tight = fidelity.mape_interval([_runs("wfbp", [0.0999, 0.100, 0.1001], 0.130)])
+    assert tight[1] - tight[0] < 0.5 < high - low  # runs that agree: a narrow one
+    assert fidelity.mape_interval([_row("wfbp", 0.1, 0.13)]) is None  # one run: no range
+    assert fidelity.mape_interval([]) is None
+    with pytest.raises(ValueError, match="ci must be in"):
+        fidelity.mape_interval(rows, ci=1.0)
+
+
+def test_the_target_is_judged_on_the_interval():
+    assert fidelity.target_verdict(5.0, (3.0, 8.0), 12) == "met"
+    assert fidelity.target_verdict(12.0, (10.0, 14.0), 12) == "missed"
+    assert fidelity.target_verdict(9.0, (7.0, 11.0), 28) == "not resolved"
+    assert fidelity.target_verdict(12.4, (11.1, 15.6), 28) == "missed"
+    assert fidelity.target_verdict(5.0, (3.0, 8.0), 11) == "too few configurations"
+    assert fidelity.target_verdict(9.9, None, 12) == "met"  # one run each: the MAPE itself
+    assert fidelity.target_verdict(10.0, None, 12) == "missed"
+    # in the report: 12 configurations 4-6 % off whichever run is drawn: met
+    rows = [_runs("wfbp", [0.096, 0.100, 0.104], 0.105)] * 12
+    out = fidelity.report(rows, "unit")
+    low, high = out["mape_ci_pct"]
+    assert low < out["mape_pct"] < high < 10.0
+    assert out["target_verdict"] == "met" and out["meets_target"]
+    assert out["per_system_mape_ci_pct"]["wfbp"] == pytest.approx([low, high])
+    text = fidelity.format_report(out)
+    assert f"MAPE {'wfbp':18}   5.0% ({low:.1f}-{high:.1f}%)" in text
+    assert f"({low:.1f}-{high:.1f}% with other draws of the same runs, 95% bootstrap; meets" in text
+    # the MAPE under the target, its range over it: meets_target, but not resolved
+    rows = [_runs("wfbp", [0.090, 0.100, 0.110], 0.109)] * 12
+    out = fidelity.report(rows, "unit")
+    assert out["meets_target"] and out["target_verdict"] == "not resolved"
+    assert "the 10% target not resolved: it spans it" in fidelity.format_report(out)
+    # 12 to 30 % off: missed
+    out = fidelity.report([_runs("wfbp", [0.090, 0.100, 0.110], 0.130)] * 12, "unit")
+    assert out["target_verdict"] == "missed"
+    assert "misses the 10% target: all of it over" in fidelity.format_report(out)
+    # one run each: no interval, the old wording
+    out = fidelity.report([_row("wfbp", 0.04, 0.041)] * 12, "unit")
+    assert out["mape_ci_pct"] is None and out["per_system_mape_ci_pct"] == {"wfbp": None}
+    assert "(meets the 10% target over at least 12;" in fidelity.format_report(out)
 
 
 def test_the_ps_arena_s_systems_get_their_speedup_over_ps_default_and_over_wfbp():
