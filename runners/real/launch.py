@@ -903,10 +903,16 @@ def _results(spec: RunSpec, ranks: list[dict[str, Any]], network: Network) -> Re
     for i in range(n):
         rows = [r["iterations"][i] for r in ranks]
         it_s = statistics.fmean(row["iteration_time_s"] for row in rows)
-        # Forward + backward, less the forward's waits for synchronised parameters (the
-        # lab's engines' pre-forward hooks; DDP and Horovod wait inside backward and step).
+        # Forward + backward (and an own framework's step), less the forward's waits for
+        # synchronised parameters (the lab's engines' pre-forward hooks) and Horovod's wait
+        # for its all-reduces in the step (``sync_s``); DDP's reducer waits inside backward,
+        # which is not split.
         compute = statistics.fmean(
-            row["forward_s"] + row["backward_s"] - row.get("fwd_wait_s", 0.0) for row in rows
+            row["forward_s"]
+            + row["backward_s"]
+            - row.get("fwd_wait_s", 0.0)
+            - row.get("sync_s", 0.0)
+            for row in rows
         )
         entry = {
             "iteration": rows[0]["iteration"],
@@ -922,6 +928,8 @@ def _results(spec: RunSpec, ranks: list[dict[str, Any]], network: Network) -> Re
             entry["comm_time_s"] = statistics.fmean(row["comm_s"] for row in rows)
             entry["exposed_comm_s"] = statistics.fmean(row["wait_s"] for row in rows)
             entry["negotiations"] = statistics.fmean(row["negotiations"] for row in rows)
+        elif all("sync_s" in row for row in rows):  # Horovod: only its exposed part is seen
+            entry["exposed_comm_s"] = statistics.fmean(row["sync_s"] for row in rows)
         series.append(entry)
         clock += it_s
     measured = [s for s in series if not s["warmup"]]
@@ -959,6 +967,9 @@ def _results(spec: RunSpec, ranks: list[dict[str, Any]], network: Network) -> Re
             units[key] = "s"
         metrics["negotiations_per_iteration"] = statistics.fmean(s["negotiations"] for s in steady)
         units["negotiations_per_iteration"] = ""
+    elif "exposed_comm_s" in measured[0]:  # Horovod's wait in its step (its total: not seen)
+        metrics["exposed_comm_s"] = statistics.fmean(s["exposed_comm_s"] for s in steady)
+        units["exposed_comm_s"] = "s"
     if all("cpu_time_s" in s for s in steady):
         # CPU time a rank's process used per iteration (compute, communication, gloo's
         # threads) and the cores that is: above 1 with threads=1, communication's own

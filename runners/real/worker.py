@@ -309,10 +309,13 @@ def _train(
             end = time.perf_counter()
         else:
             straggle.reset()
-            forward_start, backward_start, end, loss = step(inputs, targets, loss_fn)
+            forward_start, backward_start, end, loss, synced_s = step(inputs, targets, loss_fn)
         times = (forward_start, backward_start, end)
         warmup = it < int(spec["warmup_iterations"])
-        iterations.append(iteration_row(it, begin, times, loss, warmup, cpu_begin))
+        row = iteration_row(it, begin, times, loss, warmup, cpu_begin)
+        if engine is None and synced_s is not None:  # Horovod: its wait for the all-reduces
+            row["sync_s"] = synced_s
+        iterations.append(row)
         if rank == 0:
             print(f"progress {it + 1} {total}", flush=True)
     threads = priority.census()  # while the communication threads are all alive
@@ -372,10 +375,10 @@ def _ddp_step(
         loss = loss_fn(ddp(inputs), targets)
         sync()
         backward_start = time.perf_counter()
-        loss.backward()
+        loss.backward()  # the reducer waits here for its buckets' all-reduces
         optimizer.step()
         sync()
-        return forward_start, backward_start, time.perf_counter(), loss
+        return forward_start, backward_start, time.perf_counter(), loss, None
 
     return step
 
@@ -393,7 +396,10 @@ def _horovod_step(
     model: nn.Module, job: dict[str, Any], lr: float, momentum: float, sync: Callable[[], None]
 ):
     """The real Horovod: ``hvd.DistributedOptimizer`` (gradients averaged; tensor fusion with
-    the entry's threshold and cycle time, set by the launcher in the environment)."""
+    the entry's threshold and cycle time, set by the launcher in the environment). The step
+    also returns the time the rank waited in ``optimizer.synchronize()`` for the step's
+    all-reduces (Horovod's documented split of ``step``: synchronize, then the update with
+    ``skip_synchronize``): the run's exposed communication, left out of its compute."""
     import horovod.torch as hvd
 
     optimizer = hvd.DistributedOptimizer(
@@ -409,10 +415,14 @@ def _horovod_step(
         loss = loss_fn(model(inputs), targets)
         sync()
         backward_start = time.perf_counter()
-        loss.backward()
-        optimizer.step()
+        loss.backward()  # each gradient's hook enqueues its all-reduce; none waited for
+        waited = time.perf_counter()
+        optimizer.synchronize()
+        synced = time.perf_counter()
+        with optimizer.skip_synchronize():
+            optimizer.step()
         sync()
-        return forward_start, backward_start, time.perf_counter(), loss
+        return forward_start, backward_start, time.perf_counter(), loss, synced - waited
 
     return step
 

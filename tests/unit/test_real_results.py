@@ -84,6 +84,32 @@ def test_the_drain_s_wait_is_not_exposed_communication():
     assert result.series[-1]["exposed_comm_s"] == pytest.approx(0.030)
 
 
+def test_horovod_s_wait_in_its_step_is_exposed_communication_not_compute():
+    """Horovod's rows carry ``sync_s``, the rank's wait in ``optimizer.synchronize()``
+    (inside ``backward_s``, which runs to the step's end): left out of the compute and
+    reported as the exposed communication; its total communication is not seen (no
+    ``comm_time_s``). The last iteration's is left out of the metric, as the engine's."""
+    times = [0.020] * 4
+    ranks = []
+    for r in range(2):
+        rank = _rank(times, drain=0.0, compute=0.010)
+        for row in rank["iterations"]:
+            last = row is rank["iterations"][-1]
+            row["sync_s"] = 0.050 if last else 0.003 + 0.001 * r
+        ranks.append(rank)
+    result = launch._results(_spec(4), ranks, launch.Network("loopback"))
+    assert result.metrics["exposed_comm_s"] == pytest.approx(0.0035)
+    assert result.units["exposed_comm_s"] == "s"
+    assert "comm_time_s" not in result.metrics
+    # compute: the steady iterations' 10 ms less the wait (the last's 50 ms is in the series)
+    assert result.series[1]["compute_time_s"] == pytest.approx(0.0065)
+    assert result.series[-1]["exposed_comm_s"] == pytest.approx(0.050)
+    # a record without it (DDP's, the engine's before): nothing taken, nothing reported
+    plain = launch._results(_spec(4), [_rank(times, 0.0)] * 2, launch.Network("loopback"))
+    assert "exposed_comm_s" not in plain.metrics
+    assert plain.metrics["compute_time_s"] == pytest.approx(0.004)
+
+
 def test_a_drain_as_long_as_the_rest_does_not_move_the_mean():
     times = [0.020] * 5
     fast = launch._results(_spec(5), [_rank(times, 0.0)] * 2, launch.Network("loopback"))
