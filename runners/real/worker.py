@@ -296,6 +296,7 @@ def _train(
         sync()  # the previous iteration's kernels are done: the timers read the GPU's time
         begin = time.perf_counter()
         cpu_begin = time.process_time()
+        synced_s = None  # Horovod's wait in its step (``_horovod_step``)
         if engine is not None:
             engine.begin(it)
             sync()
@@ -313,7 +314,7 @@ def _train(
         times = (forward_start, backward_start, end)
         warmup = it < int(spec["warmup_iterations"])
         row = iteration_row(it, begin, times, loss, warmup, cpu_begin)
-        if engine is None and synced_s is not None:  # Horovod: its wait for the all-reduces
+        if synced_s is not None:  # Horovod: its wait for the all-reduces
             row["sync_s"] = synced_s
         iterations.append(row)
         if rank == 0:
@@ -416,6 +417,7 @@ def _horovod_step(
         sync()
         backward_start = time.perf_counter()
         loss.backward()  # each gradient's hook enqueues its all-reduce; none waited for
+        sync()  # (on a GPU) the backward's kernels are done: the wait below is Horovod's
         waited = time.perf_counter()
         optimizer.synchronize()
         synced = time.perf_counter()
