@@ -1720,8 +1720,11 @@ def format_report(result: dict[str, Any]) -> str:
 
     cores = result.get("machine_cores")
     with_cores = cores is not None and any("real_cpu_cores" in c for c in result["configs"])
+    # each step's compute, real and simulated: where an error lies, compute or communication
+    with_compute = any("real_compute_s" in c for c in result["configs"])
     lines = [
         f"{'system':18} {'workload':18} {'network':12} {'real ms':>9} {'sim ms':>9} {'error':>7}"
+        + (f" {'compute real/sim':>16}" if with_compute else "")
         + (f" {'cores used':>10}" if with_cores else "")
     ]
     for c in result["configs"]:
@@ -1730,9 +1733,23 @@ def format_report(result: dict[str, Any]) -> str:
             f"{c['real_iteration_s'] * 1e3:9.1f} {c['sim_iteration_s'] * 1e3:9.1f} "
             f"{c['ape_pct']:6.1f}%"
         )
+        if with_compute:
+            compute = (
+                f"{c['real_compute_s'] * 1e3:.1f} / {c['sim_compute_s'] * 1e3:.1f}"
+                if "real_compute_s" in c and "sim_compute_s" in c
+                else "-"
+            )
+            line += f" {compute:>16}"
         if with_cores and "real_cpu_cores" in c:
             line += f" {c['real_cpu_cores']:6.2f} of {cores}"
         lines.append(line)
+    if with_compute:
+        lines.append(
+            "(compute real/sim: each side's compute_time_s per step in ms, the real runs' "
+            "median, as each counts it, slow-downs and CPU charges included; a real DDP "
+            "step's includes its wait for the all-reduces, which its reducer does inside "
+            "backward)"
+        )
     if with_cores:
         lines.append(
             "(cores used: the real run's processes, ranks and servers, on this machine's "

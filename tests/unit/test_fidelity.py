@@ -868,6 +868,20 @@ def test_the_target_is_judged_on_the_interval():
     assert "(meets the 10% target over at least 12;" in fidelity.format_report(out)
 
 
+def test_the_text_shows_each_step_s_compute_real_beside_simulated():
+    rows = [
+        {**_row("wfbp", 0.040, 0.036), "real_compute_s": 0.0208, "sim_compute_s": 0.0385},
+        _row("pace", 0.020, 0.021),  # a row without it (older reports): a dash
+    ]
+    text = fidelity.format_report(fidelity.report(rows, "unit"))
+    lines = text.splitlines()
+    assert "compute real/sim" in lines[0]
+    assert lines[1].endswith("20.8 / 38.5") and lines[2].endswith(" -")
+    assert "(compute real/sim: each side's compute_time_s per step in ms" in text
+    plain = fidelity.format_report(fidelity.report([_row("pace", 0.02, 0.021)], "unit"))
+    assert "compute real/sim" not in plain
+
+
 def test_the_ps_arena_s_systems_get_their_speedup_over_ps_default_and_over_wfbp():
     rows = [
         _row("ps-default", 0.050, 0.040),
