@@ -346,25 +346,29 @@ def _probe_network(
         return (rows, *probe.fit_alpha_beta(rows, workers))
 
     first, remeasured = _measured_twice(attempt, nominal, say)
-    if nominal is None or nonlinearity_pct(*first, workers) <= LINEAR_TOLERANCE_PCT:
+    off = 0.0 if nominal is None else nonlinearity_pct(*first, workers)
+    if off <= LINEAR_TOLERANCE_PCT:  # loopback, or a straight line
         return (*first, remeasured)
     kept = first
     if not remeasured:  # once more, as for an impossible result
         say(
-            f"  {_where(nominal)}: a large all-reduce's time is "
-            f"{nonlinearity_pct(*first, workers):.0f}% off the fit's straight line (a disturbed "
-            f"measurement?); measuring again with {REPEATS_AGAIN} repeats"
+            f"  {_where(nominal)}: a large all-reduce's time is {off:.0f}% off the fit's "
+            "straight line (a disturbed measurement?); measuring again with "
+            f"{REPEATS_AGAIN} repeats"
         )
         try:
             again = attempt(REPEATS_AGAIN)
-            kept = min((first, again), key=lambda m: nonlinearity_pct(*m, workers))
         except ValueError:  # impossible this time: the first stands
             pass
-    if nonlinearity_pct(*kept, workers) > LINEAR_TOLERANCE_PCT:
+        else:
+            again_off = nonlinearity_pct(*again, workers)
+            if again_off < off:
+                kept, off = again, again_off
+    if off > LINEAR_TOLERANCE_PCT:
         say(
-            f"  warning: {_where(nominal)}: the all-reduce times kept are "
-            f"{nonlinearity_pct(*kept, workers):.0f}% off a straight line in size; the fitted "
-            "bandwidth may be off: run calibrate again on a quieter machine"
+            f"  warning: {_where(nominal)}: the all-reduce times kept are {off:.0f}% off a "
+            "straight line in size; the fitted bandwidth may be off: run calibrate again on a "
+            "quieter machine"
         )
     return (*kept, True)
 
@@ -1586,15 +1590,12 @@ def report(
     ``compute_drift``: each model's step now against the calibration's
     (``fidelity``'s compute check; None where it was not made), and ``calibration_stale``
     whether any moved more than ``COMPUTE_DRIFT_PCT`` at any check."""
-    per_system = {
-        system: statistics.fmean(c["ape_pct"] for c in configs if c["system"] == system)
-        for system in dict.fromkeys(c["system"] for c in configs)
-    }
+    by_system: dict[str, list[dict[str, Any]]] = {}
+    for c in configs:
+        by_system.setdefault(c["system"], []).append(c)
+    per_system = {k: statistics.fmean(c["ape_pct"] for c in rows) for k, rows in by_system.items()}
     mape = statistics.fmean(c["ape_pct"] for c in configs)
-    per_system_ci = {
-        system: mape_interval([c for c in configs if c["system"] == system])
-        for system in per_system
-    }
+    per_system_ci = {k: mape_interval(rows) for k, rows in by_system.items()}
     speedups = []
     for baseline in SPEEDUP_BASELINES:
         base = {(c["workload"], c["bandwidth_gbps"]): c for c in configs if c["system"] == baseline}
@@ -1818,7 +1819,6 @@ def format_report(result: dict[str, Any]) -> str:
             "the same real runs with the compute the check measured: not scored, as "
             f"{', '.join(unscaled)} could not be timed (above)"
         )
-    verdict = "meets" if result["meets_target"] else "misses"
     interval = result.get("mape_ci_pct")  # reports from before it: none
     if interval is not None:
         low, high = interval
@@ -1834,7 +1834,10 @@ def format_report(result: dict[str, Any]) -> str:
             f"{result.get('mape_ci', MAPE_CI) * 100:g}% bootstrap; {judged}"
         )
     else:
-        verdict += f" the {result['target_pct']:g}% target over at least {MAPE_MIN_CONFIGS}"
+        verdict = (
+            f"{'meets' if result['meets_target'] else 'misses'} the "
+            f"{result['target_pct']:g}% target over at least {MAPE_MIN_CONFIGS}"
+        )
     lines.append(
         f"MAPE overall {result['mape_pct']:.1f}% over {len(result['configs'])} configurations "
         f"({verdict}; simulator latency: {result.get('latency', 'busy')}; real runs' "
