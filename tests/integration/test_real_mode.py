@@ -412,8 +412,12 @@ def test_the_real_horovod_on_the_shaped_network(tmp_path):
     # the step waits for that all-reduce (most of it after the backward): exposed, and not
     # in the compute; Horovod's total communication time is not seen
     assert 0.3 * wire_s <= metrics["exposed_comm_s"] <= metrics["iteration_time_s"]
-    assert metrics["compute_time_s"] + metrics["exposed_comm_s"] <= metrics["iteration_time_s"]
     assert "comm_time_s" not in metrics
+    # per iteration (the summary's compute and exposed time average different iterations:
+    # the last one is left out of the timing metrics only): both fit in the iteration
+    series = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    for row in series:
+        assert row["compute_time_s"] + row["exposed_comm_s"] <= row["iteration_time_s"], row
     assert not _ours()
     assert not subprocess.run(["pgrep", "-f", "runners.real.hvd"], capture_output=True).stdout
 
