@@ -181,6 +181,17 @@ class CommCluster:
     without); ``fidelity`` leaves it out of the ``horovod`` twin and scores the same real
     runs with it apart (``mape_with``). A reconstruction, labelled as such.
 
+    ``overlap_model`` (all-reduce arena): how ``overlap_slowdown`` and
+    ``background_slowdown`` lengthen a compute op. ``start`` (the default): by the slow-down
+    of the network's state when the op starts, for its whole length. ``integrated``: as rates
+    over the op's span, re-timed when the network turns busy or idle, so an op pays only for
+    the part of it a collective overlaps, at most ``overlap_slowdown / (1 +
+    overlap_slowdown)`` of that time (``runners.sim.engine``). The slow-down is measured
+    against a stream of collectives that never pauses; on an unshaped network the
+    communication threads then take the cores almost whole (36x once on our testbed), which
+    ``start`` would charge in full to every op that starts during a short collective.
+    ``fidelity`` scores both. A reconstruction, labelled as such.
+
     ``message_cpu_us`` (PS arena): the CPU time each message a worker's NIC carries (a push
     it sends, a pull it receives) takes from the compute op its worker runs when the message
     starts: the op ends that much later. The PS transport's threads (the worker's, the
@@ -218,6 +229,7 @@ class CommCluster:
     optimizer_update: bool = False  # all-reduce arena: a measured profile's update times
     step_jitter_cv: float = 0.0  # all-reduce arena: per-worker, per-step compute noise
     background_slowdown: float = 0.0  # all-reduce arena: a framework's background work
+    overlap_model: str = "start"  # all-reduce arena: slow-downs at op start or integrated
     compute_scale: float = 1.0  # every compute op's time over its profile's
     stragglers: tuple[Straggler, ...] = ()
     ps: int = 4
@@ -330,6 +342,7 @@ SPLIT_COST_MAX = 4.0  # reduce_scatter_cost / all_gather_cost: of an all-reduce,
 # busy with other work can make them large (10.7 once in CI), so the bound only stops typos.
 SLOWDOWN_MAX = 100.0
 COMPUTE_SCALE_MAX = 1000.0  # ``cluster.compute_scale``: the bound only stops typos
+OVERLAP_MODELS = ("start", "integrated")  # ``cluster.overlap_model``
 
 # Cluster fields the all-reduce arena alone uses (other arenas refuse them unless default).
 ALLREDUCE_ONLY_FIELDS = (
@@ -344,6 +357,7 @@ ALLREDUCE_ONLY_FIELDS = (
     "optimizer_update",
     "step_jitter_cv",
     "background_slowdown",
+    "overlap_model",
 )
 
 # Cluster fields the PS arena alone uses (other arenas refuse them unless default; the ``ps`` /
@@ -375,6 +389,7 @@ _OMITTED_AT_DEFAULT = {
     "step_jitter_cv": CommCluster.step_jitter_cv,
     "background_slowdown": CommCluster.background_slowdown,
     "compute_scale": CommCluster.compute_scale,
+    "overlap_model": CommCluster.overlap_model,
 }
 _TOP_OMITTED_AT_DEFAULT = {"timeline_iterations": 2}
 
@@ -513,6 +528,12 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         lambda v: 0 <= v <= SLOWDOWN_MAX,
         f"a number in [0, {SLOWDOWN_MAX:g}] (how much longer a compute op takes that starts "
         "while the network is idle, beside a framework's background loop; 0 = none)",
+    ),
+    "overlap_model": (
+        str,
+        lambda v: v in OVERLAP_MODELS,
+        "start or integrated (how the compute slow-downs apply: fixed when an op starts, or "
+        "as rates over its span)",
     ),
     "compute_scale": (
         float,

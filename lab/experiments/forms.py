@@ -292,6 +292,17 @@ class ExperimentForm(_ClusterArenaFields):
         "long, as beside a framework's background loop on a CPU testbed (Horovod's "
         "negotiation every cycle; 0 = none)",
     )
+    cluster_overlap_model = forms.ChoiceField(
+        label="compute slow-downs apply",
+        required=False,
+        choices=[
+            ("start", "when an op starts, for its whole length"),
+            ("integrated", "integrated over the op, while the network is busy or idle"),
+        ],
+        initial=_DEFAULTS.overlap_model,
+        help_text="integrated: an op pays a slow-down only for the part of it a collective "
+        "overlaps (bounded however large the slow-down; python -m runners fidelity uses it)",
+    )
     cluster_ps = forms.IntegerField(label="parameter servers", required=False, initial=_DEFAULTS.ps)
     cluster_servers = forms.IntegerField(
         label="server machines",
@@ -490,6 +501,9 @@ class ExperimentForm(_ClusterArenaFields):
 
     def clean_trace_jobs_per_hour(self) -> list[float]:
         return _numbers(self.cleaned_data.get("trace_jobs_per_hour", ""), float)
+
+    def clean_cluster_overlap_model(self) -> str | None:
+        return self.cleaned_data.get("cluster_overlap_model") or None  # empty: the default
 
     def clean_cluster_stragglers(self) -> list[dict[str, Any]]:
         return _stragglers(

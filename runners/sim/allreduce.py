@@ -54,6 +54,7 @@ def compute_setup(
         negotiation_cpu_s=None if c.negotiation_cpu_us is None else c.negotiation_cpu_us * 1e-6,
         step_jitter_cv=c.step_jitter_cv,
         background_slowdown=c.background_slowdown,
+        overlap_integrated=c.overlap_model == "integrated",
     )
 
 

@@ -31,6 +31,15 @@ Modelling choices (written down, labelled in reports):
   framework's loop that wakes every cycle and negotiates while it has nothing to send, as
   Horovod's does; while a collective runs, the loop is busy with it and its cost is the
   cycle's, ``negotiation_cpu_s``; a reconstruction, labelled as such);
+* ``overlap_integrated`` (all-reduce arena's ``cluster.overlap_model: integrated``): the two
+  slow-downs above are rates instead, integrated over the op's span: an op progresses at
+  ``1 / (1 + gamma)`` of its speed while its group's network is busy and ``1 / (1 +
+  background_slowdown)`` while it is idle, re-timed whenever the network turns busy or idle
+  (the arena calls ``network_changed``). An op's extra time is then at most the time the
+  network was busy during it times ``gamma / (1 + gamma)``, however large gamma: a slow-down
+  measured against a stream of collectives that never pauses (where the communication
+  threads take the cores whole, as on an unshaped network) is not charged in full to an op
+  that overlaps a short collective. A reconstruction, labelled as such;
 * ``collective_cpu_s`` (all-reduce arena): each collective the arena starts (``charge_cpu``)
   takes that much CPU time from the op each computing group runs then (a negotiation round's,
   ``negotiation_cpu_s`` when set): the op ends that much later (the communication threads
@@ -118,6 +127,9 @@ class ComputeSetup:
     step_jitter_cv: float = 0.0
     # All-reduce arena: how much longer an op takes that starts while the network is idle.
     background_slowdown: float = 0.0
+    # All-reduce arena (``cluster.overlap_model: integrated``): the two slow-downs are rates
+    # over the op's span (re-timed as the network turns busy or idle), not fixed at its start.
+    overlap_integrated: bool = False
 
     @property
     def workers(self) -> int:
@@ -242,6 +254,12 @@ class ComputeJob:
         )
         self.cpu_per_message = 0.0  # PS arena: ``cluster.message_cpu_us`` (set by its job)
         g = self.n_groups
+        # ``overlap_integrated``: each group's running op as [work left at full speed, since,
+        # rate, (its compute_done arguments)], or None; its end event carries ``op_token``.
+        self.integrated = setup.overlap_integrated and bool(self.gamma or self.idle_gamma)
+        self.running: list[list[Any] | None] = [None] * g
+        self.op_token = [0] * g
+        self.retime_due = False
         # CPU time collectives took from each group's running op, not yet added to it.
         self.cpu_debt = [0.0] * g
         self.iteration = [0] * g
@@ -345,6 +363,7 @@ class ComputeJob:
         params_ready, gradient_ready = self.params_ready, self.gradient_ready
         network_busy = self.network_busy
         watch = self.compute_watch
+        integrated, running, op_token = self.integrated, self.running, self.op_token
 
         def try_compute(g: int) -> None:
             if busy[g]:
@@ -380,13 +399,26 @@ class ComputeJob:
                     iter_start[g].append(loop.now)
                 op = layer
             duration = durations[g][it][op]
-            if gamma or idle_gamma:
-                duration *= 1.0 + (gamma if network_busy(g) else idle_gamma)
             busy[g] = True
             if watch is not None:
                 watch()
             now = loop.now
+            if integrated:
+                rate = 1.0 / (1.0 + (gamma if network_busy(g) else idle_gamma))
+                running[g] = [duration, now, rate, (g, it, op, layer, now)]
+                op_token[g] += 1
+                heappush(evq, (now + duration / rate, next(evseq), op_end, (g, op_token[g])))
+                return
+            if gamma or idle_gamma:
+                duration *= 1.0 + (gamma if network_busy(g) else idle_gamma)
             heappush(evq, (now + duration, next(evseq), compute_done, (g, it, op, layer, now)))
+
+        def op_end(g: int, token: int) -> None:
+            """(``overlap_integrated``.) The running op's end, unless re-timed since."""
+            if token == op_token[g]:
+                args = running[g][3]  # type: ignore[index]
+                running[g] = None
+                compute_done(*args)
 
         def run_forward(g: int, it: int) -> None:
             """Forward ops of ``it`` on group ``g`` back to back, in one event, while the next
@@ -478,6 +510,29 @@ class ComputeJob:
         self._run_forward = run_forward
         self._forward_done = forward_done
         self._compute_done = compute_done
+        self._op_end = op_end
+
+    def network_changed(self) -> None:
+        """(``overlap_integrated``; the arena calls it when its network turns busy or idle.)
+        Re-time the running ops once everything due at this instant has happened (a
+        collective that ends as the next one starts changes nothing)."""
+        if self.integrated and not self.retime_due:
+            self.retime_due = True
+            self.loop.after(0.0, self._retime)
+
+    def _retime(self) -> None:
+        self.retime_due = False
+        now = self.loop.now
+        for g, op in enumerate(self.running):
+            if op is None:
+                continue
+            rate = 1.0 / (1.0 + (self.gamma if self.network_busy(g) else self.idle_gamma))
+            if rate == op[2]:
+                continue
+            op[0] = max(0.0, op[0] - (now - op[1]) * op[2])
+            op[1], op[2] = now, rate
+            self.op_token[g] += 1
+            self.loop.after(op[0] / rate, self._op_end, g, self.op_token[g])
 
     def charge_cpu(self, negotiation: bool = False) -> None:
         """A collective starts: each group computing now loses ``collective_cpu_s`` of its

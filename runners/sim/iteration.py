@@ -345,6 +345,7 @@ class _AllReduceJob(ComputeJob):
         self.channel_head += 1
         slow = self.link_factors[it] if it < len(self.link_factors) else 1.0
         self.channel_busy = True
+        self.network_changed()
         self.charge_cpu()
         if self.burst > 0:
             self._start_burst(it, members, size, slow)
@@ -459,6 +460,7 @@ class _AllReduceJob(ComputeJob):
     def _task_done(self, it: int, members: tuple[int, ...], size: int, start: float) -> None:
         now = self.loop.now
         self.channel_busy = False
+        self.network_changed()
         if self.burst > 0:
             # The bucket filled while the link did not send at the shaped rate (the
             # collective's latency, the CPU's share), and fills again from here.

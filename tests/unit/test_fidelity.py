@@ -1168,8 +1168,9 @@ def _run_of_40_ms(spec, work):
 
 
 def test_the_report_scores_the_same_runs_without_each_modelled_effect(monkeypatch):
-    """``mape_without``: where the twins model an effect (here the ranks' step noise), the
-    same real runs scored with twins without it; effects no twin has are left out."""
+    """``mape_without``: where the twins model an effect (here the ranks' step noise, and the
+    slow-down integrated over each op's overlap), the same real runs scored with twins
+    without it (the slow-down at op start); effects no twin has are left out."""
     from types import SimpleNamespace
 
     from runners.real import launch
@@ -1182,6 +1183,7 @@ def test_the_report_scores_the_same_runs_without_each_modelled_effect(monkeypatc
 
     def fake_twin(real_spec, sim_spec):  # 39 ms with the step noise, 36 ms without
         t = 0.036 + (0.003 if sim_spec.cluster.step_jitter_cv else 0.0)
+        t += 0.004 if sim_spec.cluster.overlap_model == "start" else 0.0  # 43 ms
         return SimpleNamespace(metrics={"iteration_time_s": t, "compute_time_s": 0.01})
 
     monkeypatch.setattr(launch, "run", _run_of_40_ms)
@@ -1190,9 +1192,11 @@ def test_the_report_scores_the_same_runs_without_each_modelled_effect(monkeypatc
     assert result["mape_pct"] == pytest.approx(2.5)
     # the shaper's token bucket, which this fake twin ignores, changes nothing
     assert result["mape_without"] == pytest.approx(
-        {"step_jitter_cv": 10.0, "link_burst_bytes": 2.5}
+        {"overlap_model": 7.5, "step_jitter_cv": 10.0, "link_burst_bytes": 2.5}
     )
-    assert "without one modelled effect: step_jitter_cv 10.0%" in fidelity.format_report(result)
+    text = fidelity.format_report(result)
+    assert "without one modelled effect: overlap_model (slow-down at op start) 7.5%, " in text
+    assert "step_jitter_cv 10.0%" in text
 
 
 def test_the_report_scores_the_same_runs_with_horovod_s_idle_loop(monkeypatch):

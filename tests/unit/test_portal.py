@@ -234,6 +234,7 @@ def test_the_collective_fields_reach_all_reduce_runs_and_are_dropped_elsewhere(b
         "cluster_step_jitter_cv": "0.03",
         "cluster_background_slowdown": "0.4",
         "cluster_compute_scale": "1.3",
+        "cluster_overlap_model": "integrated",
     }
     assert browser.post(reverse("experiment-new"), form).status_code == 302
     cluster = Experiment.objects.get().runs.first().spec["cluster"]
@@ -242,7 +243,7 @@ def test_the_collective_fields_reach_all_reduce_runs_and_are_dropped_elsewhere(b
     assert cluster["negotiation"] is True and cluster["link_burst_bytes"] == 262144
     assert cluster["collective_cpu_us"] == 450.0 and cluster["step_jitter_cv"] == 0.03
     assert cluster["negotiation_cpu_us"] == 150.0 and cluster["background_slowdown"] == 0.4
-    assert cluster["compute_scale"] == 1.3
+    assert cluster["compute_scale"] == 1.3 and cluster["overlap_model"] == "integrated"
     ps = {**form, "system": "ps-default", "baselines": ["byteps"], "params": "{}"}
     assert browser.post(reverse("experiment-new"), ps).status_code == 302
     run = Experiment.objects.order_by("-pk").first().runs.first()

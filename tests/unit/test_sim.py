@@ -455,6 +455,63 @@ def test_a_framework_s_background_loop_slows_the_ops_that_start_while_the_networ
         assert err.value.field == "cluster.background_slowdown", (system, value)
 
 
+def test_integrated_slow_downs_charge_an_op_only_while_a_collective_overlaps_it():
+    """``overlap_model: integrated``: an op progresses at ``1 / (1 + overlap_slowdown)`` of its
+    speed while a collective runs and at full speed (or ``1 / (1 + background_slowdown)``)
+    once it has ended, so its extra time is the overlap's share, bounded however large the
+    slow-down; ``start`` charges the whole op. Left out of the resolved spec at its default;
+    refused where it is not one of the two, and outside the all-reduce arena."""
+    # two workers, 100 kB gradients at 1 Gbit/s (a collective of about 0.9 ms) and 2 ms
+    # backward ops: each gradient's collective starts with the next backward op and ends
+    # during it
+    layers = tuple(
+        LayerTimes(f"l{i}", fwd_s=0.001, bwd_s=0.002, grad_bytes=10**5) for i in range(3)
+    )
+    kw = {"workers": 2, "bandwidth_gbps": 1.0, "latency_us": 100.0, "iterations": 3}
+    kw |= {"gpu": "measured:testbed", "workload": "vgg16-debug"}
+
+    def rows(result, kind):
+        return sorted(
+            (r for r in result.timeline if r[2] == kind and r[0] == 3), key=lambda r: r[4]
+        )
+
+    def ops(result, kind):
+        return [r[5] - r[4] for r in rows(result, kind)]
+
+    _, start = run_layers("wfbp", layers, **kw, overlap_slowdown=1.0)
+    spec, integrated = run_layers(
+        "wfbp", layers, **kw, overlap_slowdown=1.0, overlap_model="integrated"
+    )
+    collective = [r[5] - r[4] for r in rows(integrated, "allreduce")]
+    d = collective[0]
+    assert 0.0008 < d < 0.002 and collective == pytest.approx([d] * 3, rel=1e-9)
+    assert ops(start, "backward") == pytest.approx([0.002, 0.004, 0.004], rel=1e-9)
+    assert ops(integrated, "backward") == pytest.approx([0.002] + [0.002 + d / 2] * 2, rel=1e-9)
+    assert ops(integrated, "forward") == pytest.approx([0.001] * 3, rel=1e-9)
+    assert spec.as_dict()["cluster"]["overlap_model"] == "integrated"
+    # a slow-down measured against collectives that never pause (36x): bounded by the overlap
+    _, huge = run_layers("wfbp", layers, **kw, overlap_slowdown=36.0, overlap_model="integrated")
+    assert ops(huge, "backward") == pytest.approx([0.002] + [0.002 + d * 36 / 37] * 2, rel=1e-9)
+    _, huge_start = run_layers("wfbp", layers, **kw, overlap_slowdown=36.0)
+    assert ops(huge_start, "backward")[1] == pytest.approx(0.074, rel=1e-9)
+    # with the idle network's slow-down too: each part of an op at its own rate
+    _, both = run_layers(
+        "wfbp",
+        layers,
+        **kw,
+        overlap_slowdown=1.0,
+        background_slowdown=0.5,
+        overlap_model="integrated",
+    )
+    assert ops(both, "forward") == pytest.approx([0.0015] * 3, rel=1e-9)
+    assert ops(both, "backward") == pytest.approx([0.003] + [0.003 + 0.25 * d] * 2, rel=1e-9)
+    assert "overlap_model" not in validate(raw_spec("wfbp")).as_dict()["cluster"]
+    for system, value in (("wfbp", "rate"), ("wfbp", ""), ("ps-default", "integrated")):
+        with pytest.raises(SpecError) as err:
+            validate(raw_spec(system, overlap_model=value))
+        assert err.value.field == "cluster.overlap_model", (system, value)
+
+
 def test_the_slowest_of_n_per_step_draws_follows_the_order_statistic():
     """``slowest_of``: one worker's draws have mean 1 and the CV asked for; the largest of n
     has the log-normal's quantile U ** (1/n): its median is the quantile 0.5 ** (1/n)."""
