@@ -93,12 +93,10 @@ DEFAULT_BANDWIDTHS = (0.25, 1.0)
 OWN_FRAMEWORKS = ("ddp", "horovod")
 # The all-reduce twins' ``cluster.overlap_model``: the calibrated compute slow-down as a rate
 # while a collective overlaps an op (``runners.sim.engine``), not in full for every op that
-# starts during one. Chosen for its bound, not its score: on the three sets recorded on the
-# second machine the two models' MAPEs are within their noise (19.1, 11.8, 8.6 % integrated
-# against 18.9, 12.4, 9.7 % at op start), while on the unshaped network, where the probe's
-# slow-down was 36x, the op-start twin of wfbp on resnet50-debug predicted 214 ms against
-# real runs of 36-40 ms (integrated: 46 ms; ``docs/fidelity-history.md``, 2026-11-24).
-# ``fidelity`` scores the other model as ``mape_without``'s ``overlap_model``.
+# starts during one. Chosen for its bound, not its score: on the shaped sets recorded on the
+# second machine the two models are within their noise, on the unshaped network ``start``
+# is several times off (``docs/fidelity-history.md``, 2026-11-24). ``fidelity`` scores
+# ``start`` as ``mape_without``'s ``overlap_model``.
 TWIN_OVERLAP_MODEL = "integrated"
 DEFAULT_SYSTEMS = ("wfbp", "ddp", "horovod", "bytescheduler", "pace", "dear", "delayed-allreduce")
 MAPE_TARGET_PCT = 10.0
@@ -1066,7 +1064,8 @@ def matched_specs(
     have the NICs' token bucket (``cluster.link_burst_bytes``: the depth
     ``runners.real.testbed`` gives its shaper, in payload bytes; not fitted). An all-reduce
     twin negotiates its reordering plans' decisions as the real engine does (``cluster.
-    negotiation``) and, where the
+    negotiation``), has its compute slow-down integrated over each op's overlap with the
+    collectives (``cluster.overlap_model``: ``TWIN_OVERLAP_MODEL``) and, where the
     calibration measured it and the lab's engine runs the system (not DDP's or Horovod's own
     code), the CPU time each collective takes from the compute (``cluster.
     collective_cpu_us``) and each negotiation round (``cluster.negotiation_cpu_us``), and

@@ -184,13 +184,13 @@ class CommCluster:
     ``overlap_model`` (all-reduce arena): how ``overlap_slowdown`` and
     ``background_slowdown`` lengthen a compute op. ``start`` (the default): by the slow-down
     of the network's state when the op starts, for its whole length. ``integrated``: as rates
-    over the op's span, re-timed when the network turns busy or idle, so an op pays only for
-    the part of it a collective overlaps, at most ``overlap_slowdown / (1 +
-    overlap_slowdown)`` of that time (``runners.sim.engine``). The slow-down is measured
-    against a stream of collectives that never pauses; on an unshaped network the
-    communication threads then take the cores almost whole (36x once on our testbed), which
-    ``start`` would charge in full to every op that starts during a short collective.
-    ``fidelity`` scores both. A reconstruction, labelled as such.
+    over the op's span, re-timed when the network turns busy or idle, so the extra time
+    ``overlap_slowdown`` gives an op is at most ``overlap_slowdown / (1 + overlap_slowdown)``
+    of the time a collective overlaps it (``runners.sim.engine``). The slow-down is measured
+    beside collectives that never pause, which on an unshaped network take the cores almost
+    whole; ``start`` charges that in full to every op that starts during a short collective.
+    ``fidelity``'s all-reduce twins use ``integrated`` and score ``start`` apart. A
+    reconstruction, labelled as such.
 
     ``message_cpu_us`` (PS arena): the CPU time each message a worker's NIC carries (a push
     it sends, a pull it receives) takes from the compute op its worker runs when the message

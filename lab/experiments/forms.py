@@ -289,8 +289,8 @@ class ExperimentForm(_ClusterArenaFields):
         min_value=0,
         initial=_DEFAULTS.background_slowdown,
         help_text="a compute op that starts while the network is idle takes 1 + this times as "
-        "long, as beside a framework's background loop on a CPU testbed (Horovod's "
-        "negotiation every cycle; 0 = none)",
+        "long (integrated: while it is idle), as beside a framework's background loop on a CPU "
+        "testbed (Horovod's negotiation every cycle; 0 = none)",
     )
     cluster_overlap_model = forms.ChoiceField(
         label="compute slow-downs apply",

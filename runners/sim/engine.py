@@ -25,7 +25,8 @@ Modelling choices (written down, labelled in reports):
   is not modelled);
 * a straggler's slow-down multiplies its group's compute times in the iterations it is active;
 * ``overlap_slowdown`` (gamma): an op that *starts* while its group's network is busy takes
-  ``1 + gamma`` times longer (Echo-style interference, applied at op start, not integrated);
+  ``1 + gamma`` times longer (Echo-style interference, applied at op start; integrated with
+  ``overlap_integrated``, below);
 * ``background_slowdown`` (all-reduce arena's ``cluster.background_slowdown``): an op that
   starts while its group's network is idle takes ``1 + background_slowdown`` times longer (a
   framework's loop that wakes every cycle and negotiates while it has nothing to send, as
@@ -35,11 +36,12 @@ Modelling choices (written down, labelled in reports):
   slow-downs above are rates instead, integrated over the op's span: an op progresses at
   ``1 / (1 + gamma)`` of its speed while its group's network is busy and ``1 / (1 +
   background_slowdown)`` while it is idle, re-timed whenever the network turns busy or idle
-  (the arena calls ``network_changed``). An op's extra time is then at most the time the
-  network was busy during it times ``gamma / (1 + gamma)``, however large gamma: a slow-down
-  measured against a stream of collectives that never pauses (where the communication
-  threads take the cores whole, as on an unshaped network) is not charged in full to an op
-  that overlaps a short collective. A reconstruction, labelled as such;
+  (the arena calls ``network_changed``). The extra time ``overlap_slowdown`` gives an op is
+  then at most the time the network was busy during it times ``gamma / (1 + gamma)``,
+  however large gamma (``background_slowdown`` and the collectives' CPU add their own): a
+  slow-down measured against a stream of collectives that never pauses (where the
+  communication threads take the cores whole, as on an unshaped network) is not charged in
+  full to an op that overlaps a short collective. A reconstruction, labelled as such;
 * ``collective_cpu_s`` (all-reduce arena): each collective the arena starts (``charge_cpu``)
   takes that much CPU time from the op each computing group runs then (a negotiation round's,
   ``negotiation_cpu_s`` when set): the op ends that much later (the communication threads
@@ -209,6 +211,18 @@ def link_factors(stragglers: Any, n_iter: int) -> tuple[float, ...]:
     return tuple(factors)
 
 
+@dataclass(slots=True)
+class _Op:
+    """(``overlap_integrated``.) A running op: its work ``left`` (seconds at full speed) as
+    of ``since``, the ``rate`` it progresses at since then, and its ``compute_done``
+    arguments."""
+
+    left: float
+    since: float
+    rate: float
+    done: tuple[int, int, int, int, float]
+
+
 class ComputeJob:
     """Compute streams of every group; subclasses add the network of their arena.
 
@@ -254,10 +268,10 @@ class ComputeJob:
         )
         self.cpu_per_message = 0.0  # PS arena: ``cluster.message_cpu_us`` (set by its job)
         g = self.n_groups
-        # ``overlap_integrated``: each group's running op as [work left at full speed, since,
-        # rate, (its compute_done arguments)], or None; its end event carries ``op_token``.
+        # ``overlap_integrated``: each group's running op, or None; its end event carries
+        # ``op_token`` (stale once re-timed).
         self.integrated = setup.overlap_integrated and bool(self.gamma or self.idle_gamma)
-        self.running: list[list[Any] | None] = [None] * g
+        self.running: list[_Op | None] = [None] * g
         self.op_token = [0] * g
         self.retime_due = False
         # CPU time collectives took from each group's running op, not yet added to it.
@@ -364,6 +378,7 @@ class ComputeJob:
         network_busy = self.network_busy
         watch = self.compute_watch
         integrated, running, op_token = self.integrated, self.running, self.op_token
+        rate_of = self._rate
 
         def try_compute(g: int) -> None:
             if busy[g]:
@@ -404,8 +419,8 @@ class ComputeJob:
                 watch()
             now = loop.now
             if integrated:
-                rate = 1.0 / (1.0 + (gamma if network_busy(g) else idle_gamma))
-                running[g] = [duration, now, rate, (g, it, op, layer, now)]
+                rate = rate_of(g)
+                running[g] = _Op(duration, now, rate, (g, it, op, layer, now))
                 op_token[g] += 1
                 heappush(evq, (now + duration / rate, next(evseq), op_end, (g, op_token[g])))
                 return
@@ -416,7 +431,7 @@ class ComputeJob:
         def op_end(g: int, token: int) -> None:
             """(``overlap_integrated``.) The running op's end, unless re-timed since."""
             if token == op_token[g]:
-                args = running[g][3]  # type: ignore[index]
+                args = running[g].done  # type: ignore[union-attr]
                 running[g] = None
                 compute_done(*args)
 
@@ -514,11 +529,16 @@ class ComputeJob:
 
     def network_changed(self) -> None:
         """(``overlap_integrated``; the arena calls it when its network turns busy or idle.)
-        Re-time the running ops once everything due at this instant has happened (a
-        collective that ends as the next one starts changes nothing)."""
+        Re-time the running ops once everything due at this instant has happened: a
+        collective that ends as the next one starts at the same instant changes nothing.
+        The all-reduce arena alone calls it (``cluster.overlap_model`` is its field)."""
         if self.integrated and not self.retime_due:
             self.retime_due = True
             self.loop.after(0.0, self._retime)
+
+    def _rate(self, g: int) -> float:
+        """(``overlap_integrated``.) Group ``g``'s compute speed now, as a share of its own."""
+        return 1.0 / (1.0 + (self.gamma if self.network_busy(g) else self.idle_gamma))
 
     def _retime(self) -> None:
         self.retime_due = False
@@ -526,13 +546,13 @@ class ComputeJob:
         for g, op in enumerate(self.running):
             if op is None:
                 continue
-            rate = 1.0 / (1.0 + (self.gamma if self.network_busy(g) else self.idle_gamma))
-            if rate == op[2]:
+            rate = self._rate(g)
+            if rate == op.rate:
                 continue
-            op[0] = max(0.0, op[0] - (now - op[1]) * op[2])
-            op[1], op[2] = now, rate
+            op.left = max(0.0, op.left - (now - op.since) * op.rate)
+            op.since, op.rate = now, rate
             self.op_token[g] += 1
-            self.loop.after(op[0] / rate, self._op_end, g, self.op_token[g])
+            self.loop.after(op.left / rate, self._op_end, g, self.op_token[g])
 
     def charge_cpu(self, negotiation: bool = False) -> None:
         """A collective starts: each group computing now loses ``collective_cpu_s`` of its

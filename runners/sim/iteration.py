@@ -460,7 +460,6 @@ class _AllReduceJob(ComputeJob):
     def _task_done(self, it: int, members: tuple[int, ...], size: int, start: float) -> None:
         now = self.loop.now
         self.channel_busy = False
-        self.network_changed()
         if self.burst > 0:
             # The bucket filled while the link did not send at the shaped rate (the
             # collective's latency, the CPU's share), and fills again from here.
@@ -496,6 +495,7 @@ class _AllReduceJob(ComputeJob):
         if self.tick_waits and not self._cycle_running():
             self.tick_waits = False  # the blocked cycle starts now (its time has passed)
             self.loop.after(0.0, self._fusion_tick)
+        self.network_changed()  # after the next collective's start, if one starts now
         self.wake_all()
 
     def result(self) -> SimResult:

@@ -284,6 +284,7 @@ def test_a_ps_system_s_twins_get_the_ps_arena_s_measurements():
     real_spec, sim_spec = validate(real), validate(sim)
     assert sim_spec.arena == "ps" and not sim_spec.cluster.cpu_collectives
     assert sim_spec.cluster.reduce_scatter_cost == 0.5
+    assert "overlap_model" not in sim["cluster"] and sim_spec.cluster.overlap_model == "start"
     c = sim_spec.cluster
     assert (c.latency_us, c.overlap_slowdown, c.server_agg_gbps) == (3500.0, 0.8, 38.0)
     assert c.bandwidth_gbps == 0.94  # the network's fit, as for every system
@@ -1165,6 +1166,16 @@ def _run_of_40_ms(spec, work):
     metrics = {"iteration_time_s": 0.040, "iteration_time_median_s": 0.040}
     metrics["compute_time_s"] = 0.01
     return SimpleNamespace(metrics=metrics, network=SimpleNamespace(kind="shaped"))
+
+
+def test_the_all_reduce_twins_integrate_the_slow_down():
+    """``matched_specs``: an all-reduce twin, the lab's engine's or a framework's own, gets
+    ``overlap_model: integrated`` (``TWIN_OVERLAP_MODEL``); a PS twin keeps the default
+    (``test_a_ps_system_s_twins_get_the_ps_arena_s_measurements``)."""
+    assert fidelity.TWIN_OVERLAP_MODEL == "integrated"
+    for system in ("wfbp", "horovod", "ddp", "dear"):
+        _, sim = fidelity.matched_specs(system, "vgg16-debug", 1.0, TESTBED)
+        assert validate(sim).cluster.overlap_model == "integrated", system
 
 
 def test_the_report_scores_the_same_runs_without_each_modelled_effect(monkeypatch):

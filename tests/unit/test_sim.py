@@ -461,9 +461,9 @@ def test_integrated_slow_downs_charge_an_op_only_while_a_collective_overlaps_it(
     once it has ended, so its extra time is the overlap's share, bounded however large the
     slow-down; ``start`` charges the whole op. Left out of the resolved spec at its default;
     refused where it is not one of the two, and outside the all-reduce arena."""
-    # two workers, 100 kB gradients at 1 Gbit/s (a collective of about 0.9 ms) and 2 ms
-    # backward ops: each gradient's collective starts with the next backward op and ends
-    # during it
+    # two workers, 100 kB gradients at 1 Gbit/s (a collective of 1 ms: 2 x 100 us of latency
+    # and 0.8 ms of bytes) and 2 ms backward ops: each gradient's collective starts with the
+    # next backward op and ends during it
     layers = tuple(
         LayerTimes(f"l{i}", fwd_s=0.001, bwd_s=0.002, grad_bytes=10**5) for i in range(3)
     )
@@ -482,9 +482,12 @@ def test_integrated_slow_downs_charge_an_op_only_while_a_collective_overlaps_it(
     spec, integrated = run_layers(
         "wfbp", layers, **kw, overlap_slowdown=1.0, overlap_model="integrated"
     )
-    collective = [r[5] - r[4] for r in rows(integrated, "allreduce")]
-    d = collective[0]
-    assert 0.0008 < d < 0.002 and collective == pytest.approx([d] * 3, rel=1e-9)
+
+    def collectives(result):
+        return [r[5] - r[4] for r in rows(result, "allreduce")]
+
+    d = 0.001
+    assert collectives(integrated) == pytest.approx([d] * 3, rel=1e-9)
     assert ops(start, "backward") == pytest.approx([0.002, 0.004, 0.004], rel=1e-9)
     assert ops(integrated, "backward") == pytest.approx([0.002] + [0.002 + d / 2] * 2, rel=1e-9)
     assert ops(integrated, "forward") == pytest.approx([0.001] * 3, rel=1e-9)
@@ -505,6 +508,16 @@ def test_integrated_slow_downs_charge_an_op_only_while_a_collective_overlaps_it(
     )
     assert ops(both, "forward") == pytest.approx([0.0015] * 3, rel=1e-9)
     assert ops(both, "backward") == pytest.approx([0.003] + [0.003 + 0.25 * d] * 2, rel=1e-9)
+    # the collectives' CPU comes on top, at full speed, after the op's work
+    integrate = {"overlap_slowdown": 1.0, "overlap_model": "integrated"}
+    _, cpu = run_layers("wfbp", layers, **kw, **integrate, collective_cpu_us=300)
+    assert ops(cpu, "backward") == pytest.approx([0.002] + [0.0023 + d / 2] * 2, rel=1e-9)
+    # collectives slower while the ranks compute (fidelity's twins): each op pays for the
+    # collective's whole span, now twice its bytes' time (the last one, after the backward,
+    # on idle ranks)
+    _, busy = run_layers("wfbp", layers, **kw, **integrate, overlap_comm_slowdown=1.0)
+    assert collectives(busy) == pytest.approx([0.0018, 0.0018, 0.001], rel=1e-9)
+    assert ops(busy, "backward") == pytest.approx([0.002] + [0.002 + 0.0009] * 2, rel=1e-9)
     assert "overlap_model" not in validate(raw_spec("wfbp")).as_dict()["cluster"]
     for system, value in (("wfbp", "rate"), ("wfbp", ""), ("ps-default", "integrated")):
         with pytest.raises(SpecError) as err:
