@@ -263,6 +263,14 @@ _SLOWDOWNS = {
 _NETWORK_SLOWDOWNS = ("overlap_slowdown", "comm_slowdown", "ps")
 
 
+# Why an all-reduce slow-down on the unshaped network can be large on a quiet machine too.
+_UNSHAPED_NOTE = (
+    "on an unshaped network the probe's collectives, which never pause, can take the cores "
+    "almost whole (the all-reduce twins charge it only while a collective overlaps an op: "
+    "cluster.overlap_model integrated); or "
+)
+
+
 def check_slowdowns(
     network: list[dict[str, Any]],
     say: Callable[[str], None],
@@ -275,7 +283,8 @@ def check_slowdowns(
     calibration before its file is written (``CalibrationError``, which says ``kept``):
     fidelity could not use it."""
     for point in network:
-        for where, field, what in (_SLOWDOWNS[kind] for kind in kinds):
+        for kind in kinds:
+            where, field, what = _SLOWDOWNS[kind]
             values: Any = point
             for key in where:
                 values = values.get(key, {})
@@ -291,9 +300,11 @@ def check_slowdowns(
                         f"again when it is quiet ({kept})"
                     )
                 if value > SLOWDOWN_WARN:
+                    # the all-reduce arena's, on the unshaped network: not only a busy machine
+                    unshaped = point["nominal_gbps"] is None and kind == "overlap_slowdown"
                     say(
-                        f"warning: {said}: was the machine busy with other work? If so, "
-                        "measure again when it is quiet"
+                        f"warning: {said}: {_UNSHAPED_NOTE if unshaped else ''}was the machine "
+                        "busy with other work? If so, measure again when it is quiet"
                     )
 
 

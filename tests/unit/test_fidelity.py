@@ -396,6 +396,20 @@ def test_a_busy_machine_s_slowdown_is_written_as_measured_with_a_warning_or_refu
     assert validate(sim).cluster.overlap_slowdown == slowdown
 
 
+def test_a_large_slowdown_on_the_unshaped_network_is_told_with_its_likely_cause():
+    """The all-reduce probe's slow-down on the unshaped network (42.5x once on a quiet
+    machine: its collectives never pause) is told with that cause and how the twins bound
+    it; the same value elsewhere, or of another probe, only as a busy machine's."""
+    said: list[str] = []
+    loopback = {"nominal_gbps": None, "overlap_slowdown": {"resnet50-debug": 41.5}}
+    shaped = {"nominal_gbps": 1.0, "overlap_slowdown": {"resnet50-debug": 41.5}}
+    ps = {"nominal_gbps": None, "ps": {"overlap_slowdown": {"resnet50-debug": 5.0}}}
+    fidelity.check_slowdowns([loopback, shaped, ps], said.append, ("overlap_slowdown", "ps"))
+    assert len(said) == 3 and all("busy with other work" in line for line in said)
+    assert "42.5x as slow" in said[0] and "overlap_model integrated" in said[0]
+    assert "overlap_model" not in said[1] and "overlap_model" not in said[2]
+
+
 def test_calibrate_overlap_only_measures_the_interference_again_and_split_uses_it(
     tmp_path, monkeypatch
 ):
