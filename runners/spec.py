@@ -532,8 +532,8 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
     "overlap_model": (
         str,
         lambda v: v in OVERLAP_MODELS,
-        "start or integrated (how the compute slow-downs apply: fixed when an op starts, or "
-        "as rates over its span)",
+        f"{' or '.join(OVERLAP_MODELS)} (how the compute slow-downs apply: fixed when an op "
+        "starts, or as rates over its span)",
     ),
     "compute_scale": (
         float,

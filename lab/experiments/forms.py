@@ -30,6 +30,10 @@ MAX_RUNS = 500
 COMM_SWEEP_KEYS = ("workers", "bandwidth_gbps")
 CLUSTER_SWEEP_KEYS = ("jobs_per_hour",)
 _DEFAULTS = run_spec.CommCluster()
+_OVERLAP_LABELS = {  # ``cluster.overlap_model``'s choices, as the form says them
+    "start": "when an op starts, for its whole length",
+    "integrated": "integrated over the op, while the network is busy or idle",
+}
 _REAL = run_spec.RealOptions()
 REAL_KEYS = (
     "network", "dataset", "lr", "momentum", "implementation", "gpus", "gpu_model", "nodes",
@@ -295,10 +299,7 @@ class ExperimentForm(_ClusterArenaFields):
     cluster_overlap_model = forms.ChoiceField(
         label="compute slow-downs apply",
         required=False,
-        choices=[
-            ("start", "when an op starts, for its whole length"),
-            ("integrated", "integrated over the op, while the network is busy or idle"),
-        ],
+        choices=[(model, _OVERLAP_LABELS[model]) for model in run_spec.OVERLAP_MODELS],
         initial=_DEFAULTS.overlap_model,
         help_text="integrated: an op pays a slow-down only for the part of it a collective "
         "overlaps (bounded however large the slow-down; python -m runners fidelity uses it)",

@@ -237,6 +237,10 @@ class ComputeJob:
     """
 
     compute_watch: Any = None
+    # Whether the arena calls ``network_changed`` when its network turns busy or idle: only
+    # then can ``overlap_integrated`` re-time the running ops (else the slow-downs apply at
+    # op start).
+    reports_network_changes = False
 
     # Run forward ops whose turn is certain back to back in one event (``_run_forward``): the
     # same results as op by op, except that when events tie to the instant (identical groups
@@ -270,7 +274,11 @@ class ComputeJob:
         g = self.n_groups
         # ``overlap_integrated``: each group's running op, or None; its end event carries
         # ``op_token`` (stale once re-timed).
-        self.integrated = setup.overlap_integrated and bool(self.gamma or self.idle_gamma)
+        self.integrated = (
+            setup.overlap_integrated
+            and self.reports_network_changes
+            and bool(self.gamma or self.idle_gamma)
+        )
         self.running: list[_Op | None] = [None] * g
         self.op_token = [0] * g
         self.retime_due = False
@@ -530,8 +538,7 @@ class ComputeJob:
     def network_changed(self) -> None:
         """(``overlap_integrated``; the arena calls it when its network turns busy or idle.)
         Re-time the running ops once everything due at this instant has happened: a
-        collective that ends as the next one starts at the same instant changes nothing.
-        The all-reduce arena alone calls it (``cluster.overlap_model`` is its field)."""
+        collective that ends as the next one starts at the same instant changes nothing."""
         if self.integrated and not self.retime_due:
             self.retime_due = True
             self.loop.after(0.0, self._retime)

@@ -104,6 +104,8 @@ class _Timed:
 
 
 class _AllReduceJob(ComputeJob):
+    reports_network_changes = True  # the channel turning busy or idle (``network_changed``)
+
     def __init__(
         self,
         setup: ComputeSetup,

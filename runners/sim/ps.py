@@ -147,9 +147,6 @@ def simulated_groups(
 def run(spec: RunSpec, layers: tuple[LayerTimes, ...] | None = None) -> SimResult:
     """Simulate ``spec``; ``layers`` replaces the workload's layers (tests, what-ifs)."""
     setup = compute_setup(spec, layers, link_groups=True)
-    # its network never reports turning busy or idle (``network_changed``): the slow-downs
-    # apply at op start (``cluster.overlap_model`` is the all-reduce arena's)
-    setup = dataclasses.replace(setup, overlap_integrated=False)
     plan = registry.get(spec.system).build(spec.params).plan(build_problem(spec, setup))
     random_order = "random" in (plan.push_order, plan.pull_order)
     groups, order_draw = simulated_groups(
