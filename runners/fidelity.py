@@ -1772,9 +1772,8 @@ def format_report(result: dict[str, Any]) -> str:
     if with_compute:
         lines.append(
             "(compute real/sim: each side's compute_time_s per step in ms, the real runs' "
-            "median, as each counts it, slow-downs and CPU charges included; a real DDP "
-            "step's includes its wait for the all-reduces, which its reducer does inside "
-            "backward)"
+            "median, as each counts it, slow-downs and CPU charges included; real DDP and "
+            "Horovod steps leave out their wait for the all-reduces)"
         )
     if with_cores:
         lines.append(

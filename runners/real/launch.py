@@ -904,9 +904,8 @@ def _results(spec: RunSpec, ranks: list[dict[str, Any]], network: Network) -> Re
         rows = [r["iterations"][i] for r in ranks]
         it_s = statistics.fmean(row["iteration_time_s"] for row in rows)
         # Forward + backward (and an own framework's step), less the forward's waits for
-        # synchronised parameters (the lab's engines' pre-forward hooks) and Horovod's wait
-        # for its all-reduces in the step (``sync_s``); DDP's reducer waits inside backward,
-        # which is not split.
+        # synchronised parameters (the lab's engines' pre-forward hooks) and Horovod's or
+        # DDP's wait for its all-reduces in the step (``sync_s``; DDP's on a GPU is not split).
         compute = statistics.fmean(
             row["forward_s"]
             + row["backward_s"]
@@ -928,7 +927,7 @@ def _results(spec: RunSpec, ranks: list[dict[str, Any]], network: Network) -> Re
             entry["comm_time_s"] = statistics.fmean(row["comm_s"] for row in rows)
             entry["exposed_comm_s"] = statistics.fmean(row["wait_s"] for row in rows)
             entry["negotiations"] = statistics.fmean(row["negotiations"] for row in rows)
-        elif all("sync_s" in row for row in rows):  # Horovod: only its exposed part is seen
+        elif all("sync_s" in row for row in rows):  # Horovod, DDP: only the exposed part seen
             entry["exposed_comm_s"] = statistics.fmean(row["sync_s"] for row in rows)
         series.append(entry)
         clock += it_s

@@ -296,7 +296,7 @@ def _train(
         sync()  # the previous iteration's kernels are done: the timers read the GPU's time
         begin = time.perf_counter()
         cpu_begin = time.process_time()
-        synced_s = None  # Horovod's wait in its step (``_horovod_step``)
+        synced_s = None  # Horovod's or DDP's wait in its step (``_horovod_step``, ``_ddp_step``)
         if engine is not None:
             engine.begin(it)
             sync()
@@ -314,7 +314,7 @@ def _train(
         times = (forward_start, backward_start, end)
         warmup = it < int(spec["warmup_iterations"])
         row = iteration_row(it, begin, times, loss, warmup, cpu_begin)
-        if synced_s is not None:  # Horovod: its wait for the all-reduces
+        if synced_s is not None:  # Horovod or DDP: its wait for the all-reduces
             row["sync_s"] = synced_s
         iterations.append(row)
         if rank == 0:
@@ -356,7 +356,12 @@ def _ddp_step(
     model: nn.Module, job: dict[str, Any], lr: float, momentum: float, sync: Callable[[], None]
 ):
     """PyTorch's own DistributedDataParallel with the ``ddp`` entry's bucket sizes (on a GPU:
-    its device)."""
+    its device). Its reducer waits for the buckets' all-reduces inside ``backward``, after
+    the last gradient: on the CPU the step also returns that wait, from the last gradient's
+    accumulation (a hook on every parameter, which runs just before the reducer's own) to
+    ``backward``'s return (the reducer's launch of its last bucket, its wait and its copies
+    back): the run's exposed communication, left out of its compute, as Horovod's. On a GPU
+    the hooks see the kernels' launches, not their ends: the wait is not split (None)."""
     from torch.nn.parallel import DistributedDataParallel
 
     params = job["spec"]["params"]
@@ -368,6 +373,16 @@ def _ddp_step(
         bucket_cap_mb=int(params["bucket_bytes"]) / 2**20,
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    last_gradient = [0.0]  # when this backward's latest gradient was accumulated
+    split = device.type != "cuda"
+    if split:
+
+        def accumulated(_: torch.Tensor) -> None:
+            last_gradient[0] = time.perf_counter()
+
+        for p in model.parameters():
+            if p.requires_grad:
+                p.register_post_accumulate_grad_hook(accumulated)
 
     def step(inputs: torch.Tensor, targets: torch.Tensor, loss_fn: Any):
         sync()
@@ -375,11 +390,12 @@ def _ddp_step(
         optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(ddp(inputs), targets)
         sync()
-        backward_start = time.perf_counter()
+        backward_start = last_gradient[0] = time.perf_counter()
         loss.backward()  # the reducer waits here for its buckets' all-reduces
+        waited = time.perf_counter() - last_gradient[0] if split else None
         optimizer.step()
         sync()
-        return forward_start, backward_start, time.perf_counter(), loss, None
+        return forward_start, backward_start, time.perf_counter(), loss, waited
 
     return step
 

@@ -422,6 +422,30 @@ def test_the_real_horovod_on_the_shaped_network(tmp_path):
     assert not subprocess.run(["pgrep", "-f", "runners.real.hvd"], capture_output=True).stdout
 
 
+def test_ddp_s_wait_inside_its_backward_is_exposed_communication_not_compute(tmp_path):
+    """PyTorch's DDP with one bucket at 50 Mbit/s: its reducer all-reduces every gradient
+    after the last one is ready and waits inside ``backward``. That wait is the step's
+    exposed communication, not its compute."""
+    require_root("the emulated network")
+    big = 64 << 20  # one bucket: nothing overlaps the backward
+    raw = _spec(
+        "ddp", {"bucket_bytes": big, "first_bucket_bytes": big},
+        network="shaped", dataset="synthetic",
+    )  # fmt: skip
+    raw["cluster"]["bandwidth_gbps"] = 0.05
+    summary = run_to_directory(validate(raw), tmp_path / "run", ["test"])
+    grad_bytes = sum(p.numel() * 4 for p in build_model(MODEL).parameters())
+    wire_s = grad_bytes * 8 / 0.05e9
+    metrics = summary["metrics"]
+    assert 0.8 * wire_s <= metrics["iteration_time_s"] <= 3.0 * wire_s, metrics
+    assert 0.8 * wire_s <= metrics["exposed_comm_s"] <= metrics["iteration_time_s"], metrics
+    assert 0 < metrics["compute_time_s"] < 0.3 * metrics["iteration_time_s"], metrics
+    series = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    for row in series:
+        assert row["compute_time_s"] + row["exposed_comm_s"] <= row["iteration_time_s"], row
+    assert not _ours()
+
+
 def test_a_killed_launcher_leaves_no_namespace_and_no_rank(tmp_path):
     require_root("the emulated network")
     raw = _spec("wfbp", network="shaped", dataset="synthetic")
