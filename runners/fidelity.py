@@ -1772,8 +1772,8 @@ def format_report(result: dict[str, Any]) -> str:
     if with_compute:
         lines.append(
             "(compute real/sim: each side's compute_time_s per step in ms, the real runs' "
-            "median, as each counts it, slow-downs and CPU charges included; real DDP and "
-            "Horovod steps leave out their wait for the all-reduces)"
+            "median, as each counts it, slow-downs and CPU charges included; real Horovod "
+            "steps, and DDP's on the CPU, leave out their wait for the all-reduces)"
         )
     if with_cores:
         lines.append(

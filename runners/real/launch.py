@@ -966,7 +966,7 @@ def _results(spec: RunSpec, ranks: list[dict[str, Any]], network: Network) -> Re
             units[key] = "s"
         metrics["negotiations_per_iteration"] = statistics.fmean(s["negotiations"] for s in steady)
         units["negotiations_per_iteration"] = ""
-    elif "exposed_comm_s" in measured[0]:  # Horovod's wait in its step (its total: not seen)
+    elif "exposed_comm_s" in measured[0]:  # Horovod's or DDP's wait (its total: not seen)
         metrics["exposed_comm_s"] = statistics.fmean(s["exposed_comm_s"] for s in steady)
         units["exposed_comm_s"] = "s"
     if all("cpu_time_s" in s for s in steady):

@@ -107,7 +107,7 @@ def test_horovod_s_wait_in_its_step_is_exposed_communication_not_compute():
     assert result.series[1]["compute_time_s"] == pytest.approx(0.0065)
     assert result.series[-1]["exposed_comm_s"] == pytest.approx(0.008)
     assert result.metrics["compute_time_s"] == pytest.approx((3 * 0.0065 + 0.002) / 4)
-    # a record without it (DDP's, the engine's before): nothing taken, nothing reported
+    # a record without it (DDP's on a GPU): nothing taken, nothing reported
     plain = launch._results(_spec(4), [_rank(times, 0.0)] * 2, launch.Network("loopback"))
     assert "exposed_comm_s" not in plain.metrics
     assert plain.metrics["compute_time_s"] == pytest.approx(0.004)
