@@ -98,6 +98,20 @@ def _assert_close(got: dict, want: dict) -> None:
     assert worst <= 1e-5 * max(1.0, scale), f"max difference {worst:g}"
 
 
+def _wire_s(gbps: float) -> float:
+    """The time one rank's NIC takes to send the model's gradients once (a ring all-reduce
+    of 2 ranks) at ``gbps``."""
+    grad_bytes = sum(p.numel() * 4 for p in build_model(MODEL).parameters())
+    return grad_bytes * 8 / (gbps * 1e9)
+
+
+def _each_iteration_holds_its_compute_and_wait(run_dir: Path) -> None:
+    """Per iteration (the summary's compute and exposed time average different iterations:
+    the last one is left out of the timing metrics only), both fit in the iteration."""
+    for row in (json.loads(line) for line in (run_dir / "metrics.jsonl").open()):
+        assert row["compute_time_s"] + row["exposed_comm_s"] <= row["iteration_time_s"], row
+
+
 @pytest.mark.parametrize(
     ("system", "params"),
     [
@@ -331,8 +345,7 @@ def test_a_real_run_on_the_shaped_network(tmp_path):
     assert summary["network"]["kind"] == "shaped"
     assert summary["network"]["bandwidth_gbps"] == 0.05
     # Ring all-reduce of 2 ranks: each sends the gradients' size once over its 50 Mbit/s NIC.
-    grad_bytes = sum(p.numel() * 4 for p in build_model(MODEL).parameters())
-    wire_s = grad_bytes * 8 / 0.05e9
+    wire_s = _wire_s(0.05)
     assert 0.8 * wire_s <= summary["metrics"]["comm_time_s"] <= 2.0 * wire_s
     assert summary["metrics"]["iteration_time_s"] >= 0.8 * wire_s
     assert not _ours()
@@ -369,8 +382,7 @@ def test_a_nic_straggler_slows_the_iterations_of_its_window(tmp_path):
     rows = [
         json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     ]
-    grad_bytes = sum(p.numel() * 4 for p in build_model(MODEL).parameters())
-    slow_wire_s = grad_bytes * 8 / 0.05e9
+    slow_wire_s = _wire_s(0.05)
     # The switch follows rank 0's progress, read by the launcher (at normal priority, beside
     # ranks whose communication threads run ahead): iterations 5 and 6 may still run partly
     # at the old rate.
@@ -405,19 +417,14 @@ def test_the_real_horovod_on_the_shaped_network(tmp_path):
     assert summary["network"]["kind"] == "shaped"
     # One fused ring all-reduce of 2 ranks per step: each rank sends the gradients' size once
     # over its 50 Mbit/s NIC (on loopback the step takes about 20 ms).
-    grad_bytes = sum(p.numel() * 4 for p in build_model(MODEL).parameters())
-    wire_s = grad_bytes * 8 / 0.05e9
+    wire_s = _wire_s(0.05)
     metrics = summary["metrics"]
     assert 0.8 * wire_s <= metrics["iteration_time_s"] <= 3.0 * wire_s
     # the step waits for that all-reduce (most of it after the backward): exposed, and not
     # in the compute; Horovod's total communication time is not seen
     assert 0.3 * wire_s <= metrics["exposed_comm_s"] <= metrics["iteration_time_s"]
     assert "comm_time_s" not in metrics
-    # per iteration (the summary's compute and exposed time average different iterations:
-    # the last one is left out of the timing metrics only): both fit in the iteration
-    series = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
-    for row in series:
-        assert row["compute_time_s"] + row["exposed_comm_s"] <= row["iteration_time_s"], row
+    _each_iteration_holds_its_compute_and_wait(tmp_path / "run")
     assert not _ours()
     assert not subprocess.run(["pgrep", "-f", "runners.real.hvd"], capture_output=True).stdout
 
@@ -434,15 +441,12 @@ def test_ddp_s_wait_inside_its_backward_is_exposed_communication_not_compute(tmp
     )  # fmt: skip
     raw["cluster"]["bandwidth_gbps"] = 0.05
     summary = run_to_directory(validate(raw), tmp_path / "run", ["test"])
-    grad_bytes = sum(p.numel() * 4 for p in build_model(MODEL).parameters())
-    wire_s = grad_bytes * 8 / 0.05e9
+    wire_s = _wire_s(0.05)
     metrics = summary["metrics"]
     assert 0.8 * wire_s <= metrics["iteration_time_s"] <= 3.0 * wire_s, metrics
     assert 0.8 * wire_s <= metrics["exposed_comm_s"] <= metrics["iteration_time_s"], metrics
     assert 0 < metrics["compute_time_s"] < 0.3 * metrics["iteration_time_s"], metrics
-    series = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
-    for row in series:
-        assert row["compute_time_s"] + row["exposed_comm_s"] <= row["iteration_time_s"], row
+    _each_iteration_holds_its_compute_and_wait(tmp_path / "run")
     assert not _ours()
 
 
