@@ -1773,7 +1773,7 @@ def format_report(result: dict[str, Any]) -> str:
         lines.append(
             "(compute real/sim: each side's compute_time_s per step in ms, the real runs' "
             "median, as each counts it, slow-downs and CPU charges included; real Horovod "
-            "steps, and DDP's on the CPU, leave out their wait for the all-reduces)"
+            "steps, and DDP's on the CPU, leave out their wait for the collectives)"
         )
     if with_cores:
         lines.append(

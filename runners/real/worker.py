@@ -356,12 +356,16 @@ def _ddp_step(
     model: nn.Module, job: dict[str, Any], lr: float, momentum: float, sync: Callable[[], None]
 ):
     """PyTorch's own DistributedDataParallel with the ``ddp`` entry's bucket sizes (on a GPU:
-    its device). Its reducer waits for the buckets' all-reduces inside ``backward``, after
-    the last gradient: on the CPU the step also returns that wait, from the last gradient's
-    accumulation (a hook on every parameter, which runs just before the reducer's own) to
-    ``backward``'s return (the reducer's launch of its last bucket, its wait and its copies
-    back): the run's exposed communication, left out of its compute, as Horovod's. On a GPU
-    the hooks see the kernels' launches, not their ends: the wait is not split (None)."""
+    its device). DDP waits for the network twice in a step, and on the CPU the step returns
+    both waits together: the run's exposed communication, left out of its compute, as
+    Horovod's. In its forward, before the model's, it agrees on a rank and broadcasts the
+    model's buffers (batch norm's statistics; ``broadcast_buffers``, on by default), both
+    blocking collectives: from the call to the model's own forward (a pre-hook on it). In
+    ``backward`` its reducer waits for the buckets' all-reduces after the last gradient: from
+    the last gradient's accumulation (a hook on every parameter, which runs just before the
+    reducer's own) to ``backward``'s return (the reducer's launch of its last bucket, its wait
+    and its copies back). On a GPU the hooks see the kernels' launches, not their ends: the
+    waits are not split (None)."""
     from torch.nn.parallel import DistributedDataParallel
 
     params = job["spec"]["params"]
@@ -373,13 +377,18 @@ def _ddp_step(
         bucket_cap_mb=int(params["bucket_bytes"]) / 2**20,
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    model_forward = [0.0]  # when the model's own forward began (DDP's buffers synced)
     last_gradient = [0.0]  # when this backward's latest gradient was accumulated
     split = device.type != "cuda"
     if split:
 
+        def forwarding(module: nn.Module, args: Any) -> None:
+            model_forward[0] = time.perf_counter()
+
         def accumulated(_: torch.Tensor) -> None:
             last_gradient[0] = time.perf_counter()
 
+        model.register_forward_pre_hook(forwarding)
         for p in model.parameters():
             if p.requires_grad:
                 p.register_post_accumulate_grad_hook(accumulated)
@@ -388,11 +397,13 @@ def _ddp_step(
         sync()
         forward_start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(ddp(inputs), targets)
+        called = model_forward[0] = time.perf_counter()
+        loss = loss_fn(ddp(inputs), targets)  # DDP syncs the buffers before the model's
         sync()
         backward_start = last_gradient[0] = time.perf_counter()
         loss.backward()  # the reducer waits here for its buckets' all-reduces
-        waited = time.perf_counter() - last_gradient[0] if split else None
+        returned = time.perf_counter()
+        waited = (model_forward[0] - called) + (returned - last_gradient[0]) if split else None
         optimizer.step()
         sync()
         return forward_start, backward_start, time.perf_counter(), loss, waited

@@ -450,6 +450,50 @@ def test_ddp_s_wait_inside_its_backward_is_exposed_communication_not_compute(tmp
     assert not _ours()
 
 
+_DDP_BUFFERS_PROBE = """
+import datetime, os, time, torch, torch.distributed as dist
+from torch import nn
+from runners.real.worker import _ddp_step
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+me = dist.get_rank()
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.Linear(8, 2))  # DDP syncs its buffers
+job = {"spec": {"params": {"bucket_bytes": 1 << 20, "first_bucket_bytes": 1 << 20}}}
+step = _ddp_step(model, job, 0.1, 0.0, lambda: None)
+inputs, targets = torch.randn(4, 8), torch.randint(0, 2, (4,))
+for it in range(3):
+    if me == 1:
+        time.sleep(0.4)  # rank 1 comes to the step late: rank 0 waits in DDP's forward
+    forward_start, _, end, _, waited = step(inputs, targets, nn.functional.cross_entropy)
+    line = f"rank {me} it {it} waited {waited:.4f} step {end - forward_start:.4f}\\n"
+    os.write(1, line.encode())  # one write: the two ranks' lines never interleave
+dist.destroy_process_group()
+"""
+
+
+def test_ddp_s_wait_for_its_buffers_in_the_forward_is_exposed_communication(tmp_path):
+    """DDP broadcasts the model's buffers (batch norm's statistics) in its forward, a blocking
+    collective: a rank that comes to the step 0.4 s before the other waits there, and that
+    wait is the step's exposed communication (``sync_s``), not its compute. Two ranks on
+    loopback; rank 1 sleeps before each step."""
+    script = tmp_path / "probe.py"
+    script.write_text(_DDP_BUFFERS_PROBE)
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+         "--nproc-per-node", "2", str(script)],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    rows = [line.split() for line in result.stdout.splitlines() if line.startswith("rank ")]
+    waits = {(int(r[1]), int(r[3])): (float(r[5]), float(r[7])) for r in rows}
+    assert len(waits) == 6, result.stdout
+    for it in (1, 2):  # after the first step (DDP's lazy set-up)
+        waited, took = waits[(0, it)]
+        assert 0.3 <= waited <= took, waits  # rank 0 waited for rank 1, and it is in the step
+        assert waits[(1, it)][0] < 0.1, waits  # rank 1 came last: it hardly waited
+
+
 def test_a_killed_launcher_leaves_no_namespace_and_no_rank(tmp_path):
     require_root("the emulated network")
     raw = _spec("wfbp", network="shaped", dataset="synthetic")
