@@ -131,7 +131,8 @@ def run_real(
     progress: bool = True,
 ) -> list[dict[str, Any]]:
     """Per debug model: the median over ``repeats`` alternating runs of each implementation's
-    median iteration time (after 3 warm-up iterations), and the engine's overhead in %."""
+    median iteration time (after 3 warm-up iterations), and the engine's overhead in %. DDP
+    runs without ``broadcast_buffers``, which the engine has no counterpart of."""
     from .real import launch
 
     out = []
@@ -146,6 +147,9 @@ def run_real(
                         "mode": "real",
                         "workload": model,
                         "cluster": {"workers": 2},
+                        # the same communication on both sides: the lab's engine does not
+                        # broadcast the model's buffers before each forward, as DDP does
+                        "params": {"broadcast_buffers": False},
                         "iterations": iterations,
                         "warmup_iterations": 3,
                         "real": {"network": "loopback", "implementation": impl},

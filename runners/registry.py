@@ -545,7 +545,8 @@ ENTRIES: tuple[Entry, ...] = (
         paper="Li et al., PyTorch Distributed: experiences on accelerating data parallel "
         "training, VLDB 2020 (torch 2.13 defaults)",
         summary="Gradient buckets in ready order (25 MiB, first bucket 1 MiB), all-reduced in "
-        "order; global barrier before the optimizer step.",
+        "order; global barrier before the optimizer step; the model's buffers broadcast "
+        "before each forward.",
         factory=f"{_AR}:ddp",
         params=(
             Param(
@@ -563,6 +564,13 @@ ENTRIES: tuple[Entry, ...] = (
                 "torch.distributed._DEFAULT_FIRST_BUCKET_BYTES (1 MiB).",
                 minimum=1,
                 unit="bytes",
+            ),
+            Param(
+                "broadcast_buffers",
+                bool,
+                True,
+                "DDP's broadcast_buffers default: each forward first broadcasts the model's "
+                "buffers (batch norm's statistics) from one rank, a blocking collective.",
             ),
         ),
     ),

@@ -699,12 +699,25 @@ def validate_comm(raw: dict[str, Any], entry: registry.Entry) -> RunSpec:
             + ("a run over several hosts" if real.nodes > 1 else "on loopback it")
             + " would not apply it",
         )
+    params = validate_params(entry, raw.get("params", {}))
+    if (
+        real is not None
+        and real.implementation == "lab"
+        and params.get("broadcast_buffers")
+        and profile.buffer_bytes > 0
+    ):
+        raise SpecError(
+            "params.broadcast_buffers",
+            f"the lab's engine (real.implementation: lab) does not broadcast {workload}'s "
+            "buffers, as DDP does before each forward: set params.broadcast_buffers: false "
+            "(and the simulator leaves the broadcast out too), or real.implementation: default",
+        )
     return RunSpec(
         system=entry.name,
         mode=mode,
         workload=workload,
         cluster=cluster,
-        params=validate_params(entry, raw.get("params", {})),
+        params=params,
         iterations=iterations,
         warmup_iterations=warmup,
         batch_size=_int(raw, "batch_size", profile.default_batch_size, 1, 1_000_000),

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
@@ -48,6 +49,17 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
         time.sleep(interval_s)
+
+
+def torchrun(script: Path, ranks: int, root: Path) -> subprocess.CompletedProcess[str]:
+    """``script`` run by ``ranks`` processes under torchrun on this machine (one torch
+    thread each, the project on the path, 120 s at most); its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+         "--nproc-per-node", str(ranks), str(script)],
+        cwd=root, env={**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
 
 
 def require_root(what: str) -> None:

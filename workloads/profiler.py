@@ -298,6 +298,9 @@ def profile_model(name: str, device: str = "meta") -> dict[str, Any]:
         "input_shape": list(spec.input_shape),
         "input_dtype": spec.input_dtype,
         "total_param_count": total,
+        # Every buffer's bytes (batch norm's statistics, position tables): what PyTorch's DDP
+        # broadcasts before each forward (``broadcast_buffers``).
+        "buffer_bytes": sum(b.numel() * b.element_size() for b in model.buffers()),
         "source": {
             "kind": "torch-definition+analytic-flops",
             "model": spec.builder,

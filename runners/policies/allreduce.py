@@ -42,6 +42,7 @@ class CommProblem:
     bwd_s: tuple[float, ...] = ()
     deps: tuple[tuple[int, ...], ...] = ()
     collective_s: Callable[[int], float] | None = field(default=None, compare=False)
+    buffer_bytes: int = 0  # the model's buffers (``WorkloadProfile.buffer_bytes``)
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,9 @@ class CommPlan:
     # finalizer thread and cycles go on: False).
     fusion_cycle_blocks: bool = False
     info: tuple[tuple[str, float], ...] = ()  # numbers the policy chose (reported as metrics)
+    # Blocking collectives before every iteration's forward, in order, as (op, bytes): no
+    # layer's forward starts until they are done on every rank (DDP's buffer broadcast).
+    forward_sync: tuple[tuple[str, int], ...] = ()
 
 
 def is_fifo(plan: CommPlan) -> bool:
@@ -164,10 +168,14 @@ class DDP:
     """PyTorch DistributedDataParallel (torch 2.13 defaults): gradients are put into buckets in
     gradient-ready order, each closed once it reaches ``bucket_bytes`` (the first at
     ``first_bucket_bytes``); a bucket is all-reduced when all its gradients are ready, buckets in
-    order; the optimizer step waits for every bucket (global barrier)."""
+    order; the optimizer step waits for every bucket (global barrier). With
+    ``broadcast_buffers`` (DDP's default) each forward first agrees on a rank (an all-reduce of
+    one int64) and broadcasts the model's buffers from it (``_sync_buffers``), both blocking:
+    the plan's ``forward_sync``, for a model that has buffers."""
 
     bucket_bytes: int
     first_bucket_bytes: int
+    broadcast_buffers: bool = True
 
     def plan(self, problem: CommProblem) -> CommPlan:
         groups = threshold_groups(problem, self.bucket_bytes, self.first_bucket_bytes)
@@ -175,7 +183,12 @@ class DDP:
         for order, group in enumerate(groups):
             size = sum(problem.layers[i].grad_bytes for i in group)
             tasks.append(CommTask(layers=tuple(sorted(group)), size_bytes=size, priority=order))
-        return CommPlan(tasks=tuple(tasks), credit_bytes=math.inf, cross_barrier=False)
+        sync = ()
+        if self.broadcast_buffers and problem.buffer_bytes > 0:
+            sync = (("allreduce", 8), ("broadcast", problem.buffer_bytes))
+        return CommPlan(
+            tasks=tuple(tasks), credit_bytes=math.inf, cross_barrier=False, forward_sync=sync
+        )
 
 
 @dataclass(frozen=True)
@@ -469,8 +482,12 @@ def wfbp() -> WFBP:
     return WFBP()
 
 
-def ddp(bucket_bytes: int, first_bucket_bytes: int) -> DDP:
-    return DDP(bucket_bytes=bucket_bytes, first_bucket_bytes=first_bucket_bytes)
+def ddp(bucket_bytes: int, first_bucket_bytes: int, broadcast_buffers: bool = True) -> DDP:
+    return DDP(
+        bucket_bytes=bucket_bytes,
+        first_bucket_bytes=first_bucket_bytes,
+        broadcast_buffers=broadcast_buffers,
+    )
 
 
 def horovod(fusion_threshold_bytes: int, cycle_time_ms: float) -> Horovod:

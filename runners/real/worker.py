@@ -375,6 +375,7 @@ def _ddp_step(
         model,
         device_ids=[device.index] if device.type == "cuda" else None,
         bucket_cap_mb=int(params["bucket_bytes"]) / 2**20,
+        broadcast_buffers=bool(params.get("broadcast_buffers", True)),
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     model_forward = [0.0]  # when the model's own forward began (DDP's buffers synced)

@@ -174,6 +174,7 @@ def _problem(spec: RunSpec, setup: ComputeSetup, network: RingAllReduce, oracle)
         bwd_s=tuple(lt.bwd_s * factor for lt in setup.layers),
         deps=tuple(lt.deps for lt in setup.layers),
         collective_s=network.time_s,
+        buffer_bytes=workloads.load_profile(spec.workload).buffer_bytes,
     )
 
 

@@ -187,6 +187,12 @@ class _AllReduceJob(ComputeJob):
         self.tokens = self.burst
         self.tokens_at = 0.0
         self.sending_s = 0.0  # of the collective on the channel: its bytes at the shaped rate
+        # ``plan.forward_sync``: the iterations whose forward may start (their blocking
+        # collectives done), and per iteration the groups that wait for them.
+        self.forward_sync_s = sum(network.time_s(size, op) for op, size in plan.forward_sync)
+        self.forward_sync_bytes = sum(size for _, size in plan.forward_sync)
+        self.forward_synced: set[int] = set()
+        self.forward_waiting: dict[int, set[int]] = {}
 
     def _state(self, it: int) -> None:
         self.grad_groups[it] = [0] * self.n_layers
@@ -197,13 +203,40 @@ class _AllReduceJob(ComputeJob):
     # -- hooks ----------------------------------------------------------------------------
     def params_ready(self, g: int, it: int, layer: int) -> bool:
         src = it - 1 - self.delay
-        if src < 0:
+        if src >= 0:
+            if src not in self.layers_left:
+                return False
+            if self.cross_barrier:
+                if self.layer_tasks_left[src][layer] != 0:
+                    return False
+            elif self.layers_left[src] != 0:
+                return False
+        if not self.plan.forward_sync or it in self.forward_synced:
             return True
-        if src not in self.layers_left:
-            return False
-        if self.cross_barrier:
-            return self.layer_tasks_left[src][layer] == 0
-        return self.layers_left[src] == 0
+        self._wait_forward_sync(g, it)
+        return False
+
+    def _wait_forward_sync(self, g: int, it: int) -> None:
+        """Group ``g`` is at iteration ``it``'s forward, its parameters in: it waits for
+        ``plan.forward_sync``, whose collectives start once every group is there. They run
+        back to back on ranks that all wait (so on the idle network, outside the channel and
+        its token bucket: a reconstruction, with the bytes few next to the gradients')."""
+        waiting = self.forward_waiting.setdefault(it, set())
+        if g in waiting:
+            return
+        waiting.add(g)
+        if len(waiting) == self.n_groups:
+            self.loop.after(self.forward_sync_s, self._forward_synced, it, self.loop.now)
+
+    def _forward_synced(self, it: int, start: float) -> None:
+        now = self.loop.now
+        self.forward_synced.add(it)
+        del self.forward_waiting[it]
+        self.comm_s[it] += now - start
+        if self.tl_from <= it < self.tl_to:
+            size = self.forward_sync_bytes
+            self.timeline.append((it, "network", "broadcast", "buffers", start, now, size))
+        self.wake_all()
 
     def network_busy(self, g: int) -> bool:
         return self.channel_busy

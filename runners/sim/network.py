@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-OPS = ("allreduce", "reduce_scatter", "all_gather")
+OPS = ("allreduce", "reduce_scatter", "all_gather", "broadcast")
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,8 @@ class RingAllReduce:
             return 0.0
         if op not in OPS:
             raise ValueError(f"unknown collective {op!r} (known: {', '.join(OPS)})")
+        if op == "broadcast":  # a chain from the root: n-1 hops, every link carries it once
+            return (n - 1) * self.latency_s + size_bytes / self.bandwidth_bytes_per_s
         cost = {"reduce_scatter": self.reduce_scatter_cost, "all_gather": self.all_gather_cost}
         if op == "allreduce" or cost[op] != 0.5:
             steps = 2 * (n - 1)
@@ -57,6 +59,8 @@ class RingAllReduce:
         n = self.workers
         if n <= 1 or size_bytes <= 0:
             return 0.0
+        if op == "broadcast":
+            return float(size_bytes)
         per_link = 2 * (n - 1) / n * size_bytes
         if op == "allreduce":
             return per_link

@@ -25,7 +25,7 @@ import torch
 from runners.execute import run_to_directory
 from runners.real import testbed
 from runners.spec import SpecError, validate
-from tests.conftest import require_horovod, require_root, wait_for
+from tests.conftest import require_horovod, require_root, torchrun, wait_for
 from workloads import data
 from workloads.models import build_model
 
@@ -478,12 +478,7 @@ def test_ddp_s_wait_for_its_buffers_in_the_forward_is_exposed_communication(tmp_
     loopback; rank 1 sleeps before each step."""
     script = tmp_path / "probe.py"
     script.write_text(_DDP_BUFFERS_PROBE)
-    result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-         "--nproc-per-node", "2", str(script)],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    result = torchrun(script, 2, ROOT)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     rows = [line.split() for line in result.stdout.splitlines() if line.startswith("rank ")]
     waits = {(int(r[1]), int(r[3])): (float(r[5]), float(r[7])) for r in rows}

@@ -16,8 +16,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,7 +27,7 @@ from runners.real import launch
 from runners.real import ps as real_ps
 from runners.real.engine import bind_layers
 from runners.spec import SpecError, validate
-from tests.conftest import require_root
+from tests.conftest import require_root, torchrun
 from tests.integration.test_real_mode import _assert_close, _ours
 from workloads import data
 from workloads.models import build_model
@@ -183,12 +181,7 @@ def test_the_channel_threads_keep_gloo_messages_whole_and_in_order(tmp_path):
     each other 300 messages of random sizes each, all at once, and stop."""
     script = tmp_path / "probe.py"
     script.write_text(_CHANNEL_PROBE)
-    result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-         "--nproc-per-node", "3", str(script)],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    result = torchrun(script, 3, ROOT)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert sorted(line for line in result.stdout.splitlines() if line.startswith("ok")) == [
         "ok 0", "ok 1", "ok 2",

@@ -81,12 +81,16 @@ def test_every_gradient_is_synchronised_exactly_once_per_iteration_on_every_work
 @every_entry_and_workload
 def test_every_iteration_moves_each_gradient_byte_once_per_direction(system, workload):
     spec, result = run(system, workload, iterations=3, warmup=1)
-    total = workloads.load_profile(workload).total_param_bytes
+    profile = workloads.load_profile(workload)
+    total = profile.total_param_bytes
     moved = defaultdict(int)
+    broadcast = defaultdict(int)  # DDP's buffers before each forward: not gradients
     for row in timeline_rows(result):
         if row["iteration"] >= spec.warmup_iterations + spec.iterations:
             continue  # the run may stop with the last iteration's transfers in flight
-        if spec.arena == "allreduce" and row["resource"] == "network":
+        if spec.arena == "allreduce" and row["op"] == "broadcast":
+            broadcast[row["iteration"]] += row["bytes"]
+        elif spec.arena == "allreduce" and row["resource"] == "network":
             moved[(row["iteration"], row["op"])] += row["bytes"]
         elif spec.arena == "ps" and row["resource"].startswith(("uplink", "downlink")):
             moved[(row["iteration"], row["resource"])] += row["bytes"]  # per worker group
@@ -99,6 +103,11 @@ def test_every_iteration_moves_each_gradient_byte_once_per_direction(system, wor
     assert ops == expected_ops
     for key, value in moved.items():
         assert value == total, key
+    if system == "ddp" and profile.buffer_bytes:  # one agreement (8 bytes) and the buffers
+        recorded = {it for it, _ in moved}
+        assert broadcast == {it: 8 + profile.buffer_bytes for it in recorded}
+    else:
+        assert not broadcast
 
 
 @every_entry_and_workload
@@ -137,6 +146,7 @@ NO_OVERLAP_PARAMS = {
     "ps-default": {"order_groups": 1},  # one push per server, not one per group
     "delayed-allreduce": {"max_delay": 0},  # the delay exists to overlap across iterations
     "bytescheduler": {"autotune": "off"},
+    "ddp": {"broadcast_buffers": False},  # resnet50's buffers: a broadcast before the forward
 }
 
 
@@ -157,6 +167,35 @@ def test_one_layer_cannot_overlap_so_iteration_is_forward_plus_backward_plus_tra
 
     assert result.metrics["iteration_time_s"] == pytest.approx(expected, rel=1e-9)
     assert result.metrics["compute_time_s"] == pytest.approx(0.030, rel=1e-9)
+
+
+def test_ddp_s_buffer_broadcast_comes_before_each_forward_and_adds_its_collectives():
+    """DDP with ``broadcast_buffers`` (its default): before each forward the ranks agree on a
+    rank (an all-reduce of 8 bytes), then it broadcasts resnet50's buffers, both blocking:
+    the iteration grows by exactly their time, and nothing computes during it."""
+    cluster = {"workers": 4, "bandwidth_gbps": 8, "latency_us": 5}
+    times = {}
+    for broadcast in (False, True):
+        params = {"broadcast_buffers": broadcast}
+        spec, result = run_layers("ddp", ONE_LAYER, params=params, iterations=5, **cluster)
+        times[broadcast] = result
+    n, alpha, bw = 4, 5e-6, 8e9 / 8
+    buffers = workloads.load_profile("resnet50").buffer_bytes
+    assert buffers > 0
+    agree = 2 * (n - 1) * alpha + 2 * (n - 1) / n * 8 / bw
+    broadcast_s = (n - 1) * alpha + buffers / bw
+    grown = times[True].metrics["iteration_time_s"] - times[False].metrics["iteration_time_s"]
+    assert grown == pytest.approx(agree + broadcast_s, rel=1e-9)
+    assert times[True].metrics["compute_time_s"] == pytest.approx(0.030, rel=1e-9)
+    rows = [r for r in timeline_rows(times[True]) if r["op"] == "broadcast"]
+    forwards = {r["iteration"]: r["start_s"] for r in timeline_rows(times[True])
+                if r["op"] == "forward"}  # fmt: skip
+    assert len(rows) == spec.warmup_iterations + spec.iterations + 1
+    for row in rows:  # each before its iteration's forward, which starts as it ends
+        assert row["bytes"] == 8 + buffers
+        assert row["end_s"] - row["start_s"] == pytest.approx(agree + broadcast_s, rel=1e-9)
+        assert forwards[row["iteration"]] == pytest.approx(row["end_s"], abs=1e-12)
+    assert not [r for r in timeline_rows(times[False]) if r["op"] == "broadcast"]
 
 
 def test_one_layer_with_a_one_step_delay_overlaps_transfer_with_the_next_iteration():

@@ -543,3 +543,22 @@ def test_timeline_iterations_is_checked_and_left_out_of_the_resolved_spec_at_its
         with pytest.raises(SpecError) as err:
             validate({**raw, "timeline_iterations": bad})
         assert err.value.field == "timeline_iterations"
+
+
+def test_ddp_on_the_lab_s_engine_must_say_it_does_not_broadcast_the_buffers():
+    """The lab's engine runs DDP's buckets but no buffer broadcast; DDP's default asks for one
+    before each forward, so a run that would not do what its spec says is refused."""
+    raw = {
+        "system": "ddp",
+        "mode": "real",
+        "workload": "resnet50-debug",  # batch norm: buffers
+        "real": {"network": "loopback", "implementation": "lab"},
+    }
+    with pytest.raises(SpecError, match=r"^params\.broadcast_buffers: the lab's engine"):
+        validate(raw)
+    assert (
+        validate({**raw, "params": {"broadcast_buffers": False}}).params["broadcast_buffers"]
+        is False
+    )
+    assert validate({**raw, "workload": "vgg16-debug"}).system == "ddp"  # no buffers to broadcast
+    assert validate({**raw, "real": {"network": "loopback"}}).params["broadcast_buffers"] is True
