@@ -52,8 +52,9 @@ class WorkloadProfile:
     input_shape: one sample's shape, without the batch dimension.
     input_dtype: "float32" (images) or "int64" (token ids).
     source: read-only provenance (how and from what the numbers were made).
-    buffer_bytes: every buffer's bytes (batch norm's statistics, position tables), which
-        PyTorch's DDP broadcasts before each forward; 0 in profiles written before it.
+    buffers: the bytes of the model's buffers (batch norm's statistics, position tables) per
+        dtype, as (dtype, bytes) in the order the dtypes first appear: PyTorch's DDP
+        broadcasts each dtype's before each forward. Empty in profiles written before it.
     """
 
     name: str
@@ -63,7 +64,12 @@ class WorkloadProfile:
     input_shape: tuple[int, ...]
     input_dtype: str
     source: Mapping[str, Any] = field(hash=False)
-    buffer_bytes: int = 0  # every buffer's bytes (what DDP broadcasts before each forward)
+    buffers: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def buffer_bytes(self) -> int:
+        """Every buffer's bytes, all dtypes."""
+        return sum(size for _, size in self.buffers)
 
     @property
     def total_param_count(self) -> int:
@@ -138,7 +144,7 @@ def _parse_profile(name: str, raw: Mapping[str, Any]) -> WorkloadProfile:
         input_shape=tuple(raw["input_shape"]),
         input_dtype=raw["input_dtype"],
         source=MappingProxyType(raw["source"]),
-        buffer_bytes=int(raw.get("buffer_bytes", 0)),
+        buffers=tuple((k, int(v)) for k, v in raw.get("buffer_bytes_by_dtype", {}).items()),
     )
     if profile.total_param_count != raw["total_param_count"]:
         raise ValueError(

@@ -278,6 +278,16 @@ def profile_layers(
     return layers
 
 
+def buffer_bytes_by_dtype(model: torch.nn.Module) -> dict[str, int]:
+    """The bytes of ``model``'s buffers per dtype (``"float32"``, ``"int64"``), in the order
+    the dtypes first appear among ``model.buffers()``."""
+    out: dict[str, int] = {}
+    for b in model.buffers():
+        dtype = str(b.dtype).removeprefix("torch.")
+        out[dtype] = out.get(dtype, 0) + b.numel() * b.element_size()
+    return out
+
+
 def profile_model(name: str, device: str = "meta") -> dict[str, Any]:
     """The profile of registered model `name` as a JSON-ready dict, in the file's key order.
 
@@ -298,9 +308,10 @@ def profile_model(name: str, device: str = "meta") -> dict[str, Any]:
         "input_shape": list(spec.input_shape),
         "input_dtype": spec.input_dtype,
         "total_param_count": total,
-        # Every buffer's bytes (batch norm's statistics, position tables): what PyTorch's DDP
-        # broadcasts before each forward (``broadcast_buffers``).
-        "buffer_bytes": sum(b.numel() * b.element_size() for b in model.buffers()),
+        # The buffers' bytes (batch norm's statistics, position tables) per dtype, in the order
+        # the dtypes first appear: what PyTorch's DDP broadcasts before each forward
+        # (``broadcast_buffers``), one broadcast per dtype.
+        "buffer_bytes_by_dtype": buffer_bytes_by_dtype(model),
         "source": {
             "kind": "torch-definition+analytic-flops",
             "model": spec.builder,

@@ -42,7 +42,8 @@ class CommProblem:
     bwd_s: tuple[float, ...] = ()
     deps: tuple[tuple[int, ...], ...] = ()
     collective_s: Callable[[int], float] | None = field(default=None, compare=False)
-    buffer_bytes: int = 0  # the model's buffers (``WorkloadProfile.buffer_bytes``)
+    # The model's buffers' bytes per dtype (``WorkloadProfile.buffers``): DDP broadcasts each.
+    buffer_bytes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -169,9 +170,10 @@ class DDP:
     gradient-ready order, each closed once it reaches ``bucket_bytes`` (the first at
     ``first_bucket_bytes``); a bucket is all-reduced when all its gradients are ready, buckets in
     order; the optimizer step waits for every bucket (global barrier). With
-    ``broadcast_buffers`` (DDP's default) each forward first agrees on a rank (an all-reduce of
-    one int64) and broadcasts the model's buffers from it (``_sync_buffers``), both blocking:
-    the plan's ``forward_sync``, for a model that has buffers."""
+    ``broadcast_buffers`` (DDP's default) each forward first broadcasts the model's buffers from
+    rank 0 (``_sync_buffers``; no ``Join``), one blocking broadcast per dtype
+    (``_broadcast_coalesced`` groups them by type; each under its 250 MiB bucket for every
+    model here): the plan's ``forward_sync``, for a model that has buffers."""
 
     bucket_bytes: int
     first_bucket_bytes: int
@@ -184,8 +186,8 @@ class DDP:
             size = sum(problem.layers[i].grad_bytes for i in group)
             tasks.append(CommTask(layers=tuple(sorted(group)), size_bytes=size, priority=order))
         sync = ()
-        if self.broadcast_buffers and problem.buffer_bytes > 0:
-            sync = (("allreduce", 8), ("broadcast", problem.buffer_bytes))
+        if self.broadcast_buffers and problem.workers > 1:
+            sync = tuple(("broadcast", size) for size in problem.buffer_bytes if size > 0)
         return CommPlan(
             tasks=tuple(tasks), credit_bytes=math.inf, cross_barrier=False, forward_sync=sync
         )

@@ -59,6 +59,13 @@ def plan_from_json(raw: dict[str, Any]) -> CommPlan:
 
 
 def plan_to_json(plan: CommPlan) -> dict[str, Any]:
+    """The plan the lab's engine executes (the spec refuses the one thing it has no
+    counterpart of, DDP's buffer broadcast, before any process starts)."""
+    if plan.forward_sync:
+        raise ValueError(
+            "the lab's engine has no blocking collectives before the forward (forward_sync: "
+            f"{plan.forward_sync}): set params.broadcast_buffers: false"
+        )
     return {
         "tasks": [
             {
@@ -358,9 +365,9 @@ def _ddp_step(
     """PyTorch's own DistributedDataParallel with the ``ddp`` entry's bucket sizes (on a GPU:
     its device). DDP waits for the network twice in a step, and on the CPU the step returns
     both waits together: the run's exposed communication, left out of its compute, as
-    Horovod's. In its forward, before the model's, it agrees on a rank and broadcasts the
-    model's buffers (batch norm's statistics; ``broadcast_buffers``, on by default), both
-    blocking collectives: from the call to the model's own forward (a pre-hook on it). In
+    Horovod's. In its forward, before the model's, it broadcasts the model's buffers from
+    rank 0 (batch norm's statistics; ``broadcast_buffers``, on by default), one blocking
+    broadcast per dtype: from the call to the model's own forward (a pre-hook on it). In
     ``backward`` its reducer waits for the buckets' all-reduces after the last gradient: from
     the last gradient's accumulation (a hook on every parameter, which runs just before the
     reducer's own) to ``backward``'s return (the reducer's launch of its last bucket, its wait

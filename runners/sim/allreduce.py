@@ -174,7 +174,7 @@ def _problem(spec: RunSpec, setup: ComputeSetup, network: RingAllReduce, oracle)
         bwd_s=tuple(lt.bwd_s * factor for lt in setup.layers),
         deps=tuple(lt.deps for lt in setup.layers),
         collective_s=network.time_s,
-        buffer_bytes=workloads.load_profile(spec.workload).buffer_bytes,
+        buffer_bytes=tuple(size for _, size in workloads.load_profile(spec.workload).buffers),
     )
 
 
@@ -182,7 +182,8 @@ def run(
     spec: RunSpec, layers: tuple[LayerTimes, ...] | None = None, plan: CommPlan | None = None
 ) -> SimResult:
     """Simulate ``spec``; ``plan`` replaces the policy's (``fidelity`` gives the plan a real
-    run executed, which its own spec planned)."""
+    run executed, which its own spec planned). With ``layers``, the workload's buffers (which
+    ``ddp`` broadcasts) stay those of ``spec.workload``."""
     setup = compute_setup(spec, layers)
     network = network_for(spec)
     if plan is None:

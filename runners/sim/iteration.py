@@ -189,7 +189,6 @@ class _AllReduceJob(ComputeJob):
         self.sending_s = 0.0  # of the collective on the channel: its bytes at the shaped rate
         # ``plan.forward_sync``: the iterations whose forward may start (their blocking
         # collectives done), and per iteration the groups that wait for them.
-        self.forward_sync_s = sum(network.time_s(size, op) for op, size in plan.forward_sync)
         self.forward_sync_bytes = sum(size for _, size in plan.forward_sync)
         self.forward_synced: set[int] = set()
         self.forward_waiting: dict[int, set[int]] = {}
@@ -219,14 +218,17 @@ class _AllReduceJob(ComputeJob):
     def _wait_forward_sync(self, g: int, it: int) -> None:
         """Group ``g`` is at iteration ``it``'s forward, its parameters in: it waits for
         ``plan.forward_sync``, whose collectives start once every group is there. They run
-        back to back on ranks that all wait (so on the idle network, outside the channel and
-        its token bucket: a reconstruction, with the bytes few next to the gradients')."""
+        back to back on ranks that all wait (so on the idle network, at the iteration's NIC
+        straggler's rate, outside the channel and its token bucket: a reconstruction, with
+        the bytes few next to the gradients')."""
         waiting = self.forward_waiting.setdefault(it, set())
         if g in waiting:
             return
         waiting.add(g)
         if len(waiting) == self.n_groups:
-            self.loop.after(self.forward_sync_s, self._forward_synced, it, self.loop.now)
+            slow = self.link_factors[it] if it < len(self.link_factors) else 1.0
+            took = sum(self.network.time_s(size, op, slow) for op, size in self.plan.forward_sync)
+            self.loop.after(took, self._forward_synced, it, self.loop.now)
 
     def _forward_synced(self, it: int, start: float) -> None:
         now = self.loop.now

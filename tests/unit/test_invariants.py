@@ -103,9 +103,9 @@ def test_every_iteration_moves_each_gradient_byte_once_per_direction(system, wor
     assert ops == expected_ops
     for key, value in moved.items():
         assert value == total, key
-    if system == "ddp" and profile.buffer_bytes:  # one agreement (8 bytes) and the buffers
+    if system == "ddp" and profile.buffer_bytes:  # the buffers, before each forward
         recorded = {it for it, _ in moved}
-        assert broadcast == {it: 8 + profile.buffer_bytes for it in recorded}
+        assert broadcast == {it: profile.buffer_bytes for it in recorded}
     else:
         assert not broadcast
 
@@ -170,9 +170,10 @@ def test_one_layer_cannot_overlap_so_iteration_is_forward_plus_backward_plus_tra
 
 
 def test_ddp_s_buffer_broadcast_comes_before_each_forward_and_adds_its_collectives():
-    """DDP with ``broadcast_buffers`` (its default): before each forward the ranks agree on a
-    rank (an all-reduce of 8 bytes), then it broadcasts resnet50's buffers, both blocking:
-    the iteration grows by exactly their time, and nothing computes during it."""
+    """DDP with ``broadcast_buffers`` (its default): before each forward rank 0 broadcasts
+    resnet50's buffers, one blocking broadcast per dtype (batch norm's float32 statistics
+    and int64 counters): the iteration grows by exactly their time, and nothing computes
+    during it."""
     cluster = {"workers": 4, "bandwidth_gbps": 8, "latency_us": 5}
     times = {}
     for broadcast in (False, True):
@@ -180,20 +181,20 @@ def test_ddp_s_buffer_broadcast_comes_before_each_forward_and_adds_its_collectiv
         spec, result = run_layers("ddp", ONE_LAYER, params=params, iterations=5, **cluster)
         times[broadcast] = result
     n, alpha, bw = 4, 5e-6, 8e9 / 8
-    buffers = workloads.load_profile("resnet50").buffer_bytes
-    assert buffers > 0
-    agree = 2 * (n - 1) * alpha + 2 * (n - 1) / n * 8 / bw
-    broadcast_s = (n - 1) * alpha + buffers / bw
+    profile = workloads.load_profile("resnet50")
+    assert [dtype for dtype, _ in profile.buffers] == ["float32", "int64"]
+    buffers = profile.buffer_bytes
+    broadcast_s = sum((n - 1) * alpha + size / bw for _, size in profile.buffers)
     grown = times[True].metrics["iteration_time_s"] - times[False].metrics["iteration_time_s"]
-    assert grown == pytest.approx(agree + broadcast_s, rel=1e-9)
+    assert grown == pytest.approx(broadcast_s, rel=1e-9)
     assert times[True].metrics["compute_time_s"] == pytest.approx(0.030, rel=1e-9)
     rows = [r for r in timeline_rows(times[True]) if r["op"] == "broadcast"]
     forwards = {r["iteration"]: r["start_s"] for r in timeline_rows(times[True])
                 if r["op"] == "forward"}  # fmt: skip
     assert len(rows) == spec.warmup_iterations + spec.iterations + 1
     for row in rows:  # each before its iteration's forward, which starts as it ends
-        assert row["bytes"] == 8 + buffers
-        assert row["end_s"] - row["start_s"] == pytest.approx(agree + broadcast_s, rel=1e-9)
+        assert row["bytes"] == buffers
+        assert row["end_s"] - row["start_s"] == pytest.approx(broadcast_s, rel=1e-9)
         assert forwards[row["iteration"]] == pytest.approx(row["end_s"], abs=1e-12)
     assert not [r for r in timeline_rows(times[False]) if r["op"] == "broadcast"]
 

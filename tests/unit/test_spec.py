@@ -1,6 +1,7 @@
 """runners.spec: the run-spec contract (defaults, round trip, errors with dotted fields, files)."""
 
 import copy
+import dataclasses
 import json
 import math
 
@@ -562,3 +563,17 @@ def test_ddp_on_the_lab_s_engine_must_say_it_does_not_broadcast_the_buffers():
     )
     assert validate({**raw, "workload": "vgg16-debug"}).system == "ddp"  # no buffers to broadcast
     assert validate({**raw, "real": {"network": "loopback"}}).params["broadcast_buffers"] is True
+
+
+def test_the_lab_s_engine_refuses_a_plan_with_collectives_before_the_forward():
+    """A second line behind the spec's check: the job file of the lab's engine cannot carry
+    DDP's buffer broadcast, which the engine has no counterpart of."""
+    from runners.policies.allreduce import CommPlan, CommTask
+    from runners.real.worker import plan_to_json
+
+    task = CommTask(layers=(0,), size_bytes=4, priority=0)
+    plan = CommPlan(tasks=(task,), credit_bytes=math.inf, cross_barrier=False)
+    assert plan_to_json(plan)["tasks"][0]["size_bytes"] == 4
+    synced = dataclasses.replace(plan, forward_sync=(("broadcast", 8),))
+    with pytest.raises(ValueError, match="params.broadcast_buffers: false"):
+        plan_to_json(synced)

@@ -902,3 +902,16 @@ def test_devices_carry_their_datasheet_figures():
 def test_unknown_device_raises_a_value_error_naming_the_known_ones():
     with pytest.raises(ValueError, match=r"unknown device 'tpu' \(known: a100, "):
         devices.get_device("tpu")
+
+
+def test_buffer_bytes_are_counted_per_dtype_in_the_order_they_first_appear():
+    """What DDP broadcasts before each forward, one broadcast per dtype: batch norm's float32
+    statistics (mean and variance) and its int64 counter of batches."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8))
+    assert profiler.buffer_bytes_by_dtype(model) == {"float32": 2 * 8 * 4, "int64": 8}
+    assert profiler.buffer_bytes_by_dtype(torch.nn.Linear(4, 8)) == {}
+    profile = workloads.load_profile("resnet50-debug")
+    assert profile.buffers == tuple(
+        profiler.buffer_bytes_by_dtype(build_model("resnet50-debug")).items()
+    )
+    assert profile.buffer_bytes == 9800
