@@ -570,7 +570,7 @@ ENTRIES: tuple[Entry, ...] = (
                 bool,
                 True,
                 "DDP's broadcast_buffers default: each forward first broadcasts the model's "
-                "buffers (batch norm's statistics) from one rank, a blocking collective.",
+                "buffers (batch norm's statistics) from rank 0, one blocking broadcast per dtype.",
             ),
         ),
     ),

@@ -189,6 +189,7 @@ class _AllReduceJob(ComputeJob):
         self.sending_s = 0.0  # of the collective on the channel: its bytes at the shaped rate
         # ``plan.forward_sync``: the iterations whose forward may start (their blocking
         # collectives done), and per iteration the groups that wait for them.
+        self.forward_sync = bool(plan.forward_sync)
         self.forward_sync_bytes = sum(size for _, size in plan.forward_sync)
         self.forward_synced: set[int] = set()
         self.forward_waiting: dict[int, set[int]] = {}
@@ -210,7 +211,7 @@ class _AllReduceJob(ComputeJob):
                     return False
             elif self.layers_left[src] != 0:
                 return False
-        if not self.plan.forward_sync or it in self.forward_synced:
+        if not self.forward_sync or it in self.forward_synced:
             return True
         self._wait_forward_sync(g, it)
         return False
