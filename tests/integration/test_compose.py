@@ -106,6 +106,26 @@ def _get(url: str, token: str | None = None) -> tuple[int, bytes]:
         return 0, b""
 
 
+def _failed_runs(data: dict, results: Path) -> str:
+    """What went wrong, for the assertion's message: each run's status and, for the runs that
+    did not succeed, the end of their process output and runner log (the results folder is
+    gone after the stack's teardown)."""
+    lines = [f"experiment {data.get('status')}"]
+    for run in data.get("runs", []):
+        lines.append(
+            f"run {run.get('id')} {run.get('system')}: {run.get('status')} {run.get('error')}"
+        )
+        if run.get("status") == "succeeded":
+            continue
+        home = results / "runs" / str(run.get("id"))
+        for log in sorted(home.glob("*.txt")) + sorted(home.glob("*.log")) + [home / "run/log.txt"]:
+            if log.is_file():
+                lines.append(
+                    f"--- {log.relative_to(results)}\n{log.read_text(errors='replace')[-3000:]}"
+                )
+    return "\n".join(lines)
+
+
 def test_compose_brings_up_the_lab_and_runs_an_experiment_in_containers(lab):
     url = lab["url"]
     wait_for(lambda: _get(url + "/healthz")[0] == 200, 300, 1.0, "the web container")
@@ -137,7 +157,7 @@ def test_compose_brings_up_the_lab_and_runs_an_experiment_in_containers(lab):
         return data if data.get("status") not in (None, "queued", "running") else None
 
     data = wait_for(finished, 300, 1.0, "the experiment to finish")
-    assert data["status"] == "succeeded", data
+    assert data["status"] == "succeeded", _failed_runs(data, lab["results"])
     for run in data["runs"]:
         assert (run["host"], run["executor"]) == ("main", "docker")
         manifest = json.loads(
