@@ -325,6 +325,11 @@ class Engine:
     ) -> None:
         if approximation not in APPROXIMATIONS:
             raise ValueError(f"approximation must be one of {', '.join(APPROXIMATIONS)}")
+        if plan.forward_sync:  # a second line behind the spec's check (``ddp``'s parameter)
+            raise ValueError(
+                "the lab's engine has no blocking collectives before the forward "
+                f"(forward_sync: {plan.forward_sync}): set params.broadcast_buffers: false"
+            )
         self.model, self.binding, self.plan = model, binding, plan
         self.device = device or torch.device("cpu")
         self.world, self.rank = dist.get_world_size(), dist.get_rank()

@@ -55,17 +55,14 @@ def plan_from_json(raw: dict[str, Any]) -> CommPlan:
         delay=int(raw.get("delay", 0)),
         fusion_threshold_bytes=float(raw.get("fusion_threshold_bytes", 0.0)),
         fusion_cycle_s=float(raw.get("fusion_cycle_s", 0.0)),
+        forward_sync=tuple((str(op), int(size)) for op, size in raw.get("forward_sync", ())),
     )
 
 
 def plan_to_json(plan: CommPlan) -> dict[str, Any]:
-    """The plan the lab's engine executes (the spec refuses the one thing it has no
-    counterpart of, DDP's buffer broadcast, before any process starts)."""
-    if plan.forward_sync:
-        raise ValueError(
-            "the lab's engine has no blocking collectives before the forward (forward_sync: "
-            f"{plan.forward_sync}): set params.broadcast_buffers: false"
-        )
+    """The run's plan, for its job file. Every all-reduce run has one, also where PyTorch's
+    DDP trains with its own reducer (its plan may then carry the buffers' broadcast,
+    ``forward_sync``, which only the lab's engine refuses: ``Engine``)."""
     return {
         "tasks": [
             {
@@ -82,6 +79,7 @@ def plan_to_json(plan: CommPlan) -> dict[str, Any]:
         "delay": plan.delay,
         "fusion_threshold_bytes": plan.fusion_threshold_bytes,
         "fusion_cycle_s": plan.fusion_cycle_s,
+        "forward_sync": [[op, size] for op, size in plan.forward_sync],
     }
 
 

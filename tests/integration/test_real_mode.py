@@ -489,6 +489,20 @@ def test_ddp_s_wait_for_its_buffers_in_the_forward_is_exposed_communication(tmp_
         assert waits[(1, it)][0] < 0.1, waits  # rank 1 came last: it hardly waited
 
 
+def test_pytorch_s_ddp_trains_a_model_with_buffers_through_the_run_command(tmp_path):
+    """A model with batch norm: the ``ddp`` plan carries the buffers' broadcast
+    (``forward_sync``), which PyTorch's DDP does itself. Its job file once refused that plan
+    (the lab's engine's check), so no real ``ddp`` run on such a model started, and
+    ``fidelity`` stopped at its first one."""
+    raw = _spec("ddp", dataset="synthetic")
+    raw["workload"] = "resnet50-debug"
+    summary = run_to_directory(validate(raw), tmp_path / "run", ["test"])
+    assert summary["metrics"]["iteration_time_s"] > 0
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert len(rows) == STEPS
+    assert all(row["exposed_comm_s"] > 0 for row in rows), rows  # the broadcast and buckets
+
+
 def test_a_killed_launcher_leaves_no_namespace_and_no_rank(tmp_path):
     require_root("the emulated network")
     raw = _spec("wfbp", network="shaped", dataset="synthetic")

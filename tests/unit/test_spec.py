@@ -566,14 +566,18 @@ def test_ddp_on_the_lab_s_engine_must_say_it_does_not_broadcast_the_buffers():
 
 
 def test_the_lab_s_engine_refuses_a_plan_with_collectives_before_the_forward():
-    """A second line behind the spec's check: the job file of the lab's engine cannot carry
-    DDP's buffer broadcast, which the engine has no counterpart of."""
+    """A second line behind the spec's check: the lab's engine has no counterpart of DDP's
+    buffer broadcast, so it refuses a plan that carries one. The job file keeps it: PyTorch's
+    own DDP runs with such a plan (a refusal there stopped every real ``ddp`` run on a model
+    with buffers, ``fidelity`` included)."""
     from runners.policies.allreduce import CommPlan, CommTask
-    from runners.real.worker import plan_to_json
+    from runners.real.engine import Engine
+    from runners.real.worker import plan_from_json, plan_to_json
 
     task = CommTask(layers=(0,), size_bytes=4, priority=0)
     plan = CommPlan(tasks=(task,), credit_bytes=math.inf, cross_barrier=False)
-    assert plan_to_json(plan)["tasks"][0]["size_bytes"] == 4
-    synced = dataclasses.replace(plan, forward_sync=(("broadcast", 8),))
+    synced = dataclasses.replace(plan, forward_sync=(("broadcast", 8), ("broadcast", 4)))
+    assert plan_from_json(json.loads(json.dumps(plan_to_json(synced)))) == synced
+    assert plan_from_json(json.loads(json.dumps(plan_to_json(plan)))) == plan
     with pytest.raises(ValueError, match="params.broadcast_buffers: false"):
-        plan_to_json(synced)
+        Engine(None, None, synced, lr=0.1)  # refused before it touches the model or the group
