@@ -228,6 +228,21 @@ def _parser() -> argparse.ArgumentParser:
         "compute_drift, and mape_with's compute_checked)",
     )
     p.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on from the journal of an earlier set that stopped (a failed configuration, "
+        "a crash, Ctrl-C): its real runs are reused, the rest run now, the twins simulated "
+        "again (a finished set's journal: its real runs rescored with the current simulator)",
+    )
+    p.add_argument(
+        "--journal",
+        type=Path,
+        default=None,
+        help="where each real run is kept as it finishes (default "
+        "$LAB_RESULTS_DIR/fidelity/<label>.journal.jsonl, results/ without it; an earlier "
+        "journal there is kept as .prev unless --resume)",
+    )
+    p.add_argument(
         "--json",
         action="store_true",
         help="one JSON line per configuration, then the report (mape_pct, configs, ...)",
@@ -631,6 +646,11 @@ def _fidelity(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(row), flush=True)
 
+    from .fidelity_journal import default_path
+    from .real.launch import RealRunError
+
+    journal = args.journal or default_path(args.label)
+    again = "run the same command with --resume to go on from there"
     try:
         result = fidelity.fidelity(
             args.label,
@@ -643,10 +663,23 @@ def _fidelity(args: argparse.Namespace) -> int:
             repeats=args.repeats,
             progress=lambda m: print(f"[fidelity] {m}", file=sys.stderr, flush=True),
             compute_check=args.compute_check,
+            journal=journal,
+            resume=args.resume,
         )
     except SpecError as err:
         print(f"invalid arguments: {err}", file=sys.stderr)
         return 2
+    except RealRunError as err:  # a configuration failed twice: the set stops, its runs kept
+        print(f"[fidelity] stopped: {err}", file=sys.stderr)
+        print(f"[fidelity] the real runs so far are kept in {journal}: {again}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"\n[fidelity] interrupted; the real runs so far are kept in {journal}: {again}",
+              file=sys.stderr)  # fmt: skip
+        return 130
+    except Exception:
+        print(f"[fidelity] the real runs so far are kept in {journal}: {again}", file=sys.stderr)
+        raise
     if args.json:
         if result["compute_drift"] is not None:  # the text report's line, on stderr
             print(f"[fidelity] {fidelity.drift_line(result)}", file=sys.stderr, flush=True)

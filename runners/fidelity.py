@@ -77,6 +77,7 @@ import numpy as np
 import workloads
 
 from . import registry
+from .fidelity_journal import Journal
 from .manifest import usable_cpus
 from .spec import SLOWDOWN_MAX, SPLIT_COST_MAX, CommCluster, RunSpec, SpecError, validate
 
@@ -1303,6 +1304,8 @@ def fidelity(
     repeats: int = DEFAULT_REPEATS,
     progress: Callable[[str], None] | None = None,
     compute_check: bool = True,
+    journal: Path | None = None,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Run every configuration for real and simulated; the report (see the module docstring).
 
@@ -1316,7 +1319,12 @@ def fidelity(
     model's step before, between the rounds of and after the real runs, as the calibration
     did, report how far it has moved from the calibration's (``compute_drift``) and score the
     runs with twins given the speed measured (``mape_with``'s ``compute_checked``, each row's
-    ``sim_compute_checked_s``: rows are complete in the report, not in ``on_config``)."""
+    ``sim_compute_checked_s``: rows are complete in the report, not in ``on_config``).
+
+    ``journal``: keep each real run and compute check there as it finishes
+    (``runners.fidelity_journal``); with ``resume``, reuse the runs and checks it holds and
+    make only the rest (``SpecError`` naming ``--resume`` where it cannot be read). The report
+    says how many runs came from it (``journal``)."""
     from .real import launch
 
     if repeats < 1:
@@ -1336,10 +1344,23 @@ def fidelity(
     ]
     for _, real_spec, _ in checked:
         launch.preflight(real_spec)
+    raw_reals = [r for _, (r, _) in pairs]
+    book = None if journal is None else Journal(journal, label, resume)
+    if book is not None and resume:
+        say(f"resuming from {book.path}: it holds {book.runs} real run(s)")
+    elif book is not None:
+        say(f"journal: {book.path} (each real run kept as it finishes; if the set stops, the "
+            "same command with --resume goes on from there)")  # fmt: skip
     drift: dict[str, dict[str, Any]] | None = {} if compute_check else None
-    if drift is not None:
+    kept_before = None if book is None or drift is None else book.stage("before", models)
+    if kept_before is not None:
+        drift = kept_before
+        say("compute check before the real runs: the journal's")
+    elif drift is not None:
         say("compute check: each model's step timed as the calibration timed it")
         compute_drift(models, label, testbed, "before", drift)
+        if book is not None:
+            book.add_stage("before", drift)
         for model, entry in drift.items():
             if "before_pct" in entry:
                 say(f"compute check: {model} {entry['before_pct']:+.1f}% against the calibration")
@@ -1357,9 +1378,30 @@ def fidelity(
         if repeats > 1:
             say(f"round {round_ + 1}/{repeats} of the real runs")
         for k, ((model, nominal, system), real_spec, sim_spec) in enumerate(checked):
-            started = time.perf_counter()
-            runs[k].append(_real_run(real_spec, f"{system}/{model}", failures[k]))
-            walls[k] += time.perf_counter() - started
+            kept = None if book is None else book.kept(round_, system, model, nominal, raw_reals[k])
+            if kept is not None:
+                runs[k].append(kept)
+                walls[k] += kept.wall_s
+                failures[k].extend(kept.failures)
+            else:
+                if book is not None:  # tries that stopped an earlier sitting here
+                    failures[k].extend(book.failed(round_, system, model, nominal))
+                started = time.perf_counter()
+                tried = len(failures[k])
+                try:
+                    result = _real_run(real_spec, f"{system}/{model}", failures[k])
+                except launch.RealRunError:
+                    if book is not None:
+                        book.add_failed(round_, system, model, nominal, failures[k][tried:])
+                    raise
+                wall = time.perf_counter() - started
+                walls[k] += wall
+                runs[k].append(result)
+                if book is not None:
+                    book.add_run(
+                        round_, system, model, nominal, raw_reals[k], result, wall,
+                        failures[k][tried:],
+                    )  # fmt: skip
             if round_ == repeats - 1:
                 row = _row(system, model, nominal, runs[k], _twin(real_spec, sim_spec))
                 row.update(wall_s=walls[k], failed_attempts=failures[k])
@@ -1370,16 +1412,28 @@ def fidelity(
                 if on_config is not None:
                     on_config(row)
         if drift is not None and round_ < repeats - 1:
-            compute_drift(models, label, testbed, "between", drift)
+            stage = f"between-{round_}"
+            kept_drift = None if book is None else book.stage(stage, models)
+            if kept_drift is not None:
+                drift = kept_drift
+            else:
+                compute_drift(models, label, testbed, "between", drift)
+                if book is not None:
+                    book.add_stage(stage, drift)
             moves = [
                 f"{model} {entry['between_pct'][-1]:+.1f}%"
                 for model, entry in drift.items()
                 if len(entry.get("between_pct", ())) == round_ + 1
             ]
             say(f"compute check between rounds: {', '.join(moves) or 'not timed'}")
-    if drift is not None:
+    kept_after = None if book is None or drift is None else book.stage("after", models)
+    if kept_after is not None:
+        drift = kept_after
+    elif drift is not None:
         say("compute check after the real runs")
         compute_drift(models, label, testbed, "after", drift)
+        if book is not None:
+            book.add_stage("after", drift)
     real_specs = [real_spec for _, real_spec, _ in checked]
     sims = [sim_spec for _, _, sim_spec in checked]
 
@@ -1417,7 +1471,7 @@ def fidelity(
             _ape(row["sim_compute_checked_s"], row["real_iteration_s"]) for row in configs
         )
     priority = testbed.get("comm_priority", "normal")
-    return report(
+    result = report(
         configs,
         label,
         latency,
@@ -1427,6 +1481,10 @@ def fidelity(
         compute_drift=drift,
         mape_with=with_,
     )
+    if book is not None:
+        made = sum(len(r) for r in runs)
+        result["journal"] = {"path": str(book.path), "reused_runs": book.reused, "runs": made}
+    return result
 
 
 # The systems the report's speedups are over, where the set has them: the all-reduce arena's
@@ -1844,6 +1902,12 @@ def format_report(result: dict[str, Any]) -> str:
         lines.append(
             "the same real runs with the compute the check measured: not scored, as "
             f"{', '.join(unscaled)} could not be timed (above)"
+        )
+    book = result.get("journal")  # sets without one (or from before it): none
+    if book is not None and book["reused_runs"]:
+        lines.append(
+            f"{book['reused_runs']} of the {book['runs']} real runs read back from the journal "
+            f"{book['path']} (--resume), the twins simulated now"
         )
     interval = result.get("mape_ci_pct")  # reports from before it: none
     if interval is not None:

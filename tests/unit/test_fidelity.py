@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import workloads
-from runners import cli, fidelity
+from runners import cli, fidelity, fidelity_journal
 from runners.real import probe
 from runners.sim.network import RingAllReduce
 from runners.spec import validate
@@ -943,7 +943,8 @@ def test_fidelity_json_ends_with_the_report(monkeypatch, capsys):
     def fake(label, systems, models, bandwidths, iterations, on_config=None, **options):
         assert options == {
             "latency": "engine", "repeats": 3, "progress": options["progress"],
-            "compute_check": True,
+            "compute_check": True, "resume": False,
+            "journal": fidelity_journal.default_path("unit"),
         }  # fmt: skip
         for row in rows:
             on_config(row)

@@ -1,0 +1,223 @@
+"""A fidelity set's journal: each real run kept on disk the moment it finishes.
+
+A fidelity set takes minutes to tens of minutes of real runs (28 configurations x 3 runs: about
+10 minutes here). Before the journal, a configuration whose runs failed twice, an error in
+``fidelity``'s own process or Ctrl-C lost every run made so far. Now ``fidelity`` appends each
+real run to the journal as it finishes. ``fidelity --resume`` reads the journal back and runs
+only what it lacks.
+
+**Format.** JSON lines, one object per line:
+
+- a header: ``{"fidelity_journal": VERSION, "label": ...}``;
+- one ``{"run": {...}}`` per real run: its round, system, workload and nominal bandwidth, the
+  real spec it ran (as ``fidelity.matched_specs`` wrote it), its metrics, its network's kind,
+  its wall time and the failed attempts before it;
+- one ``{"failed": {...}}`` per configuration whose run failed twice, stopping the set: its
+  round, system, workload, bandwidth and the two attempts' errors (the resumed set's row
+  lists them among its ``failed_attempts``);
+- one ``{"drift": {...}, "stage": ...}`` per compute check: the whole ``compute_drift``
+  mapping after the check, the stage ``before``, ``between-<round>`` or ``after``.
+
+Each line is flushed and fsynced before ``fidelity`` goes on. A crash while writing leaves at
+most a torn last line; reading ignores it, and the next append overwrites it.
+
+**What a resumed set reuses.** A run is reused when its round, system, workload, bandwidth and
+real spec all match one the set would make. The real spec holds the iterations, workers,
+threads and communication priority, so a journal from another calibration's layout is not
+mixed in. The twins are simulated again from the current calibration, so a resumed set can
+also rescore a finished set's real runs with a changed simulator without running them again.
+The compute checks' stages are reused only when the journal's cover the same models. A set
+with other systems, models or bandwidths reuses the runs it shares with the journal and
+makes the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from .spec import SpecError
+
+VERSION = 1
+
+
+def default_path(label: str) -> Path:
+    """Where ``fidelity`` keeps the journal of a set against calibration ``label``:
+    ``$LAB_RESULTS_DIR/fidelity/<label>.journal.jsonl`` (``results/`` by default)."""
+    root = Path(os.environ.get("LAB_RESULTS_DIR") or "results")
+    return root / "fidelity" / f"{label}.journal.jsonl"
+
+
+@dataclass
+class KeptRun:
+    """A real run read back from the journal. It has what ``fidelity`` reads of a real run's
+    result: ``metrics`` and ``network.kind``."""
+
+    metrics: dict[str, float]
+    network: SimpleNamespace
+    wall_s: float
+    failures: list[str] = field(default_factory=list)
+
+
+def _key(round_: int, system: str, model: str, nominal: float | None) -> tuple:
+    return (round_, system, model, None if nominal is None else float(nominal))
+
+
+class Journal:
+    """The journal at ``path`` for a set against calibration ``label``. ``resume``: read the
+    runs and checks it holds (``SpecError`` naming ``--resume`` when there is none, or when it
+    is another calibration's); otherwise start a new one. An existing file is kept as
+    ``<path>.prev``, so one set started by mistake without ``--resume`` loses nothing."""
+
+    def __init__(self, path: Path, label: str, resume: bool) -> None:
+        self.path = Path(path)
+        self.label = label
+        self._runs: dict[tuple, tuple[dict[str, Any], KeptRun]] = {}
+        self._stages: dict[str, dict[str, Any]] = {}
+        self._failed: dict[tuple, list[str]] = {}
+        self.reused = 0
+        if resume:
+            self._read()
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.path.exists():
+                self.path.replace(self.path.with_name(self.path.name + ".prev"))
+            self._append({"fidelity_journal": VERSION, "label": label})
+
+    @property
+    def runs(self) -> int:
+        """How many real runs the journal holds."""
+        return len(self._runs)
+
+    def _read(self) -> None:
+        if not self.path.is_file():
+            raise SpecError(
+                "--resume",
+                f"no journal at {self.path} to go on from: run without --resume to start the set",
+            )
+        data = self.path.read_bytes()
+        good = 0  # bytes up to the end of the last complete line
+        lines = []
+        for raw in data.splitlines(keepends=True):
+            if not raw.endswith(b"\n"):
+                break  # a torn last line: the process stopped while writing it
+            lines.append(raw)
+            good += len(raw)
+        if good < len(data):
+            with self.path.open("r+b") as fh:  # the next append starts on a clean line
+                fh.truncate(good)
+        for number, raw in enumerate(lines, start=1):
+            try:
+                entry = json.loads(raw)
+            except ValueError as err:
+                raise SpecError(
+                    "--resume", f"{self.path} line {number} is not JSON ({err}): not a journal"
+                ) from None
+            if number == 1:
+                self._check_header(entry)
+            elif "run" in entry:
+                run = entry["run"]
+                key = _key(run["round"], run["system"], run["workload"], run["bandwidth_gbps"])
+                kept = KeptRun(
+                    metrics=dict(run["metrics"]),
+                    network=SimpleNamespace(kind=run["network"]),
+                    wall_s=float(run["wall_s"]),
+                    failures=list(run.get("failures", [])),
+                )
+                self._runs[key] = (run["spec"], kept)
+            elif "failed" in entry:
+                bad = entry["failed"]
+                key = _key(bad["round"], bad["system"], bad["workload"], bad["bandwidth_gbps"])
+                self._failed.setdefault(key, []).extend(bad["attempts"])
+            elif "drift" in entry:
+                self._stages[str(entry["stage"])] = entry["drift"]
+        if not lines:
+            raise SpecError("--resume", f"{self.path} is empty: run without --resume")
+
+    def _check_header(self, entry: Any) -> None:
+        if not isinstance(entry, dict) or entry.get("fidelity_journal") != VERSION:
+            raise SpecError(
+                "--resume",
+                f"{self.path} is not a fidelity journal (version {VERSION}): run without --resume",
+            )
+        if entry.get("label") != self.label:
+            raise SpecError(
+                "--label",
+                f"the journal at {self.path} is of calibration '{entry.get('label')}', not "
+                f"'{self.label}': pass --label {entry.get('label')} or run without --resume",
+            )
+
+    def _append(self, entry: dict[str, Any]) -> None:
+        line = json.dumps(entry) + "\n"
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def kept(
+        self, round_: int, system: str, model: str, nominal: float | None, spec: dict[str, Any]
+    ) -> KeptRun | None:
+        """The journal's run of this configuration in this round, made with ``spec`` (None:
+        none, or one made with another real spec)."""
+        found = self._runs.get(_key(round_, system, model, nominal))
+        if found is None or found[0] != json.loads(json.dumps(spec)):
+            return None
+        self.reused += 1
+        return found[1]
+
+    def add_run(
+        self,
+        round_: int,
+        system: str,
+        model: str,
+        nominal: float | None,
+        spec: dict[str, Any],
+        result: Any,
+        wall_s: float,
+        failures: list[str],
+    ) -> None:
+        """Keep a real run that just finished (``result``: its metrics and network kind)."""
+        run = {
+            "round": round_,
+            "system": system,
+            "workload": model,
+            "bandwidth_gbps": nominal,
+            "spec": spec,
+            "metrics": dict(result.metrics),
+            "network": result.network.kind,
+            "wall_s": wall_s,
+            "failures": list(failures),
+        }
+        self._append({"run": run})
+        kept = KeptRun(dict(result.metrics), SimpleNamespace(kind=result.network.kind), wall_s)
+        self._runs[_key(round_, system, model, nominal)] = (json.loads(json.dumps(spec)), kept)
+
+    def add_failed(
+        self, round_: int, system: str, model: str, nominal: float | None, attempts: list[str]
+    ) -> None:
+        """Keep the errors of a configuration's run that failed twice (the set stops)."""
+        failed = {"round": round_, "system": system, "workload": model, "bandwidth_gbps": nominal}
+        self._append({"failed": {**failed, "attempts": list(attempts)}})
+        self._failed.setdefault(_key(round_, system, model, nominal), []).extend(attempts)
+
+    def failed(self, round_: int, system: str, model: str, nominal: float | None) -> list[str]:
+        """The errors the journal holds of this configuration's failed tries in this round,
+        from sittings that stopped there."""
+        return list(self._failed.get(_key(round_, system, model, nominal), []))
+
+    def stage(self, name: str, models: tuple[str, ...]) -> dict[str, Any] | None:
+        """The compute checks' ``compute_drift`` as it stood after stage ``name``, where the
+        journal has that stage for exactly ``models`` (None otherwise)."""
+        drift = self._stages.get(name)
+        if drift is None or set(drift) != set(models):
+            return None
+        return json.loads(json.dumps(drift))
+
+    def add_stage(self, name: str, drift: dict[str, Any]) -> None:
+        """Keep the compute checks' ``compute_drift`` after stage ``name``."""
+        self._append({"drift": drift, "stage": name})
+        self._stages[name] = json.loads(json.dumps(drift))

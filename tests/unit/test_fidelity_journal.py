@@ -1,0 +1,214 @@
+"""``fidelity``'s journal: a set that stops (a configuration failing twice, Ctrl-C, a crash)
+keeps every real run made so far, and ``--resume`` makes only the rest.
+
+The real runs are fakes (``launch.run``): the runs themselves are tested in
+``tests/integration``. What is tested here is what is kept and reused."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from runners import cli, fidelity, fidelity_journal
+from runners.real import launch
+
+from .test_fidelity import TESTBED
+
+SYSTEMS = ("wfbp", "horovod")
+MODEL = ("vgg16-debug",)
+
+
+class FakeRuns:
+    """``launch.run``: each call a new iteration time (30, 31, 32, ... ms), so a reused run is
+    told from a new one; ``fail_on``: the calls (1-based) that fail; ``interrupt_on``: the
+    call that gets Ctrl-C."""
+
+    def __init__(self, fail_on: tuple[int, ...] = (), interrupt_on: int = 0) -> None:
+        self.calls = 0
+        self.fail_on = fail_on
+        self.interrupt_on = interrupt_on
+        self.specs: list[tuple[str, int]] = []
+
+    def __call__(self, spec, work):
+        self.calls += 1
+        if self.calls == self.interrupt_on:
+            raise KeyboardInterrupt
+        if self.calls in self.fail_on:
+            raise launch.RealRunError(f"rank 1 died (call {self.calls})")
+        self.specs.append((spec.system, spec.iterations))
+        t = 0.030 + 0.001 * (self.calls - 1)
+        metrics = {"iteration_time_s": t, "iteration_time_median_s": t, "compute_time_s": 0.01}
+        return SimpleNamespace(metrics=metrics, network=SimpleNamespace(kind="shaped"))
+
+
+@pytest.fixture
+def fakes(monkeypatch):
+    """The calibration, preflight, twins (33 ms) and compute checks faked; returns a setter
+    for the real runs and the list of compute checks made."""
+    monkeypatch.setattr(fidelity, "load_testbed", lambda label: TESTBED)
+    monkeypatch.setattr(launch, "preflight", lambda spec: None)
+    monkeypatch.setattr(
+        fidelity,
+        "_twin",
+        lambda real, sim: SimpleNamespace(
+            metrics={"iteration_time_s": 0.033 * sim.cluster.compute_scale, "compute_time_s": 0.01}
+        ),
+    )
+    checks: list[str] = []
+    monkeypatch.setattr(fidelity, "calibrated_step", lambda model, label: (0.010, 5))
+
+    def step_now(model, workers, threads, repeats):
+        checks.append(model)
+        return 0.0105
+
+    monkeypatch.setattr(fidelity, "step_now_s", step_now)
+
+    def use(runs: FakeRuns) -> FakeRuns:
+        monkeypatch.setattr(launch, "run", runs)
+        return runs
+
+    return SimpleNamespace(use=use, checks=checks)
+
+
+def _set(journal, resume=False, repeats=2, iterations=5):
+    return fidelity.fidelity(
+        "cpu", SYSTEMS, MODEL, (1.0,), iterations, repeats=repeats, journal=journal, resume=resume
+    )
+
+
+def test_a_set_stopped_by_a_failing_configuration_goes_on_from_its_journal(fakes, tmp_path):
+    """Round 2's horovod run fails twice (calls 4 and 5): the set stops, the three runs made
+    are in the journal; resumed, only that one is made, and the report holds the first
+    sitting's runs beside it, as one set would."""
+    path = tmp_path / "j.jsonl"
+    first = fakes.use(FakeRuns(fail_on=(4, 5)))
+    with pytest.raises(launch.RealRunError, match="both attempts failed"):
+        _set(path)
+    assert first.calls == 5
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines[0] == {"fidelity_journal": fidelity_journal.VERSION, "label": "cpu"}
+    kept = [entry["run"] for entry in lines if "run" in entry]
+    assert [(r["round"], r["system"]) for r in kept] == [(0, "wfbp"), (0, "horovod"), (1, "wfbp")]
+    assert [r["metrics"]["iteration_time_s"] for r in kept] == pytest.approx([0.030, 0.031, 0.032])
+    assert [e["stage"] for e in lines if "drift" in e] == ["before", "between-0"]
+    (failed,) = [entry["failed"] for entry in lines if "failed" in entry]
+    assert (failed["round"], failed["system"]) == (1, "horovod")
+    checks_before = len(fakes.checks)
+
+    again = fakes.use(FakeRuns())
+    result = _set(path, resume=True)
+    assert again.calls == 1 and again.specs == [("horovod", 5)], "only the missing run is made"
+    wfbp, horovod = result["configs"]
+    assert wfbp["real_runs_s"] == pytest.approx([0.030, 0.032])
+    assert horovod["real_runs_s"] == pytest.approx([0.031, 0.030])  # the new run: its first call
+    # the tries that stopped the first sitting are the row's, as in a set that had gone on
+    assert horovod["failed_attempts"] == ["rank 1 died (call 4)", "rank 1 died (call 5)"]
+    assert result["journal"] == {"path": str(path), "reused_runs": 3, "runs": 4}
+    # the checks made before and between the rounds are the journal's; only "after" is new
+    assert len(fakes.checks) == checks_before + 1
+    (drift,) = result["compute_drift"].values()
+    assert len(drift["between_pct"]) == 1 and "after_pct" in drift
+    text = fidelity.format_report(result)
+    assert f"3 of the 4 real runs read back from the journal {path} (--resume)" in text
+
+
+def test_a_resumed_finished_set_rescores_its_runs_without_running_them(fakes, tmp_path):
+    """Every run and check in the journal: a resumed set makes no real run and no compute
+    check, and scores the same runs against the twins simulated now."""
+    path = tmp_path / "j.jsonl"
+    fakes.use(FakeRuns())
+    done = _set(path)
+    checks = len(fakes.checks)
+    none = fakes.use(FakeRuns())
+    again = _set(path, resume=True)
+    assert none.calls == 0 and len(fakes.checks) == checks
+    assert again["configs"][0]["real_runs_s"] == done["configs"][0]["real_runs_s"]
+    assert again["mape_pct"] == pytest.approx(done["mape_pct"])
+    assert again["journal"]["reused_runs"] == 4
+
+
+def test_a_journal_run_made_with_another_real_spec_is_not_reused(fakes, tmp_path):
+    """A run of the same configuration and round made with other settings (here 5 measured
+    iterations, now 7) is not mixed in: it is made again."""
+    path = tmp_path / "j.jsonl"
+    fakes.use(FakeRuns())
+    _set(path, repeats=1, iterations=5)
+    again = fakes.use(FakeRuns())
+    result = _set(path, resume=True, repeats=1, iterations=7)
+    assert again.specs == [("wfbp", 7), ("horovod", 7)]
+    assert result["journal"]["reused_runs"] == 0
+
+
+def test_a_torn_last_line_is_dropped_and_overwritten(fakes, tmp_path):
+    """A crash while writing leaves half a line: reading ignores it, and the next run is
+    appended on a clean line."""
+    path = tmp_path / "j.jsonl"
+    fakes.use(FakeRuns(fail_on=(2, 3)))
+    with pytest.raises(launch.RealRunError):
+        _set(path, repeats=1)
+    with path.open("a") as fh:
+        fh.write('{"run": {"round": 0, "sys')
+    fakes.use(FakeRuns())
+    result = _set(path, resume=True, repeats=1)
+    assert result["journal"]["reused_runs"] == 1
+    entries = [json.loads(line) for line in path.read_text().splitlines()]  # all whole lines
+    assert [e["run"]["system"] for e in entries if "run" in e] == ["wfbp", "horovod"]
+
+
+def test_a_new_set_keeps_the_earlier_journal_as_prev(fakes, tmp_path):
+    path = tmp_path / "j.jsonl"
+    fakes.use(FakeRuns())
+    _set(path, repeats=1)
+    earlier = path.read_text()
+    _set(path, repeats=1)
+    assert (tmp_path / "j.jsonl.prev").read_text() == earlier
+    assert sum(1 for line in path.read_text().splitlines() if '"run"' in line) == 2
+
+
+def test_resume_without_a_journal_or_from_another_calibration_is_refused(fakes, tmp_path):
+    path = tmp_path / "none.jsonl"
+    fakes.use(FakeRuns())
+    with pytest.raises(fidelity.SpecError, match="--resume: no journal at .*none.jsonl"):
+        _set(path, resume=True)
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"fidelity_journal": 1, "label": "testbed-1127"}) + "\n")
+    with pytest.raises(fidelity.SpecError, match="--label: .*of calibration 'testbed-1127'"):
+        _set(other, resume=True)
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_text("not json\n")
+    with pytest.raises(fidelity.SpecError, match="--resume: .*line 1 is not JSON"):
+        _set(garbage, resume=True)
+
+
+CLI = ["fidelity", "--label", "cpu", "--systems", "wfbp,horovod", "--models", "vgg16-debug"]
+CLI += ["--bandwidths", "1", "--iterations", "5", "--repeats", "1", "--no-compute-check"]
+
+
+def test_the_command_says_where_the_runs_are_kept_and_how_to_go_on(
+    fakes, tmp_path, monkeypatch, capsys
+):
+    """``fidelity`` stopped by a configuration that fails twice: exit 1, the journal's path
+    and ``--resume`` named; Ctrl-C: exit 130, the same; ``--resume`` then finishes the set
+    with only the runs missing. Without ``--journal`` the journal is under
+    ``$LAB_RESULTS_DIR/fidelity``."""
+    monkeypatch.setenv("LAB_RESULTS_DIR", str(tmp_path))
+    path = tmp_path / "fidelity" / "cpu.journal.jsonl"
+    fakes.use(FakeRuns(fail_on=(2, 3)))
+    assert cli.main(CLI) == 1
+    err = capsys.readouterr().err
+    assert "[fidelity] stopped: horovod/vgg16-debug: both attempts failed" in err
+    assert f"kept in {path}: run the same command with --resume to go on" in err
+    assert f"journal: {path}" in err
+    fakes.use(FakeRuns(interrupt_on=1))
+    assert cli.main([*CLI, "--resume"]) == 130
+    assert "interrupted; the real runs so far are kept in" in capsys.readouterr().err
+    last = fakes.use(FakeRuns())
+    assert cli.main([*CLI, "--resume"]) == 0
+    out = capsys.readouterr()
+    assert last.specs == [("horovod", 5)]
+    assert f"resuming from {path}: it holds 1 real run(s)" in out.err
+    assert "1 of the 2 real runs read back from the journal" in out.out
+    assert cli.main([*CLI, "--resume", "--journal", str(tmp_path / "nowhere.jsonl")]) == 2
+    assert "invalid arguments: --resume: no journal at" in capsys.readouterr().err
