@@ -42,7 +42,9 @@ testbed, and in the simulator with the calibrated profile (``measured:<label>``,
 jitter) and the fitted bandwidth, latency, overlap slow-down and split collectives' costs of
 that network (an all-reduce twin's slow-down integrated over each op's overlap with the
 collectives, ``cluster.overlap_model: integrated``; for a PS system: the PS arena's latency,
-slow-down, aggregation rate and message CPU), on a shaped network the shaper's token bucket,
+slow-down, aggregation rate and message CPU, and pulls that hold a server's sender and a
+worker's receiver together, as the real transport's do), the ranks' measured step noise, on a
+shaped network the shaper's token bucket,
 the plan the real run executed, and the real engine's negotiation of reordering plans. It
 reports per configuration both iteration times and the simulator's absolute percentage error, and
 their mean (MAPE) per system and overall. Nothing in the simulator is fitted to the training runs
@@ -1071,7 +1073,9 @@ def matched_specs(
     system's twin gets the PS arena's own measurements instead (``ps`` of the network: its
     latency, busy or idle in the same sense, and ``split`` and ``engine`` there are the idle
     one, as the PS simulator has one latency and the PS transport is not the all-reduce
-    engine; slow-down and aggregation rate), and both twins as many
+    engine; slow-down, aggregation rate and message CPU; the ranks' step noise as the
+    all-reduce twins; and ``cluster.pull_rendezvous``, the real transport's pulls, each holding
+    its server's sender and its worker's receiver), and both twins as many
     server processes and machines as the probe had. On a shaped network, both arenas' twins
     have the NICs' token bucket (``cluster.link_burst_bytes``: the depth
     ``runners.real.testbed`` gives its shaper, in payload bytes; not fitted). An all-reduce
@@ -1163,6 +1167,9 @@ def matched_specs(
         sim["cluster"]["server_agg_gbps"] = float(ps["server_agg_gbps"])
         if "message_cpu_us" in ps:  # calibrations from before it was measured: none
             sim["cluster"]["message_cpu_us"] = float(ps["message_cpu_us"])
+        # the real transport's pulls: a server's sender and a worker's receiver held together
+        sim["cluster"]["pull_rendezvous"] = True
+        _step_jitter(sim, model, label)
     else:
         sim["cluster"].update(
             # measured where the calibration has them; older ones: the ring's 0.5 each
@@ -1193,12 +1200,17 @@ def matched_specs(
         # timed have none)
         if profile is not None and any(t > 0 for t in profile.update_s):
             sim["cluster"]["optimizer_update"] = True
-        # the ranks' steps differ; a synchronous step waits for the slowest (profiles from
-        # before it was measured: none)
-        jitter = 0.0 if profile is None else float(profile.source.get("step_jitter_cv", 0.0))
-        if jitter:
-            sim["cluster"]["step_jitter_cv"] = jitter
+        _step_jitter(sim, model, label)
     return real, sim
+
+
+def _step_jitter(sim: dict[str, Any], model: str, label: str) -> None:
+    """The ranks' steps differ; a synchronous step waits for the slowest (``cluster.
+    step_jitter_cv``, both arenas; profiles from before it was measured: none)."""
+    profile = _profile(model, label)
+    jitter = 0.0 if profile is None else float(profile.source.get("step_jitter_cv", 0.0))
+    if jitter:
+        sim["cluster"]["step_jitter_cv"] = jitter
 
 
 def _profile(model: str, label: str) -> workloads.MeasuredProfile | None:
@@ -1504,6 +1516,7 @@ ABLATIONS = (
     "negotiation_cpu_us",
     "link_burst_bytes",
     "message_cpu_us",
+    "pull_rendezvous",
 )
 ABLATION_NAMES = {"overlap_model": "overlap_model (slow-down at op start)"}  # in the text
 

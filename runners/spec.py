@@ -161,9 +161,11 @@ class CommCluster:
     updates, which a real run of the lab's engine counts outside its compute (at the
     iteration's start, or in the forward's waits) and DDP's inside its backward.
 
-    ``step_jitter_cv`` (all-reduce arena): per iteration, each worker's compute is scaled by
-    one log-normal draw with mean 1 and this CV, and a synchronous step computes at the pace
-    of its slowest worker (the largest draw: ``runners.sim.engine``). It grows with the
+    ``step_jitter_cv``: per iteration, each worker's compute is scaled by one log-normal
+    draw with mean 1 and this CV, and a synchronous step computes at the pace of its slowest
+    worker (the largest draw: ``runners.sim.engine``; in the PS arena a group of identical
+    workers computes at its slowest's pace, and a synchronous round waits for every group:
+    for asynchronous modes set ``jitter_groups`` to the workers). It grows with the
     workers, as stragglers in synchronous training do. 0 (the default): every worker computes
     each step alike (``compute_jitter_cv``'s per-op draws average out over a step). ``python
     -m runners calibrate`` measures it as the spread of step k across processes computing at
@@ -201,6 +203,18 @@ class CommCluster:
     (``runners.real.probe.ps_message_cpu``) and ``fidelity`` sets it for the PS systems. A
     reconstruction, labelled as such.
 
+    ``pull_rendezvous`` (PS arena): a pull holds its server's sender and its worker's
+    receiver together, one pull at a time on each, as the lab's real PS transport does
+    (``runners.real.ps``: gloo's ``send`` returns only once the peer has posted the matching
+    ``recv``; each process sends from one thread and receives from one thread, from any
+    source in the order the messages come). A server's pull to a worker whose receiver is busy
+    waits, and so do the pulls behind it on that server. Every worker is then a group of its
+    own (``jitter_groups`` as the workers). False (the default): a server sends a round's
+    pull to every worker at once, and each worker's downlink takes it when it is free
+    (cut-through), as a transport with buffered sends (ps-lite, BytePS) does.
+    ``fidelity`` sets it for the PS twins. A reconstruction, labelled as such: the
+    transfer takes the longer of the two NICs' times, and pushes keep the cut-through model.
+
     ``compute_scale``: every compute op (forward, backward, optimizer update) takes this many
     times its profile's time: a machine whose speed has moved since its profile was measured,
     or a what-if for a slower (> 1) or faster (< 1) device. 1 (the default): the profile's
@@ -227,7 +241,7 @@ class CommCluster:
     collective_cpu_us: float = 0.0  # all-reduce arena: CPU a collective takes from compute
     negotiation_cpu_us: float | None = None  # all-reduce arena: a round's (None: a collective's)
     optimizer_update: bool = False  # all-reduce arena: a measured profile's update times
-    step_jitter_cv: float = 0.0  # all-reduce arena: per-worker, per-step compute noise
+    step_jitter_cv: float = 0.0  # per-worker, per-step compute noise
     background_slowdown: float = 0.0  # all-reduce arena: a framework's background work
     overlap_model: str = "start"  # all-reduce arena: slow-downs at op start or integrated
     compute_scale: float = 1.0  # every compute op's time over its profile's
@@ -239,6 +253,7 @@ class CommCluster:
     ps_stragglers: tuple[PSStraggler, ...] = ()
     jitter_groups: int = 1  # PS arena: groups of workers with independent compute noise
     message_cpu_us: float = 0.0  # PS arena: CPU a message takes from its worker's compute
+    pull_rendezvous: bool = False  # PS arena: a pull holds a server's sender and a receiver
 
 
 NETWORKS = ("auto", "shaped", "loopback")
@@ -355,14 +370,13 @@ ALLREDUCE_ONLY_FIELDS = (
     "collective_cpu_us",
     "negotiation_cpu_us",
     "optimizer_update",
-    "step_jitter_cv",
     "background_slowdown",
     "overlap_model",
 )
 
 # Cluster fields the PS arena alone uses (other arenas refuse them unless default; the ``ps`` /
 # ``server*`` fields are accepted and ignored elsewhere).
-PS_ONLY_FIELDS = ("jitter_groups", "message_cpu_us")
+PS_ONLY_FIELDS = ("jitter_groups", "message_cpu_us", "pull_rendezvous")
 # The arena each arena-only cluster field belongs to; ARENA_NAMES, how errors name it.
 FIELD_ARENA = {
     **{key: "allreduce" for key in ALLREDUCE_ONLY_FIELDS},
@@ -376,6 +390,7 @@ ARENA_NAMES = {"allreduce": "all-reduce", "ps": "parameter-server"}
 _OMITTED_AT_DEFAULT = {
     "jitter_groups": CommCluster.jitter_groups,
     "message_cpu_us": CommCluster.message_cpu_us,
+    "pull_rendezvous": CommCluster.pull_rendezvous,
     "reduce_scatter_cost": CommCluster.reduce_scatter_cost,
     "all_gather_cost": CommCluster.all_gather_cost,
     "cpu_collectives": CommCluster.cpu_collectives,
@@ -565,6 +580,13 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         lambda v: 0 <= v <= 1e6,
         "a number >= 0 (microseconds of CPU each PS message takes from its worker's compute; "
         "0 = none)",
+    ),
+    "pull_rendezvous": (
+        bool,
+        lambda v: True,
+        "true or false (PS arena: a pull holds its server's sender and its worker's receiver "
+        "together, one at a time on each, as the lab's real gloo transport; false: buffered "
+        "sends, a server's pull goes to every worker at once)",
     ),
 }
 _TOP_KEYS = {

@@ -53,6 +53,7 @@ CLUSTER_KEYS = (
     "compute_jitter_cv",
     "compute_scale",
     "overlap_slowdown",
+    "step_jitter_cv",
     "stragglers",
     "link_burst_bytes",
     *(key for key in run_spec.ALLREDUCE_ONLY_FIELDS if key not in CLI_ONLY_CLUSTER_KEYS),
@@ -63,6 +64,7 @@ CLUSTER_KEYS = (
     "ps_stragglers",
     "jitter_groups",
     "message_cpu_us",
+    "pull_rendezvous",
 )
 # Cluster fields one arena alone uses (the spec refuses them elsewhere unless default): key ->
 # its arena.
@@ -341,6 +343,14 @@ class ExperimentForm(_ClusterArenaFields):
         initial=_DEFAULTS.message_cpu_us,
         help_text="compute time each push or pull takes from the worker's op it overlaps, as "
         "the PS transport's threads do on a CPU testbed (0 = none, as on a GPU)",
+    )
+    cluster_pull_rendezvous = forms.BooleanField(
+        label="pulls meet their receiver",
+        required=False,
+        initial=_DEFAULTS.pull_rendezvous,
+        help_text="a pull holds its server's sender and its worker's receiver together, one at "
+        "a time on each, as the lab's real gloo transport (unticked: buffered sends, as "
+        "ps-lite)",
     )
     trace_generator = forms.ChoiceField(
         label="trace generator",

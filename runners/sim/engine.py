@@ -17,7 +17,7 @@ Modelling choices (written down, labelled in reports):
 
 * per-op compute times get seeded log-normal jitter with mean 1 and CV ``jitter_cv``, drawn per
   group, iteration and op (workers of one group share a draw);
-* ``step_jitter_cv`` (all-reduce arena's ``cluster.step_jitter_cv``): per iteration, each
+* ``step_jitter_cv`` (``cluster.step_jitter_cv``): per iteration, each
   worker's compute is scaled by one log-normal draw with mean 1 and this CV (a whole step
   slower or faster: the machine's other work, the cores the ranks share), and a group computes
   as its slowest worker, the largest of its ``count`` draws (a synchronous step waits for the

@@ -29,7 +29,12 @@ rate. With ``cluster.message_cpu_us``, each push a worker group's uplink starts 
 its downlink starts takes that much CPU time from the op the group computes then (it ends
 that much later; ``ComputeJob``'s CPU debt, as the all-reduce arena's ``collective_cpu_us``):
 the PS transport's threads ahead of the compute on shared cores, as on our CPU testbed (a
-reconstruction, labelled as such). Modelling choices:
+reconstruction, labelled as such). With ``cluster.pull_rendezvous`` (the lab's real PS
+transport: gloo sends meet their receives), a pull goes from one server's sender to one
+worker's receiver at a time, both held for the longer of their NICs' times; a sender whose
+worker's receiver is busy waits, with the pulls behind it, and a receiver takes the waiting
+senders in the order they came; every worker is a group of its own (a reconstruction,
+labelled as such). Modelling choices:
 store-and-forward at the aggregation, no TCP dynamics, one transfer at a time per NIC
 direction, one PS per server machine; an item that reaches an idle resource starts at once, so
 one that arrives at the very instant the resource frees may start before a higher-priority one
@@ -149,8 +154,13 @@ def run(spec: RunSpec, layers: tuple[LayerTimes, ...] | None = None) -> SimResul
     setup = compute_setup(spec, layers, link_groups=True)
     plan = registry.get(spec.system).build(spec.params).plan(build_problem(spec, setup))
     random_order = "random" in (plan.push_order, plan.pull_order)
+    # ``cluster.pull_rendezvous``: a pull goes to one worker's receiver, so each worker is a
+    # group of its own
+    jitter_groups = (
+        spec.cluster.workers if spec.cluster.pull_rendezvous else spec.cluster.jitter_groups
+    )
     groups, order_draw = simulated_groups(
-        setup.groups, plan.order_groups if random_order else 1, spec.cluster.jitter_groups
+        setup.groups, plan.order_groups if random_order else 1, jitter_groups
     )
     setup = dataclasses.replace(setup, groups=groups)
     if plan.controller is not None and hasattr(plan.controller, "reseed"):
@@ -194,6 +204,9 @@ class _PSJob(ComputeJob):
         self.agg_rate = c.server_agg_gbps * 1e9 / 8
         self.burst = float(c.link_burst_bytes)
         self.cpu_per_message = c.message_cpu_us * 1e-6
+        self.rendezvous = c.pull_rendezvous
+        if self.rendezvous and any(g.count != 1 for g in setup.groups):
+            raise ValueError("cluster.pull_rendezvous needs one worker per group (``run``)")
         # Per server, per iteration: NIC bandwidth factor and CPU slow-down.
         bw_factor = np.ones((n_servers, self.n_iter))
         cpu_factor = np.ones((n_servers, self.n_iter))
@@ -400,6 +413,10 @@ class _PSJob(ComputeJob):
         burst = self.burst
         msg_cpu = self.cpu_per_message
         cpu_debt, bwd_next = self.cpu_debt, self.bwd_next
+        # ``cluster.pull_rendezvous``: per group, the servers whose sender waits for the
+        # group's receiver, in the order they offered (``offer_pull``)
+        rendezvous = self.rendezvous
+        offers: list[deque[tuple[_Station, int, int, int]]] = [deque() for _ in range(n_groups)]
 
         def bucket(st: _Station, now: float, nbytes: float, rate: float, latency: float) -> float:
             """``cluster.link_burst_bytes``: how long ``nbytes`` take on NIC ``st`` from
@@ -649,6 +666,9 @@ class _PSJob(ComputeJob):
             if task < 0:
                 self._begin_migration(st, it, g, server)
                 return
+            if rendezvous:
+                offer_pull(st, it, task, g, server)
+                return
             now = loop.now
             if burst:
                 end = now + bucket(st, now, group_bytes[g][task], server_bw[server][it], 0.0)
@@ -683,6 +703,46 @@ class _PSJob(ComputeJob):
                 st.pending = True
                 heappush(evq, (end, next(evseq), begin_out, (st,)))
 
+        def offer_pull(st: _Station, it: int, task: int, g: int, server: int) -> None:
+            """``cluster.pull_rendezvous``: server ``server``'s sender (``st``, idle) sends
+            ``task``'s pull to group ``g`` (one worker) now if the group's receiver is free,
+            else waits for it, taking nothing else meanwhile."""
+            dl = downlink[g]
+            if not dl.pending and dl.free_at <= loop.now and not offers[g]:
+                start_pull(st, dl, it, task, g, server)
+            else:
+                offers[g].append((st, it, task, server))
+                st.free_at = float("inf")  # its queue waits (served when the pull ends)
+                st.pending = True
+
+        def start_pull(so: _Station, dl: _Station, it: int, task: int, g: int, server: int) -> None:
+            """A rendezvous pull: the server's sender and the group's receiver both held for
+            the longer of the two NICs' times (each through its token bucket)."""
+            now = loop.now
+            size = sizes[task]
+            slow = link_slow[g]
+            factor = 1.0 if slow is None or it >= len(slow) else slow[it]
+            if burst:
+                duration = max(
+                    bucket(so, now, size, server_bw[server][it], 0.0),
+                    bucket(dl, now, size, bw_worker * factor, alpha),
+                )
+            else:
+                duration = max(size / server_bw[server][it], alpha + size / (bw_worker * factor))
+            end = now + duration
+            if msg_cpu and (busy[g] or bwd_next[g] >= 0):  # ``cluster.message_cpu_us``
+                cpu_debt[g] += msg_cpu
+            busy_s[server][it] += duration
+            if g == 0:
+                comm_down[it] += duration
+            if recorded[it]:
+                timeline.append((it, so.name, "pull", labels[task], now, end, size))
+                timeline.append((it, dl.name, "pull", labels[task], now, end, size))
+            so.free_at = dl.free_at = end
+            so.pending = dl.pending = True
+            heappush(evq, (end, next(evseq), begin_out, (so,)))  # its next pull, if any
+            heappush(evq, (end, next(evseq), pulled_end, (dl, it, task, g)))
+
         def pulled_end(st: _Station, it: int, task: int, g: int) -> None:
             """``task`` of iteration ``it`` is up to date on group ``g``."""
             st.pending = False
@@ -702,6 +762,12 @@ class _PSJob(ComputeJob):
             round_left[it] = left
             if left == 0:
                 self._round_done(it)
+            if rendezvous:  # the first server waiting for this receiver
+                waiting = offers[g]
+                if waiting and not st.pending:
+                    so, it, task, server = waiting.popleft()
+                    start_pull(so, st, it, task, g, server)
+                return
             q = st.queue
             if q and not st.pending:
                 if down_fifo:
@@ -772,7 +838,11 @@ class _PSJob(ComputeJob):
             else:
                 if it > completed_round[task]:
                     completed_round[task] = it
-                if sync_mode:  # the round's pull (enqueue, inlined)
+                if sync_mode and rendezvous:  # one pull per worker, in worker order
+                    k1, k2 = (it, prio[task]) if server_priority else (0, 0)
+                    for tg in range(n_groups):
+                        enqueue(s_out[server], k1, k2, (it, task, tg, server))
+                elif sync_mode:  # the round's pull (enqueue, inlined)
                     so = s_out[server]
                     if so.pending or so.free_at > loop.now:
                         if nic_fifo:

@@ -274,12 +274,16 @@ PS_POINT = {
 }
 
 
-def test_a_ps_system_s_twins_get_the_ps_arena_s_measurements():
+def test_a_ps_system_s_twins_get_the_ps_arena_s_measurements(monkeypatch):
     """A PS system's simulated twin gets the PS probe's latency, slow-down and aggregation
     rate (not the all-reduce ones), and both twins the probe's server count; none of the
-    all-reduce-only fields; the shaper's token bucket, as every twin on a shaped network."""
+    all-reduce-only fields; the shaper's token bucket and the ranks' step noise, as every twin
+    on a shaped network; and the real transport's rendezvous pulls."""
     measured = json.loads(json.dumps(TESTBED))
     measured["network"][1].update(reduce_scatter_cost=1.02, all_gather_cost=0.57, ps=PS_POINT)
+    profile = workloads.load_measured("vgg16-debug", "cpu")
+    noisy = dataclasses.replace(profile, source={**profile.source, "step_jitter_cv": 0.05})
+    monkeypatch.setattr(workloads, "load_measured", lambda model, label: noisy)
     real, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, measured, latency="busy")
     real_spec, sim_spec = validate(real), validate(sim)
     assert sim_spec.arena == "ps" and not sim_spec.cluster.cpu_collectives
@@ -291,9 +295,12 @@ def test_a_ps_system_s_twins_get_the_ps_arena_s_measurements():
     assert real_spec.cluster.ps == c.ps == 3
     assert real_spec.cluster.servers == c.servers == 3  # PSLD starts no more processes
     assert c.link_burst_bytes == int(262144 * 0.94)
+    assert c.pull_rendezvous
     # an all-reduce system at the same network keeps the all-reduce measurements
     _, wfbp = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, measured, latency="busy")
     assert (wfbp["cluster"]["latency_us"], wfbp["cluster"]["overlap_slowdown"]) == (900.0, 0.4)
+    assert c.step_jitter_cv == wfbp["cluster"]["step_jitter_cv"] == 0.05
+    assert "pull_rendezvous" not in wfbp["cluster"]
     # a PS twin needs none of the all-reduce measurements
     for key in ("overlap_slowdown", "latency_busy_us"):
         del measured["network"][1][key]

@@ -250,7 +250,7 @@ def test_the_collective_fields_reach_all_reduce_runs_and_are_dropped_elsewhere(b
     assert "cpu_collectives" not in run.spec["cluster"]
     assert "reduce_scatter_cost" not in run.spec["cluster"]
     assert "busy_latency_us" not in run.spec["cluster"] and "negotiation" not in run.spec["cluster"]
-    assert "step_jitter_cv" not in run.spec["cluster"]
+    assert run.spec["cluster"]["step_jitter_cv"] == 0.03, "both arenas' (a PS round waits too)"
     assert run.spec["cluster"]["compute_scale"] == 1.3, "both arenas'"
     # the shaper's bucket applies to the PS arena's NICs as well
     assert run.spec["cluster"]["link_burst_bytes"] == 262144
@@ -258,16 +258,20 @@ def test_the_collective_fields_reach_all_reduce_runs_and_are_dropped_elsewhere(b
 
 def test_the_message_cpu_reaches_ps_runs_and_is_dropped_elsewhere(browser):
     """``message_cpu_us`` (PS arena): a PS experiment's runs get it; an all-reduce experiment
-    ignores it (a hidden part of the form), and so does ``jitter_groups``."""
-    ps = {**FORM, "system": "ps-default", "baselines": ["byteps"], "params": "{}",
-          "cluster_message_cpu_us": "350", "cluster_jitter_groups": "2"}  # fmt: skip
+    ignores it (a hidden part of the form), and so do ``jitter_groups`` and
+    ``pull_rendezvous``."""
+    fields = {"cluster_message_cpu_us": "350", "cluster_jitter_groups": "2",
+              "cluster_pull_rendezvous": "on"}  # fmt: skip
+    ps = {**FORM, "system": "ps-default", "baselines": ["byteps"], "params": "{}", **fields}
     assert browser.post(reverse("experiment-new"), ps).status_code == 302
     cluster = Experiment.objects.get().runs.first().spec["cluster"]
     assert cluster["message_cpu_us"] == 350.0 and cluster["jitter_groups"] == 2
-    allreduce = {**FORM, "cluster_message_cpu_us": "350", "cluster_jitter_groups": "2"}
+    assert cluster["pull_rendezvous"] is True
+    allreduce = {**FORM, **fields}
     assert browser.post(reverse("experiment-new"), allreduce).status_code == 302
     run = Experiment.objects.order_by("-pk").first().runs.first()
     assert "message_cpu_us" not in run.spec["cluster"]
+    assert "pull_rendezvous" not in run.spec["cluster"]
     assert run.spec["cluster"].get("jitter_groups", 1) == 1
 
 

@@ -1082,3 +1082,79 @@ def test_the_same_seed_gives_the_same_timeline(system, params):
     assert a.timeline != other.timeline
     if system == "psld":
         assert a.metrics["psld_changes"] > 0
+
+
+def test_a_rendezvous_pull_waits_for_the_worker_s_receiver_and_holds_its_server():
+    """``pull_rendezvous`` by hand, on the stations alone. Two workers, two servers, 1 MB
+    keys at 8 Gbit/s (1 MB/ms on every NIC), no latency. Server 1 sends a pull to worker 0
+    at 0: it holds both until 1 ms. Server 0's pull to worker 0, offered at 0, waits for
+    that receiver (1-2 ms), and its pull to worker 1, queued behind it, waits for server 0
+    although worker 1's receiver is free: 2-3 ms. (A buffered transport would have sent it
+    to worker 1 at once.)"""
+    layers = tuple(LayerTimes(f"l{i}", 1.0, 1.0, MB) for i in range(3))  # no push for 1 s
+    spec = validate(raw_spec("tictac-tic", workers=2, ps=2, servers=2, bandwidth_gbps=8,
+                             latency_us=0, pull_rendezvous=True))  # fmt: skip
+    setup, plan = plan_of(spec, layers)
+    setup = dataclasses.replace(setup, groups=ps_sim.split_groups(setup.groups, 2))
+    job = ps_sim._PSJob(setup, spec, plan)
+    assert [t.size_bytes for t in plan.tasks] == [MB] * 3
+    for g in (0, 1):
+        job._group_state(g, 0)
+    job._enqueue(job.s_out[1], 0, 0, (0, 1, 0, 1))  # task 1 to worker 0 from server 1
+    job._enqueue(job.s_out[0], 0, 0, (0, 0, 0, 0))  # task 0 to worker 0 from server 0
+    job._enqueue(job.s_out[0], 0, 0, (0, 0, 1, 0))  # task 0 to worker 1 from server 0
+    job.loop.run(until=0.010)  # the forwards the pulls of l0 let start end at 1 s
+    pulls = sorted((r, name, round(s * 1e3, 9), round(e * 1e3, 9))
+                   for _, r, op, name, s, e, _ in job.timeline if op == "pull")  # fmt: skip
+    assert pulls == [
+        ("downlink[w0]", "l0", 1.0, 2.0),
+        ("downlink[w0]", "l1", 0.0, 1.0),
+        ("downlink[w1]", "l0", 2.0, 3.0),
+        ("ps0.out", "l0", 1.0, 2.0),
+        ("ps0.out", "l0", 2.0, 3.0),
+        ("ps1.out", "l1", 0.0, 1.0),
+    ]
+    assert [row[0] for row in job.synced if row[2] == 0] == [0, 1]  # both workers got task 0
+
+
+@pytest.mark.parametrize("system", ["ps-default", "tictac-tic", "p3", "eager-ps"])
+def test_with_one_worker_a_rendezvous_pull_is_the_cut_through_one(system):
+    """One worker: a server's pull goes to one receiver either way, and nothing else
+    contends for it, so both models give the same run (token bucket and CPU charges on)."""
+    kw = dict(workers=1, ps=2, servers=2, bandwidth_gbps=1, latency_us=300,
+              link_burst_bytes=250_000, message_cpu_us=400, iterations=5)  # fmt: skip
+    _, cut = run(system, "vgg16-debug", **kw)
+    _, held = run(system, "vgg16-debug", pull_rendezvous=True, **kw)
+    assert held.metrics["iteration_time_s"] == pytest.approx(
+        cut.metrics["iteration_time_s"], rel=1e-9
+    )
+
+
+def test_rendezvous_pulls_make_every_worker_a_group_and_are_the_ps_arena_s_field():
+    """With ``pull_rendezvous`` every worker is a group of its own (a pull goes to one
+    receiver); the stations refuse a group of several workers; the all-reduce arena refuses
+    the field; left out, a PS spec's run key is the one from before it."""
+    spec, result = run("tictac-tic", "vgg16-debug", workers=3, ps=2, servers=2,
+                       pull_rendezvous=True)  # fmt: skip
+    assert [g.workers for g in result.groups] == [(0,), (1,), (2,)]
+    setup, plan = plan_of(spec)
+    with pytest.raises(ValueError, match="one worker per group"):
+        ps_sim._PSJob(setup, spec, plan)
+    with pytest.raises(SpecError, match="parameter-server arena only") as err:
+        validate(raw_spec("wfbp", pull_rendezvous=True))
+    assert err.value.field == "cluster.pull_rendezvous"
+    assert "pull_rendezvous" not in validate(raw_spec("ps-default")).as_dict()["cluster"]
+
+
+def test_a_ps_run_takes_the_steps_noise_and_waits_for_its_slowest_worker():
+    """``step_jitter_cv`` in the PS arena (the all-reduce arena's, measured by ``calibrate``):
+    a synchronous PS step waits for every worker's pushes, so per-step noise makes the
+    iteration slower on average, more with more workers (compute-bound here: resnet50 at
+    100 Gbit/s); without it nothing changes."""
+    kw = dict(ps=2, servers=2, iterations=30, bandwidth_gbps=100)
+    base = run("tictac-tic", workers=4, **kw)[1].metrics["iteration_time_s"]
+    noisy = {w: run("tictac-tic", workers=w, step_jitter_cv=0.3, **kw)[1] for w in (1, 4)}
+    assert noisy[4].metrics["iteration_time_s"] > base * 1.15  # the slowest of 4: about +25 %
+    assert noisy[4].metrics["iteration_time_s"] > noisy[1].metrics["iteration_time_s"] * 1.15
+    again = run("tictac-tic", workers=4, step_jitter_cv=0.0, **kw)[1]
+    assert again.metrics["iteration_time_s"] == base

@@ -576,9 +576,8 @@ def test_a_synchronous_step_waits_for_the_slowest_worker_s_per_step_draw():
     assert len(first) == 8
     ratios = [b / a for a, b in zip(first, second, strict=True)]
     assert ratios == pytest.approx([ratios[0]] * len(ratios), rel=1e-9)  # one factor per step
-    with pytest.raises(SpecError) as err:
-        validate(raw_spec("ps-default", "vgg16-debug", step_jitter_cv=0.1))
-    assert err.value.field == "cluster.step_jitter_cv"
+    # both arenas take it (the PS arena's rounds wait for every worker's pushes too)
+    assert validate(raw_spec("ps-default", "vgg16-debug", step_jitter_cv=0.1))
     with pytest.raises(SpecError) as err:
         validate(raw_spec("wfbp", step_jitter_cv=1.5))
     assert err.value.field == "cluster.step_jitter_cv"
