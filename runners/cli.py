@@ -239,8 +239,9 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         help="where each real run is kept as it finishes (default "
-        "$LAB_RESULTS_DIR/fidelity/<label>.journal.jsonl, results/ without it; an earlier "
-        "journal there is kept as .prev unless --resume)",
+        "$LAB_RESULTS_DIR/fidelity/<label>-<set>.journal.jsonl, results/ without it, <set> "
+        "naming the systems, models and bandwidths; an earlier journal there is kept as .prev "
+        "unless --resume)",
     )
     p.add_argument(
         "--json",
@@ -649,7 +650,7 @@ def _fidelity(args: argparse.Namespace) -> int:
     from .fidelity_journal import default_path
     from .real.launch import RealRunError
 
-    journal = args.journal or default_path(args.label)
+    journal = args.journal or default_path(args.label, systems, models, bandwidths)
     again = "run the same command with --resume to go on from there"
     try:
         result = fidelity.fidelity(

@@ -33,8 +33,10 @@ makes the rest.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -45,11 +47,22 @@ from .spec import SpecError
 VERSION = 1
 
 
-def default_path(label: str) -> Path:
+def default_path(
+    label: str, systems: Sequence[str], models: Sequence[str], bandwidths: Sequence[float | None]
+) -> Path:
     """Where ``fidelity`` keeps the journal of a set against calibration ``label``:
-    ``$LAB_RESULTS_DIR/fidelity/<label>.journal.jsonl`` (``results/`` by default)."""
+    ``$LAB_RESULTS_DIR/fidelity/<label>-<set>.journal.jsonl`` (``results/`` by default), where
+    ``<set>`` is 8 hex digits of the systems, models and bandwidths. One journal per set, so
+    the all-reduce and the PS sets of one calibration keep theirs side by side, and the same
+    command finds its own again."""
     root = Path(os.environ.get("LAB_RESULTS_DIR") or "results")
-    return root / "fidelity" / f"{label}.journal.jsonl"
+    which = json.dumps([list(systems), list(models), [_gbps(b) for b in bandwidths]])
+    digest = hashlib.sha256(which.encode()).hexdigest()[:8]
+    return root / "fidelity" / f"{label}-{digest}.journal.jsonl"
+
+
+def _gbps(nominal: float | None) -> float | None:
+    return None if nominal is None else float(nominal)
 
 
 @dataclass
@@ -64,7 +77,7 @@ class KeptRun:
 
 
 def _key(round_: int, system: str, model: str, nominal: float | None) -> tuple:
-    return (round_, system, model, None if nominal is None else float(nominal))
+    return (round_, system, model, _gbps(nominal))
 
 
 class Journal:
@@ -97,7 +110,9 @@ class Journal:
         if not self.path.is_file():
             raise SpecError(
                 "--resume",
-                f"no journal at {self.path} to go on from: run without --resume to start the set",
+                f"no journal at {self.path} to go on from (each set of systems, models and "
+                "bandwidths has its own: give the same ones as the set that stopped, or its "
+                "--journal), or run without --resume to start the set",
             )
         data = self.path.read_bytes()
         good = 0  # bytes up to the end of the last complete line

@@ -951,7 +951,7 @@ def test_fidelity_json_ends_with_the_report(monkeypatch, capsys):
         assert options == {
             "latency": "engine", "repeats": 3, "progress": options["progress"],
             "compute_check": True, "resume": False,
-            "journal": fidelity_journal.default_path("unit"),
+            "journal": fidelity_journal.default_path("unit", ["wfbp"], ["vgg16-debug"], [1.0]),
         }  # fmt: skip
         for row in rows:
             on_config(row)

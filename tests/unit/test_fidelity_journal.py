@@ -192,9 +192,12 @@ def test_the_command_says_where_the_runs_are_kept_and_how_to_go_on(
     """``fidelity`` stopped by a configuration that fails twice: exit 1, the journal's path
     and ``--resume`` named; Ctrl-C: exit 130, the same; ``--resume`` then finishes the set
     with only the runs missing. Without ``--journal`` the journal is under
-    ``$LAB_RESULTS_DIR/fidelity``."""
+    ``$LAB_RESULTS_DIR/fidelity``, one per set of systems, models and bandwidths."""
     monkeypatch.setenv("LAB_RESULTS_DIR", str(tmp_path))
-    path = tmp_path / "fidelity" / "cpu.journal.jsonl"
+    path = fidelity_journal.default_path("cpu", ["wfbp", "horovod"], ["vgg16-debug"], ["1"])
+    assert path.parent == tmp_path / "fidelity" and path.name.startswith("cpu-")
+    assert path == fidelity_journal.default_path("cpu", SYSTEMS, MODEL, [1.0])
+    assert path != fidelity_journal.default_path("cpu", ["wfbp"], MODEL, [1.0])
     fakes.use(FakeRuns(fail_on=(2, 3)))
     assert cli.main(CLI) == 1
     err = capsys.readouterr().err
