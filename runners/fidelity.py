@@ -1391,13 +1391,13 @@ def fidelity(
             say(f"round {round_ + 1}/{repeats} of the real runs")
         for k, ((model, nominal, system), real_spec, sim_spec) in enumerate(checked):
             kept = None if book is None else book.kept(round_, system, model, nominal, raw_reals[k])
+            if book is not None:  # tries that stopped an earlier sitting here
+                failures[k].extend(book.failed(round_, system, model, nominal))
             if kept is not None:
                 runs[k].append(kept)
                 walls[k] += kept.wall_s
                 failures[k].extend(kept.failures)
             else:
-                if book is not None:  # tries that stopped an earlier sitting here
-                    failures[k].extend(book.failed(round_, system, model, nominal))
                 started = time.perf_counter()
                 tried = len(failures[k])
                 try:

@@ -112,6 +112,11 @@ def test_a_set_stopped_by_a_failing_configuration_goes_on_from_its_journal(fakes
     assert len(drift["between_pct"]) == 1 and "after_pct" in drift
     text = fidelity.format_report(result)
     assert f"3 of the 4 real runs read back from the journal {path} (--resume)" in text
+    # resumed once more, every run read back: the failed tries are still the row's
+    again = fakes.use(FakeRuns())
+    horovod = _set(path, resume=True)["configs"][1]
+    assert again.calls == 0
+    assert horovod["failed_attempts"] == ["rank 1 died (call 4)", "rank 1 died (call 5)"]
 
 
 def test_a_resumed_finished_set_rescores_its_runs_without_running_them(fakes, tmp_path):
