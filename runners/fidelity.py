@@ -468,11 +468,17 @@ _PS_METHOD_BEFORE_CPU = (
     "(half_round_trip_busy_us); aggregation: the "
     "slowest server's median time to sum a 1 MiB push (runners.real.probe.ps_overlap)"
 )
-PS_METHOD = (
+_PS_METHOD_BEFORE_ROUNDS = (
     _PS_METHOD_BEFORE_CPU
     + "; message CPU: the compute time a 4 KiB push or its answer takes from a synthetic "
     "backward it overlaps, pushed from the gradient hooks (message_cpu_us, "
     "runners.real.probe.ps_message_cpu)"
+)
+PS_ROUNDS = 3  # one probe's slow-down swung 2x between calibrations: median of rounds
+PS_METHOD = (
+    _PS_METHOD_BEFORE_ROUNDS
+    + f" (the PS transport's values each the median of {PS_ROUNDS} probes taken in rounds "
+    "over the models, the message CPU one probe)"
 )
 
 
@@ -484,27 +490,38 @@ def _probe_ps(
     say: Callable[[str], None],
     comm_priority: str = "normal",
     servers: int = PS_SERVERS,
+    rounds: int = PS_ROUNDS,
 ) -> dict[str, Any]:
-    """The PS arena's measurements at one network (``ps`` of a calibration's network)."""
+    """The PS arena's measurements at one network (``ps`` of a calibration's network): the
+    transport's (``probe.ps_overlap``) each the median of ``rounds`` probes taken in rounds
+    over the models, as the all-reduce arena's overlap entries (``_probe_overlap``); the
+    message CPU one probe. The aggregation rate is the median over every probe."""
     from .real import probe
 
-    slowdown: dict[str, float] = {}
-    busy: dict[str, float] = {}
-    idle: dict[str, float] = {}
-    trip: dict[str, float] = {}
-    agg = []
-    for model in models:
-        say(f"  PS arena: {model} beside {servers} server processes")
-        with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
-            m = probe.ps_overlap(
-                model, workers, servers, nominal, Path(tmp), threads=threads,
-                comm_priority=comm_priority,
-            )  # fmt: skip
-        slowdown[model] = round(m.slowdown, 4)
-        busy[model] = round(m.message_busy_s * 1e6, 3)
-        idle[model] = round(m.message_idle_s * 1e6, 3)
-        trip[model] = round(m.half_round_trip_busy_s * 1e6, 3)
-        agg.append(m.agg_bytes_per_s * 8 / 1e9)
+    taken: dict[str, list[Any]] = {model: [] for model in models}
+    for k in range(rounds):
+        for model in models:
+            say(f"  PS arena: {model} beside {servers} server processes ({k + 1}/{rounds})")
+            with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
+                taken[model].append(
+                    probe.ps_overlap(
+                        model,
+                        workers,
+                        servers,
+                        nominal,
+                        Path(tmp),
+                        threads=threads,
+                        comm_priority=comm_priority,
+                    )  # fmt: skip
+                )
+
+    def median(attr: str, scale: float, digits: int) -> dict[str, float]:
+        return {
+            model: round(statistics.median(getattr(m, attr) for m in taken[model]) * scale, digits)
+            for model in models
+        }
+
+    agg = [m.agg_bytes_per_s * 8 / 1e9 for model in models for m in taken[model]]
     say(f"  PS arena: a message's CPU beside {servers} server processes")
     with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
         cpu = probe.ps_message_cpu(
@@ -512,10 +529,10 @@ def _probe_ps(
         )
     return {
         "servers": servers,
-        "overlap_slowdown": slowdown,
-        "latency_busy_us": busy,
-        "latency_idle_us": idle,
-        "half_round_trip_busy_us": trip,
+        "overlap_slowdown": median("slowdown", 1.0, 4),
+        "latency_busy_us": median("message_busy_s", 1e6, 3),
+        "latency_idle_us": median("message_idle_s", 1e6, 3),
+        "half_round_trip_busy_us": median("half_round_trip_busy_s", 1e6, 3),
         "server_agg_gbps": round(statistics.median(agg), 3),
         "message_cpu_us": round(cpu * 1e6, 3),
     }
@@ -719,9 +736,9 @@ def calibrate_ps(
         progress,
         measure,
         PS_METHOD,
-        "message_cpu_us",  # calibrations from before it: their PS arena's text replaced
+        "the PS transport's values each the median of",  # older PS texts replaced
         "ps_date",
-        superseded=(_PS_METHOD_BEFORE_CPU,),
+        superseded=(_PS_METHOD_BEFORE_CPU, _PS_METHOD_BEFORE_ROUNDS),
         slowdowns=("ps",),
     )
 

@@ -318,15 +318,18 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
     (tmp_path / "cpu.json").write_text(json.dumps(doc))
     seen = []
 
+    swing = iter([1.0, 3.0, 0.5] * 2)  # each network's probes: their median is the middle
+
     def fake_ps_overlap(model, workers, servers, nominal, work, threads, comm_priority):
         assert comm_priority == "normal", "a calibration from before the priority: normal"
         seen.append((model, workers, servers, nominal))
+        f = next(swing)
         return probe.PSProbe(
-            slowdown=0.5,
-            message_busy_s=2e-3 * (1 + (nominal or 0)),
-            message_idle_s=5e-4,
-            half_round_trip_busy_s=3e-3,
-            agg_bytes_per_s=4e9,  # 32 Gbit/s
+            slowdown=0.5 * f,
+            message_busy_s=2e-3 * (1 + (nominal or 0)) * f,
+            message_idle_s=5e-4 * f,
+            half_round_trip_busy_s=3e-3 * f,
+            agg_bytes_per_s=4e9 * f,  # 32 Gbit/s at the median
         )
 
     def fake_message_cpu(workers, servers, nominal, work, threads, comm_priority):
@@ -340,10 +343,11 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
     (tmp_path / "cpu.json").write_text(json.dumps(doc))
     assert cli.main(["calibrate", "--label", "cpu", "--ps-only", "--json"]) == 0
     servers = fidelity.PS_SERVERS
+    assert fidelity.PS_ROUNDS == 3
     assert seen == [
-        ("vgg16-debug", 2, servers, None),
+        *[("vgg16-debug", 2, servers, None)] * 3,
         ("message", 2, servers, None),
-        ("vgg16-debug", 2, servers, 1.0),
+        *[("vgg16-debug", 2, servers, 1.0)] * 3,
         ("message", 2, servers, 1.0),
     ]
     stored = json.loads((tmp_path / "cpu.json").read_text())
@@ -362,6 +366,12 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
     assert shaped["latency_busy_us"] == TESTBED["network"][1]["latency_busy_us"], "kept"
     assert stored["method"] == f"m; {fidelity.PS_METHOD}" and stored["ps_date"]
     assert not list(tmp_path.glob("*.tmp"))
+    # measured again, from a calibration with the text before the rounds: replaced as well
+    stored["method"] = f"m; {fidelity._PS_METHOD_BEFORE_ROUNDS}"
+    (tmp_path / "cpu.json").write_text(json.dumps(stored))
+    swing = iter([1.0, 3.0, 0.5] * 2)
+    assert cli.main(["calibrate", "--label", "cpu", "--ps-only", "--json"]) == 0
+    assert json.loads((tmp_path / "cpu.json").read_text())["method"] == f"m; {fidelity.PS_METHOD}"
     _, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, stored, latency="busy")
     assert validate(sim).cluster.latency_us == 4000.0
     assert validate(sim).cluster.message_cpu_us == 400.0
