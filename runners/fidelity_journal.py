@@ -122,36 +122,47 @@ class Journal:
                 break  # a torn last line: the process stopped while writing it
             lines.append(raw)
             good += len(raw)
-        if good < len(data):
-            with self.path.open("r+b") as fh:  # the next append starts on a clean line
-                fh.truncate(good)
+        if not lines:
+            raise SpecError("--resume", f"{self.path} holds no journal: run without --resume")
         for number, raw in enumerate(lines, start=1):
             try:
                 entry = json.loads(raw)
-            except ValueError as err:
+                if number == 1:
+                    self._check_header(entry)
+                else:
+                    self._take(entry)
+            except (ValueError, KeyError, TypeError, AttributeError) as err:
+                if isinstance(err, SpecError):
+                    raise
                 raise SpecError(
-                    "--resume", f"{self.path} line {number} is not JSON ({err}): not a journal"
+                    "--resume",
+                    f"{self.path} line {number} is not a journal entry ({err!r}): give "
+                    "another --journal, or run without --resume",
                 ) from None
-            if number == 1:
-                self._check_header(entry)
-            elif "run" in entry:
-                run = entry["run"]
-                key = _key(run["round"], run["system"], run["workload"], run["bandwidth_gbps"])
-                kept = KeptRun(
-                    metrics=dict(run["metrics"]),
-                    network=SimpleNamespace(kind=run["network"]),
-                    wall_s=float(run["wall_s"]),
-                    failures=list(run.get("failures", [])),
-                )
-                self._runs[key] = (run["spec"], kept)
-            elif "failed" in entry:
-                bad = entry["failed"]
-                key = _key(bad["round"], bad["system"], bad["workload"], bad["bandwidth_gbps"])
-                self._failed.setdefault(key, []).extend(bad["attempts"])
-            elif "drift" in entry:
-                self._stages[str(entry["stage"])] = entry["drift"]
-        if not lines:
-            raise SpecError("--resume", f"{self.path} is empty: run without --resume")
+        if good < len(data):  # a journal: the next append starts on a clean line
+            with self.path.open("r+b") as fh:
+                fh.truncate(good)
+
+    def _take(self, entry: dict[str, Any]) -> None:
+        """One line after the header (``KeyError``/``TypeError`` where it is not an entry)."""
+        if "run" in entry:
+            run = entry["run"]
+            key = _key(run["round"], run["system"], run["workload"], run["bandwidth_gbps"])
+            kept = KeptRun(
+                metrics=dict(run["metrics"]),
+                network=SimpleNamespace(kind=run["network"]),
+                wall_s=float(run["wall_s"]),
+                failures=list(run.get("failures", [])),
+            )
+            self._runs[key] = (run["spec"], kept)
+        elif "failed" in entry:
+            bad = entry["failed"]
+            key = _key(bad["round"], bad["system"], bad["workload"], bad["bandwidth_gbps"])
+            self._failed.setdefault(key, []).extend(bad["attempts"])
+        elif "drift" in entry:
+            self._stages[str(entry["stage"])] = entry["drift"]
+        else:
+            raise KeyError("run, failed or drift")
 
     def _check_header(self, entry: Any) -> None:
         if not isinstance(entry, dict) or entry.get("fidelity_journal") != VERSION:

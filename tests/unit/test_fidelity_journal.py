@@ -183,8 +183,20 @@ def test_resume_without_a_journal_or_from_another_calibration_is_refused(fakes, 
         _set(other, resume=True)
     garbage = tmp_path / "garbage.jsonl"
     garbage.write_text("not json\n")
-    with pytest.raises(fidelity.SpecError, match="--resume: .*line 1 is not JSON"):
+    with pytest.raises(fidelity.SpecError, match="--resume: .*line 1 is not a journal entry"):
         _set(garbage, resume=True)
+    # a file given by mistake is left as it was, even its last line without a newline
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\nunfinished")
+    with pytest.raises(fidelity.SpecError, match="--resume: .*line 1 is not a journal entry"):
+        _set(notes, resume=True)
+    assert notes.read_text() == "my notes\nunfinished"
+    # a journal with a line that is not an entry: the line is named
+    broken = tmp_path / "broken.jsonl"
+    header = json.dumps({"fidelity_journal": 1, "label": "cpu"})
+    broken.write_text(header + "\n" + json.dumps({"run": {"round": 0}}) + "\n")
+    with pytest.raises(fidelity.SpecError, match="broken.jsonl line 2 is not a journal entry"):
+        _set(broken, resume=True)
 
 
 CLI = ["fidelity", "--label", "cpu", "--systems", "wfbp,horovod", "--models", "vgg16-debug"]
