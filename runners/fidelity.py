@@ -498,29 +498,21 @@ def _probe_ps(
     message CPU one probe. The aggregation rate is the median over every probe."""
     from .real import probe
 
-    taken: dict[str, list[Any]] = {model: [] for model in models}
-    for k in range(rounds):
-        for model in models:
-            say(f"  PS arena: {model} beside {servers} server processes ({k + 1}/{rounds})")
-            with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
-                taken[model].append(
-                    probe.ps_overlap(
-                        model,
-                        workers,
-                        servers,
-                        nominal,
-                        Path(tmp),
-                        threads=threads,
-                        comm_priority=comm_priority,
-                    )  # fmt: skip
-                )
-
-    def median(attr: str, scale: float, digits: int) -> dict[str, float]:
-        return {
-            model: round(statistics.median(getattr(m, attr) for m in taken[model]) * scale, digits)
-            for model in models
-        }
-
+    taken = _in_rounds(
+        models,
+        rounds,
+        say,
+        lambda model: f"PS arena: {model} beside {servers} server processes",
+        lambda model, tmp: probe.ps_overlap(
+            model, workers, servers, nominal, tmp, threads=threads, comm_priority=comm_priority
+        ),
+    )
+    fields = {
+        "overlap_slowdown": ("slowdown", 1.0, 4),
+        "latency_busy_us": ("message_busy_s", 1e6, 3),
+        "latency_idle_us": ("message_idle_s", 1e6, 3),
+        "half_round_trip_busy_us": ("half_round_trip_busy_s", 1e6, 3),
+    }
     agg = [m.agg_bytes_per_s * 8 / 1e9 for model in models for m in taken[model]]
     say(f"  PS arena: a message's CPU beside {servers} server processes")
     with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
@@ -529,10 +521,7 @@ def _probe_ps(
         )
     return {
         "servers": servers,
-        "overlap_slowdown": median("slowdown", 1.0, 4),
-        "latency_busy_us": median("message_busy_s", 1e6, 3),
-        "latency_idle_us": median("message_idle_s", 1e6, 3),
-        "half_round_trip_busy_us": median("half_round_trip_busy_s", 1e6, 3),
+        **_medians(taken, fields),
         "server_agg_gbps": round(statistics.median(agg), 3),
         "message_cpu_us": round(cpu * 1e6, 3),
     }
@@ -627,21 +616,15 @@ def _probe_overlap(
     machine then falls on several models' probes rather than on all of one's)."""
     from .real import probe
 
-    taken: dict[str, list[Any]] = {model: [] for model in models}
-    for k in range(rounds):
-        for model in models:
-            say(f"  overlap: {model} while the network is busy ({k + 1}/{rounds})")
-            with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
-                taken[model].append(
-                    probe.overlap(
-                        model,
-                        workers,
-                        nominal,
-                        Path(tmp),
-                        threads=threads,
-                        comm_priority=comm_priority,
-                    )  # fmt: skip
-                )
+    taken = _in_rounds(
+        models,
+        rounds,
+        say,
+        lambda model: f"overlap: {model} while the network is busy",
+        lambda model, tmp: probe.overlap(
+            model, workers, nominal, tmp, threads=threads, comm_priority=comm_priority
+        ),
+    )
     fields = {
         "overlap_slowdown": ("slowdown", 1.0, 4),
         "latency_busy_us": ("latency_busy_s", 1e6, 3),
@@ -651,10 +634,37 @@ def _probe_overlap(
         "collective_cpu_us": ("collective_cpu_s", 1e6, 3),
         "negotiation_cpu_us": ("negotiation_cpu_s", 1e6, 3),
     }
+    return _medians(taken, fields)
+
+
+def _in_rounds(
+    models: tuple[str, ...],
+    rounds: int,
+    say: Callable[[str], None],
+    what: Callable[[str], str],
+    take: Callable[[str, Path], Any],
+) -> dict[str, list[Any]]:
+    """Per model, ``rounds`` probes ``take(model, work_dir)``, taken in rounds over the models
+    (a slow spell of a shared machine then falls on several models' probes rather than on all
+    of one's), each said as ``what(model)`` with its round."""
+    taken: dict[str, list[Any]] = {model: [] for model in models}
+    for k in range(rounds):
+        for model in models:
+            say(f"  {what(model)} ({k + 1}/{rounds})")
+            with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
+                taken[model].append(take(model, Path(tmp)))
+    return taken
+
+
+def _medians(
+    taken: dict[str, list[Any]], fields: dict[str, tuple[str, float, int]]
+) -> dict[str, dict[str, float]]:
+    """``{key: {model: median of the probes' attr x scale, rounded to digits}}`` for each
+    ``key: (attr, scale, digits)`` of ``fields``."""
     return {
         key: {
-            model: round(statistics.median(getattr(m, attr) for m in taken[model]) * scale, digits)
-            for model in models
+            model: round(statistics.median(getattr(m, attr) for m in probes) * scale, digits)
+            for model, probes in taken.items()
         }
         for key, (attr, scale, digits) in fields.items()
     }
@@ -1186,7 +1196,7 @@ def matched_specs(
             sim["cluster"]["message_cpu_us"] = float(ps["message_cpu_us"])
         # the real transport's pulls: a server's sender and a worker's receiver held together
         sim["cluster"]["pull_rendezvous"] = True
-        _step_jitter(sim, model, label)
+        _step_jitter(sim, _profile(model, label))
     else:
         sim["cluster"].update(
             # measured where the calibration has them; older ones: the ring's 0.5 each
@@ -1217,14 +1227,14 @@ def matched_specs(
         # timed have none)
         if profile is not None and any(t > 0 for t in profile.update_s):
             sim["cluster"]["optimizer_update"] = True
-        _step_jitter(sim, model, label)
+        _step_jitter(sim, profile)
     return real, sim
 
 
-def _step_jitter(sim: dict[str, Any], model: str, label: str) -> None:
+def _step_jitter(sim: dict[str, Any], profile: workloads.MeasuredProfile | None) -> None:
     """The ranks' steps differ; a synchronous step waits for the slowest (``cluster.
-    step_jitter_cv``, both arenas; profiles from before it was measured: none)."""
-    profile = _profile(model, label)
+    step_jitter_cv``, both arenas, from the calibration's ``profile``; profiles from before
+    it was measured: none)."""
     jitter = 0.0 if profile is None else float(profile.source.get("step_jitter_cv", 0.0))
     if jitter:
         sim["cluster"]["step_jitter_cv"] = jitter

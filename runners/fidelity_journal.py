@@ -76,6 +76,11 @@ class KeptRun:
     failures: list[str] = field(default_factory=list)
 
 
+def _plain(value: Any) -> Any:
+    """``value`` as the journal reads it back (tuples as lists, keys as strings)."""
+    return json.loads(json.dumps(value))
+
+
 def _key(round_: int, system: str, model: str, nominal: float | None) -> tuple:
     return (round_, system, model, _gbps(nominal))
 
@@ -190,7 +195,7 @@ class Journal:
         """The journal's run of this configuration in this round, made with ``spec`` (None:
         none, or one made with another real spec)."""
         found = self._runs.get(_key(round_, system, model, nominal))
-        if found is None or found[0] != json.loads(json.dumps(spec)):
+        if found is None or found[0] != _plain(spec):
             return None
         self.reused += 1
         return found[1]
@@ -220,7 +225,7 @@ class Journal:
         }
         self._append({"run": run})
         kept = KeptRun(dict(result.metrics), SimpleNamespace(kind=result.network.kind), wall_s)
-        self._runs[_key(round_, system, model, nominal)] = (json.loads(json.dumps(spec)), kept)
+        self._runs[_key(round_, system, model, nominal)] = (_plain(spec), kept)
 
     def add_failed(
         self, round_: int, system: str, model: str, nominal: float | None, attempts: list[str]
@@ -241,9 +246,9 @@ class Journal:
         drift = self._stages.get(name)
         if drift is None or set(drift) != set(models):
             return None
-        return json.loads(json.dumps(drift))
+        return _plain(drift)
 
     def add_stage(self, name: str, drift: dict[str, Any]) -> None:
         """Keep the compute checks' ``compute_drift`` after stage ``name``."""
         self._append({"drift": drift, "stage": name})
-        self._stages[name] = json.loads(json.dumps(drift))
+        self._stages[name] = _plain(drift)
