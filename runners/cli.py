@@ -11,7 +11,7 @@
                                  | --compute-only]
     python -m runners fidelity [--label L] [--systems S,..] [--models M,..] [--bandwidths G,..]
                                [--iterations I] [--repeats R] [--latency busy|idle|split|engine]
-                               [--no-compute-check] [--json]
+                               [--no-compute-check] [--check-each-run] [--json]
 
 ``grid`` expands a sweep (systems x workloads x cluster/params/spec axes x seeds, see
 ``runners.grid``), validates every run, runs them in parallel and writes DIR/results.csv (one row
@@ -226,6 +226,15 @@ def _parser() -> argparse.ArgumentParser:
         help="skip timing each model's step before, between the rounds of and after the real "
         "runs against the calibration's (about 6 s per model each time; the report's "
         "compute_drift, and mape_with's compute_checked)",
+    )
+    p.add_argument(
+        "--check-each-run",
+        dest="check_runs",
+        action="store_true",
+        help="also time the model's step just before and after every real run (about 6 s "
+        "each; one serves two runs of a model in a row) and score each run against a twin "
+        "given that speed (mape_with's run_checked): on a machine whose speed moves within "
+        "minutes, the simulator's error given the compute of the moment",
     )
     p.add_argument(
         "--resume",
@@ -666,6 +675,7 @@ def _fidelity(args: argparse.Namespace) -> int:
             compute_check=args.compute_check,
             journal=journal,
             resume=args.resume,
+            check_runs=args.check_runs,
         )
     except SpecError as err:
         print(f"invalid arguments: {err}", file=sys.stderr)

@@ -63,6 +63,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import math
 import os
 import platform
 import statistics
@@ -1345,6 +1346,7 @@ def fidelity(
     compute_check: bool = True,
     journal: Path | None = None,
     resume: bool = False,
+    check_runs: bool = False,
 ) -> dict[str, Any]:
     """Run every configuration for real and simulated; the report (see the module docstring).
 
@@ -1363,7 +1365,15 @@ def fidelity(
     ``journal``: keep each real run and compute check there as it finishes
     (``runners.fidelity_journal``); with ``resume``, reuse the runs and checks it holds and
     make only the rest (``SpecError`` naming ``--resume`` where it cannot be read). The report
-    says how many runs came from it (``journal``)."""
+    says how many runs came from it (``journal``).
+
+    ``check_runs``: also time the model's step just before and just after every real run, as
+    the compute check does (one check serves as the next run's "before" where that run is of
+    the same model and nothing ran between), and score each run against a twin given the
+    geometric mean of its two checks over the calibration's step (``mape_with``'s
+    ``run_checked``, each row's ``sim_run_checked_s``: the median of its runs' twins; the
+    rows keep ``run_checks_s``). On a machine whose speed moves within minutes, what is left
+    is the simulator's error given the compute of the moment rather than of the set."""
     from .real import launch
 
     if repeats < 1:
@@ -1384,6 +1394,7 @@ def fidelity(
     for _, real_spec, _ in checked:
         launch.preflight(real_spec)
     raw_reals = [r for _, (r, _) in pairs]
+    steps = _run_check_steps(models, label) if check_runs else {}
     book = None if journal is None else Journal(journal, label, resume)
     if book is not None and resume:
         say(f"resuming from {book.path}: it holds {book.runs} real run(s)")
@@ -1407,9 +1418,28 @@ def fidelity(
             say(
                 f"compute check: more than {COMPUTE_DRIFT_PCT:g}% off before the real runs; the "
                 "error will measure that as much as the simulator (stop here and run python -m "
-                f"runners calibrate --label {label} --compute-only first, or let it go on)"
+                f"runners calibrate --label {label} --compute-only first, or let it go on; "
+                "--check-each-run scores each run with the speed timed beside it)"
             )
     runs: list[list[Any]] = [[] for _ in checked]
+    run_checks: list[list[list[float | None] | None]] = [[] for _ in checked]
+    # (model, step) of the check taken last in this sitting, nothing run since (None: none)
+    last_check: tuple[str, float | None] | None = None
+
+    def check_now(model: str) -> float | None:
+        """(``check_runs``.) ``model``'s step now, as the compute check times it (None: the
+        measurement failed; the run is kept, unchecked)."""
+        nonlocal last_check
+        try:
+            now: float | None = step_now_s(
+                model, int(testbed["workers"]), int(testbed["threads"]), steps[model][1]
+            )
+        except RuntimeError as err:  # a measuring process failed (``_wait_all``)
+            say(f"per-run compute check of {model} failed: {err}")
+            now = None
+        last_check = (model, now)
+        return now
+
     failures: list[list[str]] = [[] for _ in checked]
     walls = [0.0] * len(checked)
     configs = []
@@ -1422,9 +1452,15 @@ def fidelity(
                 failures[k].extend(book.failed(round_, system, model, nominal))
             if kept is not None:
                 runs[k].append(kept)
+                run_checks[k].append(kept.checks)
                 walls[k] += kept.wall_s
                 failures[k].extend(kept.failures)
+                last_check = None  # a fresh sitting's run needs its own check before it
             else:
+                around: list[float | None] | None = None
+                if check_runs:  # the check just taken, where nothing ran since
+                    same = last_check is not None and last_check[0] == model
+                    around = [last_check[1] if same else check_now(model)]  # type: ignore[index]
                 started = time.perf_counter()
                 tried = len(failures[k])
                 try:
@@ -1435,11 +1471,14 @@ def fidelity(
                     raise
                 wall = time.perf_counter() - started
                 walls[k] += wall
+                if around is not None:
+                    around.append(check_now(model))
                 runs[k].append(result)
+                run_checks[k].append(around)
                 if book is not None:
                     book.add_run(
                         round_, system, model, nominal, raw_reals[k], result, wall,
-                        failures[k][tried:],
+                        failures[k][tried:], checks=around,
                     )  # fmt: skip
             if round_ == repeats - 1:
                 row = _row(system, model, nominal, runs[k], _twin(real_spec, sim_spec))
@@ -1456,6 +1495,7 @@ def fidelity(
             if kept_drift is not None:
                 drift = kept_drift
             else:
+                last_check = None  # every model timed: not a run's check
                 compute_drift(models, label, testbed, "between", drift)
                 if book is not None:
                     book.add_stage(stage, drift)
@@ -1509,6 +1549,13 @@ def fidelity(
         with_["compute_checked"] = statistics.fmean(
             _ape(row["sim_compute_checked_s"], row["real_iteration_s"]) for row in configs
         )
+    if check_runs:
+        for k, (real_spec, sim, row) in enumerate(zip(real_specs, sims, configs, strict=True)):
+            _run_checked(row, real_spec, sim, run_checks[k], steps[row["workload"]][0])
+        if all("sim_run_checked_s" in row for row in configs):  # else the text says why
+            with_["run_checked"] = statistics.fmean(
+                _ape(row["sim_run_checked_s"], row["real_iteration_s"]) for row in configs
+            )
     priority = testbed.get("comm_priority", "normal")
     result = report(
         configs,
@@ -1524,6 +1571,51 @@ def fidelity(
         made = sum(len(r) for r in runs)
         result["journal"] = {"path": str(book.path), "reused_runs": book.reused, "runs": made}
     return result
+
+
+def _run_check_steps(models: tuple[str, ...], label: str) -> dict[str, tuple[float, int]]:
+    """(``check_runs``.) Each model's calibrated step and timed steps per process
+    (``calibrated_step``); ``SpecError`` naming ``--check-each-run`` where the calibration
+    has none."""
+    steps = {}
+    for model in models:
+        calibrated = calibrated_step(model, label)
+        if calibrated is None:
+            raise SpecError(
+                "--check-each-run",
+                f"the calibration {label} has no step times for {model} to check each run "
+                f"against: calibrate it again (python -m runners calibrate --label {label} "
+                "--compute-only) or run without --check-each-run",
+            )
+        steps[model] = calibrated
+    return steps
+
+
+def _run_checked(
+    row: dict[str, Any],
+    real_spec: RunSpec,
+    sim: RunSpec,
+    checks: list[list[float | None] | None],
+    step: float,
+) -> None:
+    """(``check_runs``.) ``row``'s ``run_checks_s`` (each run's [before, after] checks, None:
+    a run read back from a journal without them) and, where every run has both,
+    ``sim_run_checked_runs_s`` (each run's twin, its compute scaled by the geometric mean of
+    its checks over the calibration's ``step``) and ``sim_run_checked_s``, their median (the
+    real time is the runs' median)."""
+    row["run_checks_s"] = checks
+    pairs = [(c[0], c[1]) for c in checks if c is not None and len(c) == 2]
+    both = [(before, after) for before, after in pairs if before and after]
+    if len(both) < len(checks):
+        return
+    twins = [
+        _twin(real_spec, _scaled_twin(sim, math.sqrt(before * after) / step)).metrics[
+            "iteration_time_s"
+        ]
+        for before, after in both
+    ]
+    row["sim_run_checked_runs_s"] = twins
+    row["sim_run_checked_s"] = statistics.median(twins)
 
 
 # The systems the report's speedups are over, where the set has them: the all-reduce arena's
@@ -1709,7 +1801,8 @@ def report(
     ``mape_without``: the same real runs scored with twins without one modelled effect each
     (``ABLATIONS``); ``mape_with``: the same with twins that have a measured effect the
     default twins leave out (``background_slowdown``: Horovod's idle loop, ``matched_specs``)
-    or a measurement they do not take (``compute_checked``: the compute check's speed);
+    or a measurement they do not take (``compute_checked``: the compute check's speed;
+    ``run_checked``: each run's own checks, ``fidelity``'s ``check_runs``);
     ``compute_drift``: each model's step now against the calibration's
     (``fidelity``'s compute check; None where it was not made), and ``calibration_stale``
     whether any moved more than ``COMPUTE_DRIFT_PCT`` at any check."""
@@ -1934,6 +2027,26 @@ def format_report(result: dict[str, Any]) -> str:
             "the same real runs, the simulator given each model's compute as the compute check "
             f"measured it during the set: compute_checked {with_['compute_checked']:.1f}% "
             f"({systems})"
+        )
+    if "run_checked" in with_:
+        per_system = {
+            system: statistics.fmean(
+                _ape(c["sim_run_checked_s"], c["real_iteration_s"])
+                for c in result["configs"]
+                if c["system"] == system
+            )
+            for system in result["per_system_mape_pct"]
+        }
+        systems = ", ".join(f"{k} {v:.1f}%" for k, v in per_system.items())
+        lines.append(
+            "the same real runs, each run's twin given its model's compute as timed just "
+            f"before and after it: run_checked {with_['run_checked']:.1f}% ({systems})"
+        )
+    elif any("run_checks_s" in c for c in result["configs"]):  # asked for, not complete
+        lines.append(
+            "each run's compute check: not scored, as some runs have no check before and "
+            "after them (a failed check, or runs read back from a journal made without "
+            "--check-each-run)"
         )
     unscaled = [
         m for m, d in (result.get("compute_drift") or {}).items() if "checked_scale" not in d

@@ -74,6 +74,9 @@ class KeptRun:
     network: SimpleNamespace
     wall_s: float
     failures: list[str] = field(default_factory=list)
+    # the model's step timed just before and just after it (``fidelity``'s per-run check;
+    # None: not checked, or a check that failed)
+    checks: list[float | None] | None = None
 
 
 def _plain(value: Any) -> Any:
@@ -158,6 +161,7 @@ class Journal:
                 network=SimpleNamespace(kind=run["network"]),
                 wall_s=float(run["wall_s"]),
                 failures=list(run.get("failures", [])),
+                checks=run.get("checks"),
             )
             self._runs[key] = (run["spec"], kept)
         elif "failed" in entry:
@@ -210,8 +214,10 @@ class Journal:
         result: Any,
         wall_s: float,
         failures: list[str],
+        checks: list[float | None] | None = None,
     ) -> None:
-        """Keep a real run that just finished (``result``: its metrics and network kind)."""
+        """Keep a real run that just finished (``result``: its metrics and network kind;
+        ``checks``: its model's step timed just before and after it, where taken)."""
         run = {
             "round": round_,
             "system": system,
@@ -223,8 +229,13 @@ class Journal:
             "wall_s": wall_s,
             "failures": list(failures),
         }
+        if checks is not None:
+            run["checks"] = list(checks)
         self._append({"run": run})
-        kept = KeptRun(dict(result.metrics), SimpleNamespace(kind=result.network.kind), wall_s)
+        kept = KeptRun(
+            dict(result.metrics), SimpleNamespace(kind=result.network.kind), wall_s,
+            checks=None if checks is None else list(checks),
+        )  # fmt: skip
         self._runs[_key(round_, system, model, nominal)] = (_plain(spec), kept)
 
     def add_failed(

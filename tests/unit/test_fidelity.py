@@ -960,7 +960,7 @@ def test_fidelity_json_ends_with_the_report(monkeypatch, capsys):
     def fake(label, systems, models, bandwidths, iterations, on_config=None, **options):
         assert options == {
             "latency": "engine", "repeats": 3, "progress": options["progress"],
-            "compute_check": True, "resume": False,
+            "compute_check": True, "resume": False, "check_runs": False,
             "journal": fidelity_journal.default_path("unit", ["wfbp"], ["vgg16-debug"], [1.0]),
         }  # fmt: skip
         for row in rows:

@@ -232,3 +232,95 @@ def test_the_command_says_where_the_runs_are_kept_and_how_to_go_on(
     assert "1 of the 2 real runs read back from the journal" in out.out
     assert cli.main([*CLI, "--resume", "--journal", str(tmp_path / "nowhere.jsonl")]) == 2
     assert "invalid arguments: --resume: no journal at" in capsys.readouterr().err
+
+
+def _flat(pairs) -> list[float]:
+    return [t for pair in pairs for t in pair]
+
+
+def _stepping(monkeypatch, calls: list[str]) -> None:
+    """``step_now_s`` returning 10, 11, 12, ... ms on its 1st, 2nd, 3rd, ... call."""
+
+    def step_now(model, workers, threads, repeats):
+        calls.append(model)
+        return 0.010 + 0.001 * (len(calls) - 1)
+
+    monkeypatch.setattr(fidelity, "step_now_s", step_now)
+
+
+def test_each_run_checked_gets_a_twin_at_the_speed_timed_beside_it(fakes, tmp_path, monkeypatch):
+    """``check_runs``: the model's step is timed just before and after each run, a check
+    serving two runs in a row (none taken twice); each run's twin has its compute scaled by
+    the geometric mean of its two checks over the calibration's 10 ms, the row's checked
+    prediction is the median of its runs' twins, and the journal keeps the checks, so a
+    resumed set rescores them without timing anything."""
+    calls: list[str] = []
+    _stepping(monkeypatch, calls)
+    fakes.use(FakeRuns())
+    path = tmp_path / "j.jsonl"
+    result = fidelity.fidelity(
+        "cpu", SYSTEMS, MODEL, (1.0,), 5, repeats=2, journal=path, check_runs=True
+    )
+    # calls: 1 before the set; 2 before wfbp, 3 after it (= before horovod), 4 after
+    # horovod; 5 between the rounds (every model: not a run's check); 6, 7, 8 as 2-4; 9 after
+    assert len(calls) == 9
+    wfbp, horovod = result["configs"]
+    ms = [0.010 + 0.001 * k for k in range(9)]
+    assert _flat(wfbp["run_checks_s"]) == pytest.approx([ms[1], ms[2], ms[5], ms[6]])
+    assert _flat(horovod["run_checks_s"]) == pytest.approx([ms[2], ms[3], ms[6], ms[7]])
+    twins = [0.033 * (ms[1] * ms[2]) ** 0.5 / 0.010, 0.033 * (ms[5] * ms[6]) ** 0.5 / 0.010]
+    assert wfbp["sim_run_checked_runs_s"] == pytest.approx(twins)
+    assert wfbp["sim_run_checked_s"] == pytest.approx((twins[0] + twins[1]) / 2)
+    expected = (
+        sum(fidelity._ape(c["sim_run_checked_s"], c["real_iteration_s"]) for c in (wfbp, horovod))
+        / 2
+    )
+    assert result["mape_with"]["run_checked"] == pytest.approx(expected)
+    assert result["mape_with"]["run_checked"] != pytest.approx(result["mape_pct"])
+    assert "run_checked" in fidelity.format_report(result)
+    runs = [json.loads(line)["run"] for line in path.read_text().splitlines()[1:]
+            if "run" in json.loads(line)]  # fmt: skip
+    assert _flat(r["checks"] for r in runs[:2]) == pytest.approx([ms[1], ms[2], ms[2], ms[3]])
+
+    fakes.use(FakeRuns())
+    again = fidelity.fidelity(
+        "cpu", SYSTEMS, MODEL, (1.0,), 5, repeats=2, journal=path, resume=True, check_runs=True
+    )
+    assert len(calls) == 9, "nothing timed again"
+    assert again["mape_with"]["run_checked"] == pytest.approx(expected)
+
+
+def test_runs_without_their_checks_are_not_scored_as_checked(fakes, tmp_path, monkeypatch):
+    """A journal made without ``check_runs``, resumed with it: its runs have no checks, so no
+    ``run_checked`` score, and the report says why; a failed check is the same."""
+    fakes.use(FakeRuns())
+    path = tmp_path / "j.jsonl"
+    _set(path)
+    result = fidelity.fidelity(
+        "cpu", SYSTEMS, MODEL, (1.0,), 5, repeats=2, journal=path, resume=True, check_runs=True
+    )
+    assert "run_checked" not in result["mape_with"]
+    assert result["configs"][0]["run_checks_s"] == [None, None]
+    assert "each run's compute check: not scored" in fidelity.format_report(result)
+
+    def failing(model, workers, threads, repeats):
+        raise RuntimeError("a measuring process failed")
+
+    monkeypatch.setattr(fidelity, "step_now_s", failing)
+    result = fidelity.fidelity(
+        "cpu", SYSTEMS, MODEL, (1.0,), 5, repeats=1, check_runs=True, compute_check=False
+    )
+    assert result["configs"][0]["run_checks_s"] == [[None, None]]
+    assert "run_checked" not in result["mape_with"]
+    assert len(result["configs"]) == 2, "the runs are kept"
+
+
+def test_check_each_run_needs_the_calibrations_step_times(fakes, monkeypatch, capsys):
+    """A calibration without step times: refused before any run, naming the option (exit 2)."""
+    monkeypatch.setattr(fidelity, "calibrated_step", lambda model, label: None)
+    runs = fakes.use(FakeRuns())
+    with pytest.raises(fidelity.SpecError, match="--check-each-run: the calibration cpu has no"):
+        fidelity.fidelity("cpu", SYSTEMS, MODEL, (1.0,), 5, repeats=1, check_runs=True)
+    assert cli.main([*CLI, "--check-each-run"]) == 2
+    assert "invalid arguments: --check-each-run" in capsys.readouterr().err
+    assert runs.calls == 0
