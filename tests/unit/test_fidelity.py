@@ -332,9 +332,11 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
             agg_bytes_per_s=4e9 * f,  # 32 Gbit/s at the median
         )
 
+    cpu_swing = iter([1.0, 2.5, 0.4] * 2)  # the message CPU's probes: the median the middle
+
     def fake_message_cpu(workers, servers, nominal, work, threads, comm_priority):
         seen.append(("message", workers, servers, nominal))
-        return 3e-4 if nominal is None else 4e-4
+        return (3e-4 if nominal is None else 4e-4) * next(cpu_swing)
 
     monkeypatch.setattr(probe, "ps_overlap", fake_ps_overlap)
     monkeypatch.setattr(probe, "ps_message_cpu", fake_message_cpu)
@@ -346,9 +348,9 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
     assert fidelity.PS_ROUNDS == 3
     assert seen == [
         *[("vgg16-debug", 2, servers, None)] * 3,
-        ("message", 2, servers, None),
+        *[("message", 2, servers, None)] * 3,
         *[("vgg16-debug", 2, servers, 1.0)] * 3,
-        ("message", 2, servers, 1.0),
+        *[("message", 2, servers, 1.0)] * 3,
     ]
     stored = json.loads((tmp_path / "cpu.json").read_text())
     loop, shaped = stored["network"]
@@ -366,12 +368,15 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
     assert shaped["latency_busy_us"] == TESTBED["network"][1]["latency_busy_us"], "kept"
     assert stored["method"] == f"m; {fidelity.PS_METHOD}" and stored["ps_date"]
     assert not list(tmp_path.glob("*.tmp"))
-    # measured again, from a calibration with the text before the rounds: replaced as well
-    stored["method"] = f"m; {fidelity._PS_METHOD_BEFORE_ROUNDS}"
-    (tmp_path / "cpu.json").write_text(json.dumps(stored))
-    swing = iter([1.0, 3.0, 0.5] * 2)
-    assert cli.main(["calibrate", "--label", "cpu", "--ps-only", "--json"]) == 0
-    assert json.loads((tmp_path / "cpu.json").read_text())["method"] == f"m; {fidelity.PS_METHOD}"
+    # measured again, from calibrations with the text before the rounds, and with the one
+    # of the message CPU as a single probe: replaced as well
+    for older in (fidelity._PS_METHOD_BEFORE_ROUNDS, fidelity._PS_METHOD_CPU_ONCE):
+        stored["method"] = f"m; {older}"
+        (tmp_path / "cpu.json").write_text(json.dumps(stored))
+        swing, cpu_swing = iter([1.0, 3.0, 0.5] * 2), iter([1.0, 2.5, 0.4] * 2)
+        assert cli.main(["calibrate", "--label", "cpu", "--ps-only", "--json"]) == 0
+        method = json.loads((tmp_path / "cpu.json").read_text())["method"]
+        assert method == f"m; {fidelity.PS_METHOD}"
     _, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, stored, latency="busy")
     assert validate(sim).cluster.latency_us == 4000.0
     assert validate(sim).cluster.message_cpu_us == 400.0
