@@ -526,16 +526,11 @@ def _probe_ps(
     for k in range(rounds):
         say(f"  PS arena: a message's CPU beside {servers} server processes ({k + 1}/{rounds})")
         with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
-            cpus.append(
-                probe.ps_message_cpu(
-                    workers,
-                    servers,
-                    nominal,
-                    Path(tmp),
-                    threads=threads,
-                    comm_priority=comm_priority,
-                )  # fmt: skip
+            work = Path(tmp)
+            cpu = probe.ps_message_cpu(
+                workers, servers, nominal, work, threads=threads, comm_priority=comm_priority
             )
+        cpus.append(cpu)
     return {
         "servers": servers,
         **_medians(taken, fields),
@@ -1475,8 +1470,8 @@ def fidelity(
             else:
                 around: list[float | None] | None = None
                 if check_runs:  # the check just taken, where nothing ran since
-                    same = last_check is not None and last_check[0] == model
-                    around = [last_check[1] if same else check_now(model)]  # type: ignore[index]
+                    just = last_check[1] if last_check and last_check[0] == model else None
+                    around = [just if just is not None else check_now(model)]
                 started = time.perf_counter()
                 tried = len(failures[k])
                 try:
