@@ -451,7 +451,7 @@ def test_ddp_s_wait_inside_its_backward_is_exposed_communication_not_compute(tmp
 
 
 _DDP_BUFFERS_PROBE = """
-import datetime, os, time, torch, torch.distributed as dist
+import datetime, gc, os, time, torch, torch.distributed as dist
 from torch import nn
 from runners.real.worker import _ddp_step
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
@@ -467,6 +467,8 @@ for it in range(3):
     forward_start, _, end, _, waited = step(inputs, targets, nn.functional.cross_entropy)
     line = f"rank {me} it {it} waited {waited:.4f} step {end - forward_start:.4f}\\n"
     os.write(1, line.encode())  # one write: the two ranks' lines never interleave
+del step  # DDP (its reducer) gone before its process group, as a real run's ends in _train:
+gc.collect()  # torn down after it, at exit, it aborted both ranks once (SIGABRT)
 dist.destroy_process_group()
 """
 
