@@ -231,8 +231,8 @@ def _parser() -> argparse.ArgumentParser:
         "--check-each-run",
         dest="check_runs",
         action="store_true",
-        help="also time the model's step just before and after every real run (about 6 s "
-        "each; one serves two runs of a model in a row) and score each run against a twin "
+        help="also time the model's step just before and after every real run (a few "
+        "seconds each; one serves two runs of a model in a row) and score each run against a twin "
         "given that speed (mape_with's run_checked): on a machine whose speed moves within "
         "minutes, the simulator's error given the compute of the moment",
     )
