@@ -1929,6 +1929,8 @@ def drift_line(result: dict[str, Any]) -> str:
             f"; more than {COMPUTE_DRIFT_PCT:g}% off: this machine's speed has moved since it "
             "was calibrated, so the error measures that as much as the simulator"
         )
+        if "run_checked" in result.get("mape_with", {}):  # each run's speed is measured
+            line += " (the report's run_checked scores each run at the speed timed beside it)"
     if result.get("calibration_stale") or any(
         "missing" in d for d in result["compute_drift"].values()
     ):

@@ -1057,6 +1057,7 @@ def test_fidelity_times_each_model_before_between_and_after_the_real_runs(monkey
         f"12.5 (+25.0%), after 11.2 (+12.0%), x{scale:.2f} over the set (compute_checked's"
     ) in text
     assert "--compute-only" in text
+    assert "the report's run_checked" not in text, "no runs checked one by one here"
     checked = f"measured it during the set: compute_checked {100 * abs(scale - 1):.1f}% (wfbp"
     assert checked in text
     calm = {**entry, "before_pct": -9.0, "after_pct": 9.5, "drift_pct": 9.5}  # no between
