@@ -1557,16 +1557,12 @@ def fidelity(
         for real_spec, sim, row in zip(real_specs, sims, configs, strict=True):
             twin = _scaled_twin(sim, scales[row["workload"]])
             row["sim_compute_checked_s"] = _twin(real_spec, twin).metrics["iteration_time_s"]
-        with_["compute_checked"] = statistics.fmean(
-            _ape(row["sim_compute_checked_s"], row["real_iteration_s"]) for row in configs
-        )
+        with_["compute_checked"] = _mape_of(configs, "sim_compute_checked_s")
     if check_runs:
         for k, (real_spec, sim, row) in enumerate(zip(real_specs, sims, configs, strict=True)):
             _run_checked(row, real_spec, sim, run_checks[k], steps[row["workload"]][0])
         if all("sim_run_checked_s" in row for row in configs):  # else the text says why
-            with_["run_checked"] = statistics.fmean(
-                _ape(row["sim_run_checked_s"], row["real_iteration_s"]) for row in configs
-            )
+            with_["run_checked"] = _mape_of(configs, "sim_run_checked_s")
     priority = testbed.get("comm_priority", "normal")
     result = report(
         configs,
@@ -1615,8 +1611,7 @@ def _run_checked(
     its checks over the calibration's ``step``) and ``sim_run_checked_s``, their median (the
     real time is the runs' median)."""
     row["run_checks_s"] = checks
-    pairs = [(c[0], c[1]) for c in checks if c is not None and len(c) == 2]
-    both = [(before, after) for before, after in pairs if before and after]
+    both = [(c[0], c[1]) for c in checks if c and len(c) == 2 and c[0] and c[1]]
     if len(both) < len(checks):
         return
     twins = [
@@ -1659,6 +1654,12 @@ def _scaled_twin(sim: RunSpec, scale: float) -> RunSpec:
 def _ape(predicted: float, measured: float) -> float:
     """The absolute percentage error of a prediction."""
     return 100.0 * abs(predicted - measured) / measured
+
+
+def _mape_of(rows: list[dict[str, Any]], predicted: str) -> float:
+    """The MAPE of ``rows`` scored with each one's ``predicted`` time (a row key) against its
+    real one."""
+    return statistics.fmean(_ape(row[predicted], row["real_iteration_s"]) for row in rows)
 
 
 def _other_twins(
@@ -1942,6 +1943,16 @@ def drift_line(result: dict[str, Any]) -> str:
     return line
 
 
+def _per_system(result: dict[str, Any], predicted: str) -> str:
+    """Each system's MAPE of the report's rows scored with their ``predicted`` time instead
+    of the twin's, in words ("wfbp 4.1%, ...")."""
+    rows = result["configs"]
+    return ", ".join(
+        f"{system} {_mape_of([c for c in rows if c['system'] == system], predicted):.1f}%"
+        for system in result["per_system_mape_pct"]
+    )
+
+
 def format_report(result: dict[str, Any]) -> str:
     """The report as text: one line per configuration, MAPE per system and overall, speedups."""
 
@@ -2019,7 +2030,7 @@ def format_report(result: dict[str, Any]) -> str:
     with_ = result.get("mape_with", {})
     if "background_slowdown" in with_:
         idle = [c for c in result["configs"] if "sim_idle_loop_s" in c]
-        alone = statistics.fmean(_ape(c["sim_idle_loop_s"], c["real_iteration_s"]) for c in idle)
+        alone = _mape_of(idle, "sim_idle_loop_s")
         lines.append(
             "the same real runs, the simulator with a measured effect it leaves out, Horovod's "
             f"idle loop: background_slowdown {with_['background_slowdown']:.1f}% (on the "
@@ -2027,30 +2038,14 @@ def format_report(result: dict[str, Any]) -> str:
             f"{statistics.fmean(c['ape_pct'] for c in idle):.1f}% without)"
         )
     if "compute_checked" in with_:
-        per_system = {
-            system: statistics.fmean(
-                _ape(c["sim_compute_checked_s"], c["real_iteration_s"])
-                for c in result["configs"]
-                if c["system"] == system
-            )
-            for system in result["per_system_mape_pct"]
-        }
-        systems = ", ".join(f"{k} {v:.1f}%" for k, v in per_system.items())
+        systems = _per_system(result, "sim_compute_checked_s")
         lines.append(
             "the same real runs, the simulator given each model's compute as the compute check "
             f"measured it during the set: compute_checked {with_['compute_checked']:.1f}% "
             f"({systems})"
         )
     if "run_checked" in with_:
-        per_system = {
-            system: statistics.fmean(
-                _ape(c["sim_run_checked_s"], c["real_iteration_s"])
-                for c in result["configs"]
-                if c["system"] == system
-            )
-            for system in result["per_system_mape_pct"]
-        }
-        systems = ", ".join(f"{k} {v:.1f}%" for k, v in per_system.items())
+        systems = _per_system(result, "sim_run_checked_s")
         lines.append(
             "the same real runs, each run's twin given its model's compute as timed just "
             f"before and after it: run_checked {with_['run_checked']:.1f}% ({systems})"
