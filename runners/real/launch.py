@@ -71,18 +71,21 @@ class RealResult:
     ranks: list[dict[str, Any]] = field(default_factory=list)
     comm_priority: str = "normal"  # the communication threads' (runners.real.priority)
     comm_priority_note: str = ""  # why, where it is not what the spec asked
+    servers_aggregate: list[str] = field(default_factory=list)  # PS: each server's (priority)
     device: str = "cpu"  # where the ranks trained (resolve_device)
     device_note: str = ""  # why, where the spec asked for auto and got the CPU
 
     def priority_record(self) -> dict[str, Any]:
         """The run summary's ``comm_priority``: what the run had, with rank 0's threads per
-        priority as counted at the end of its training loop and its compute thread's."""
+        priority as counted at the end of its training loop and its compute thread's; in the
+        PS arena, each server's aggregating (main) thread's as it served."""
         first = self.ranks[0] if self.ranks else {}
         return {
             "priority": self.comm_priority,
             "note": self.comm_priority_note,
             "rank0_threads": first.get("threads", {}),
             "rank0_compute": first.get("compute_priority", ""),
+            **({"servers_aggregate": self.servers_aggregate} if self.servers_aggregate else {}),
         }
 
     def device_record(self) -> dict[str, Any]:

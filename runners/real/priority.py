@@ -2,7 +2,8 @@
 
 On the GPU machines the papers measured, a worker's compute runs on its GPU: the threads that
 drive communication (gloo's or NCCL's, Horovod's background thread, the lab's engine's
-dispatcher, the PS transport's) find an idle CPU and start a collective as soon as it is due.
+dispatcher, the PS transport's; a parameter server's, all of whose work is communication, on a
+machine of its own) find an idle CPU and start a collective as soon as it is due.
 On our CPU testbed the compute occupies the very cores those threads need: a thread woken
 while every core computes waits for the scheduler, on our 2-core machines often until the next
 timer tick (4 ms at ``CONFIG_HZ=250``). Such waits fell between most collectives of a training

@@ -40,6 +40,8 @@ key the gradient was computed on (the version of the pull the worker last applie
 values equal the workers'), a momentum buffer and a version per key. SGD with momentum, the
 engine's equations: ``m <- momentum * m + g`` (``m`` starts at 0), ``w <- w - lr * m`` (without
 momentum: ``w <- w - lr * g``), ``g`` the workers' gradients averaged (divided by ``W``).
+All of a server's threads, its aggregation's included, run at the communication threads'
+priority (``PSServer.serve``).
 
 * ``sync``: a key's round ``r`` (every worker's push of iteration ``r``) is summed, averaged and
   applied once complete, then sent to every worker: exactly single-process SGD on the global
@@ -318,6 +320,7 @@ def run(
     ]
     result = launch._results(spec, ranks, network)
     result.comm_priority, result.comm_priority_note = prio, prio_note
+    result.servers_aggregate = [str(r.get("aggregate_priority", "")) for r in records]
     result.device, result.device_note = launch.resolve_device(spec)  # the CPU (gloo)
     metrics, units = _server_metrics(spec, plan, ranks, records)
     if "server_cpu_cores" in metrics and "cpu_cores" in result.metrics:
@@ -1008,6 +1011,17 @@ class _KeyState:
     tau_max: float = 0.0
 
 
+def sgd_step(
+    w: torch.Tensor, m: torch.Tensor | None, g: torch.Tensor, lr: float, momentum: float
+) -> None:
+    """A server's update of a key (the engine's equations): ``m <- momentum * m + g``,
+    ``w <- w - lr * m``; without a momentum buffer ``w <- w - lr * g``. In place."""
+    if m is not None:
+        m.mul_(momentum).add_(g)
+        g = m
+    w.add_(g, alpha=-lr)
+
+
 class PSServer:
     """A server process's side of the plan (see the module docstring): ``serve()`` until every
     worker has stopped."""
@@ -1055,6 +1069,7 @@ class PSServer:
         # (wall, process CPU) at the first measured push taken and after the last one handled
         self.cpu_from: tuple[float, float] | None = None
         self.cpu_to: tuple[float, float] | None = None
+        self.aggregate_priority = ""  # its main thread's, as serve() runs (priority.current)
 
     def _cpu_factors(self, spec: dict[str, Any]) -> list[float]:
         factors = [1.0] * (self.total + 1)
@@ -1098,8 +1113,24 @@ class PSServer:
 
     # ------------------------------------------------------------------- main thread
     def serve(self) -> None:
-        with priority.of_job(self.ctx.job["train"]):  # the transport's threads
+        """Take the inbox's messages in order until every worker has stopped. The whole of
+        it runs at the communication threads' priority (``runners.real.priority``): a server
+        does nothing but communication (receive, aggregate, send), as a PS process on a server
+        machine of the papers' clusters whose CPU no worker's compute shares; on our CPU
+        testbed, where it shares cores with the workers' compute, at normal priority its
+        aggregation waited behind that compute (up to a scheduler slice per push), which the
+        simulator's server (a CPU of its own) and the calibration's probe (``_ps_server``,
+        aggregating on its realtime receiver thread) do not. Its threads then take the CPU only
+        while they have work, as the transport's do."""
+        with priority.of_job(self.ctx.job["train"]):  # this thread and the transport's
+            self.aggregate_priority = priority.current()
             self.channel.start()
+            self._serve_inbox()
+        with self.cv:
+            self.channel.close()
+        self.channel.join()
+
+    def _serve_inbox(self) -> None:
         while True:
             with self.cv:
                 while not self.inbox and not self._done():
@@ -1117,9 +1148,6 @@ class PSServer:
                     self.cpu_to = (time.perf_counter(), time.process_time())
             else:
                 self._migrated_in(h, payload)
-        with self.cv:
-            self.channel.close()
-        self.channel.join()
 
     def _done(self) -> bool:
         return len(self.stopped) == self.workers and not self.ready
@@ -1188,10 +1216,7 @@ class PSServer:
             time.sleep((f - 1.0) * (time.perf_counter() - start))
 
     def _step(self, st: _KeyState, g: torch.Tensor) -> None:
-        if st.m is not None:
-            st.m.mul_(self.momentum).add_(g)
-            g = st.m
-        st.w.add_(g, alpha=-self.lr)
+        sgd_step(st.w, st.m, g, self.lr, self.momentum)
 
     def _apply_ready(self, key: int) -> None:
         """Apply the complete rounds of ``key`` in order, while this server holds the key
@@ -1290,6 +1315,7 @@ class PSServer:
             "staleness": self.staleness,
             "keys": sorted(self.state),
             "timeline": self.timeline,
+            "aggregate_priority": self.aggregate_priority,  # its main thread's, as it served
         }
         if self.cpu_from and self.cpu_to:  # the measured rounds' span: its wall and CPU time
             (w0, c0), (w1, c1) = self.cpu_from, self.cpu_to
@@ -1359,4 +1385,5 @@ __all__ = [
     "process_main",
     "run",
     "server_count",
+    "sgd_step",
 ]

@@ -112,6 +112,8 @@ def test_sync_ps_systems_match_single_process_sgd(system, params, tmp_path, monk
         prio = summary["comm_priority"]
         assert prio["priority"] == "realtime" and prio["rank0_compute"] == "normal"
         assert prio["rank0_threads"]["realtime"] >= 2, prio  # the sender and the receiver
+        # a server is all communication: its aggregation too (PSServer.serve)
+        assert prio["servers_aggregate"] == ["realtime", "realtime"], prio
     assert metrics["iteration_time_s"] > 0 and metrics["comm_time_s"] > 0
     assert metrics["ps_max_busy_s"] > 0 and metrics["ps_servers_used"] == 2
     # the processes' CPU time: the workers' per iteration, the servers' as cores
