@@ -591,6 +591,7 @@ def _print_point(point: dict[str, Any]) -> None:
             for m, v in ps["overlap_slowdown"].items()
         )
         + f", aggregation {ps['server_agg_gbps']:.1f} Gbit/s"
+        + (f" + {ps['server_agg_fixed_us']:.0f} us a round" if "server_agg_fixed_us" in ps else "")
         + (
             f", {ps['message_cpu_us']:.0f} us of compute per message"
             if "message_cpu_us" in ps

@@ -23,7 +23,9 @@ them (``python -m runners calibrate`` / ``python -m runners fidelity``).
   ``cluster.ps`` server processes beside the workers): per model, the compute slow-down while
   the workers push and pull, the time a small message holds a link in a stream of pushes and
   answers while they compute and while they idle (the PS simulator's ``overlap_slowdown`` and
-  ``latency_us``, busy or idle), and the servers' aggregation rate (``server_agg_gbps``); and
+  ``latency_us``, busy or idle), and a server's aggregation of a round after its last push,
+  handled as the real server handles it, after two push sizes (a line through them: the
+  simulator's ``server_agg_fixed_us`` and ``server_agg_gbps``); and
   per network the compute time one message takes from a backward it overlaps
   (``runners.real.probe.ps_message_cpu``, the simulator's ``message_cpu_us``), under ``ps``
   of each network;
@@ -481,10 +483,19 @@ _PS_METHOD_CPU_ONCE = (
     + f" (the PS transport's values each the median of {PS_ROUNDS} probes taken in rounds "
     "over the models, the message CPU one probe)"
 )
-PS_METHOD = (
+_PS_METHOD_SUM_ONLY = (
     _PS_METHOD_BEFORE_ROUNDS
     + f" (the PS transport's values each the median of {PS_ROUNDS} probes taken in rounds "
     f"over the models, the message CPU among them: the median of {PS_ROUNDS} probes)"
+)
+PS_AGG_MARKER = "a line through the two"
+PS_METHOD = _PS_METHOD_SUM_ONLY.replace(
+    "aggregation: the slowest server's median time to sum a 1 MiB push",
+    "aggregation: the slowest server's median time to handle a round's last push as a real "
+    "server does (the sum, the SGD step, the copy for the pulls; at the communication "
+    "priority) after 1 MiB pushes and after 4 KiB ones, "
+    + PS_AGG_MARKER
+    + " (server_agg_fixed_us + n x S / server_agg_gbps)",
 )
 
 
@@ -521,7 +532,11 @@ def _probe_ps(
         "latency_idle_us": ("message_idle_s", 1e6, 3),
         "half_round_trip_busy_us": ("half_round_trip_busy_s", 1e6, 3),
     }
-    agg = [m.agg_bytes_per_s * 8 / 1e9 for model in models for m in taken[model]]
+    rounds_big = [m.agg_round_s for model in models for m in taken[model]]
+    rounds_small = [m.agg_round_small_s for model in models for m in taken[model]]
+    fixed_s, agg_bytes_per_s = probe.aggregation_fit(
+        statistics.median(rounds_big), statistics.median(rounds_small), workers
+    )
     cpus = []
     for k in range(rounds):
         say(f"  PS arena: a message's CPU beside {servers} server processes ({k + 1}/{rounds})")
@@ -534,7 +549,10 @@ def _probe_ps(
     return {
         "servers": servers,
         **_medians(taken, fields),
-        "server_agg_gbps": round(statistics.median(agg), 3),
+        "server_agg_gbps": round(agg_bytes_per_s * 8 / 1e9, 3),
+        "server_agg_fixed_us": round(fixed_s * 1e6, 3),
+        "agg_round_us": round(statistics.median(rounds_big) * 1e6, 3),  # 1 MiB pushes
+        "agg_round_small_us": round(statistics.median(rounds_small) * 1e6, 3),  # 4 KiB
         "message_cpu_us": round(statistics.median(cpus) * 1e6, 3),
     }
 
@@ -758,9 +776,14 @@ def calibrate_ps(
         progress,
         measure,
         PS_METHOD,
-        "the message CPU among them",  # older PS texts replaced
+        PS_AGG_MARKER,  # older PS texts replaced
         "ps_date",
-        superseded=(_PS_METHOD_BEFORE_CPU, _PS_METHOD_BEFORE_ROUNDS, _PS_METHOD_CPU_ONCE),
+        superseded=(
+            _PS_METHOD_BEFORE_CPU,
+            _PS_METHOD_BEFORE_ROUNDS,
+            _PS_METHOD_CPU_ONCE,
+            _PS_METHOD_SUM_ONLY,
+        ),
         slowdowns=("ps",),
     )
 
@@ -1204,6 +1227,8 @@ def matched_specs(
         for cluster in (real_cluster, sim["cluster"]):
             cluster.update(ps=servers, servers=servers)
         sim["cluster"]["server_agg_gbps"] = float(ps["server_agg_gbps"])
+        if "server_agg_fixed_us" in ps:  # older calibrations timed the sum alone: none
+            sim["cluster"]["server_agg_fixed_us"] = float(ps["server_agg_fixed_us"])
         if "message_cpu_us" in ps:  # calibrations from before it was measured: none
             sim["cluster"]["message_cpu_us"] = float(ps["message_cpu_us"])
         # the real transport's pulls: a server's sender and a worker's receiver held together
@@ -1642,6 +1667,7 @@ ABLATIONS = (
     "link_burst_bytes",
     "message_cpu_us",
     "pull_rendezvous",
+    "server_agg_fixed_us",
 )
 ABLATION_NAMES = {"overlap_model": "overlap_model (slow-down at op start)"}  # in the text
 

@@ -80,7 +80,8 @@ def _in_window(start: int, until: int | None, iteration: int) -> bool:
 class CommCluster:
     """Cluster of a communication arena (one training job). The ``ps``/``server*`` fields are
     used by the parameter-server arena only (accepted and ignored elsewhere); so are
-    ``jitter_groups`` and ``message_cpu_us`` (``PS_ONLY_FIELDS``), which other arenas refuse
+    ``jitter_groups``, ``message_cpu_us``, ``pull_rendezvous`` and ``server_agg_fixed_us``
+    (``PS_ONLY_FIELDS``), which other arenas refuse
     unless default (a model they would silently not apply).
 
     ``jitter_groups`` is a modelling assumption of the PS arena's simulator, not a property of
@@ -215,6 +216,14 @@ class CommCluster:
     ``fidelity`` sets it for the PS twins. A reconstruction, labelled as such: the
     transfer takes the longer of the two NICs' times, and pushes keep the cut-through model.
 
+    ``server_agg_fixed_us`` (PS arena): a fixed CPU time of every aggregation a server runs
+    (a key's round in ``sync`` and ``sync-round``, a push in ``async``), besides the bytes'
+    ``n * S / server_agg_gbps``: the Python and operator overheads of handling the message
+    (queueing it, the sum, the step, the copy for the pulls), which dominate small keys. 0
+    (the default): the bytes alone. ``calibrate`` fits both to a server handling rounds of two
+    push sizes as the real one does (``runners.real.probe._ps_server``) and ``fidelity`` sets
+    them for the PS twins.
+
     ``compute_scale``: every compute op (forward, backward, optimizer update) takes this many
     times its profile's time: a machine whose speed has moved since its profile was measured,
     or a what-if for a slower (> 1) or faster (< 1) device. 1 (the default): the profile's
@@ -250,6 +259,7 @@ class CommCluster:
     servers: int = 8
     server_bandwidth_gbps: float | None = None  # None only before validation: = bandwidth_gbps
     server_agg_gbps: float = 80.0
+    server_agg_fixed_us: float = 0.0  # PS arena: CPU of each aggregation besides its bytes'
     ps_stragglers: tuple[PSStraggler, ...] = ()
     jitter_groups: int = 1  # PS arena: groups of workers with independent compute noise
     message_cpu_us: float = 0.0  # PS arena: CPU a message takes from its worker's compute
@@ -376,7 +386,7 @@ ALLREDUCE_ONLY_FIELDS = (
 
 # Cluster fields the PS arena alone uses (other arenas refuse them unless default; the ``ps`` /
 # ``server*`` fields are accepted and ignored elsewhere).
-PS_ONLY_FIELDS = ("jitter_groups", "message_cpu_us", "pull_rendezvous")
+PS_ONLY_FIELDS = ("jitter_groups", "message_cpu_us", "pull_rendezvous", "server_agg_fixed_us")
 # The arena each arena-only cluster field belongs to; ARENA_NAMES, how errors name it.
 FIELD_ARENA = {
     **{key: "allreduce" for key in ALLREDUCE_ONLY_FIELDS},
@@ -391,6 +401,7 @@ _OMITTED_AT_DEFAULT = {
     "jitter_groups": CommCluster.jitter_groups,
     "message_cpu_us": CommCluster.message_cpu_us,
     "pull_rendezvous": CommCluster.pull_rendezvous,
+    "server_agg_fixed_us": CommCluster.server_agg_fixed_us,
     "reduce_scatter_cost": CommCluster.reduce_scatter_cost,
     "all_gather_cost": CommCluster.all_gather_cost,
     "cpu_collectives": CommCluster.cpu_collectives,
@@ -567,6 +578,12 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         float,
         lambda v: 0 < v <= 1e7,
         "a number > 0 (Gbit/s a parameter server can sum)",
+    ),
+    "server_agg_fixed_us": (
+        float,
+        lambda v: 0 <= v <= 1e6,
+        "a number >= 0 (microseconds of CPU each parameter-server aggregation takes besides "
+        "its bytes'; 0 = none)",
     ),
     "jitter_groups": (
         int,

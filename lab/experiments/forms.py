@@ -61,6 +61,7 @@ CLUSTER_KEYS = (
     "servers",
     "server_bandwidth_gbps",
     "server_agg_gbps",
+    "server_agg_fixed_us",
     "ps_stragglers",
     "jitter_groups",
     "message_cpu_us",
@@ -323,6 +324,14 @@ class ExperimentForm(_ClusterArenaFields):
         required=False,
         initial=_DEFAULTS.server_agg_gbps,
         help_text="how fast a server's CPU sums pushed gradients",
+    )
+    cluster_server_agg_fixed_us = forms.FloatField(
+        label="CPU per aggregation (us)",
+        required=False,
+        min_value=0,
+        initial=_DEFAULTS.server_agg_fixed_us,
+        help_text="a server's fixed time for each aggregation besides its bytes (handling the "
+        "message, the step, the copy for the pulls; 0 = the bytes alone)",
     )
     cluster_ps_stragglers = forms.CharField(
         label="PS stragglers", required=False, help_text=PS_STRAGGLER_HELP

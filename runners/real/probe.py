@@ -228,7 +228,30 @@ class PSProbe:
     message_busy_s: float  # a 4 KiB stream's time per answered push, the worker computing
     message_idle_s: float  # the same with the worker idle
     half_round_trip_busy_s: float  # half a 4 KiB push-and-pull's round trip, computing
-    agg_bytes_per_s: float  # a server's rate of summing a 1 MiB push
+    agg_round_s: float  # a server's aggregation of a round after its last 1 MiB push
+    agg_round_small_s: float  # the same, 4 KiB pushes
+
+
+PS_BIG_ELEMENTS = 1 << 18  # ps_overlap's large pushes: 1 MiB of float32
+PS_SMALL_ELEMENTS = 1024  # its small ones: 4 KiB
+PS_AGG_GBPS_MAX = 1e7  # cluster.server_agg_gbps's bound: a rate no byte count can be seen at
+
+
+def aggregation_fit(big_s: float, small_s: float, workers: int) -> tuple[float, float]:
+    """The simulator's aggregation of a round of ``workers`` pushes of ``S`` bytes,
+    ``fixed + workers * S / rate``, through ``ps_overlap``'s two measured rounds (``big_s``
+    after 1 MiB pushes, ``small_s`` after 4 KiB ones): ``(fixed_s, rate in bytes/s)``. A line
+    through two points, clamped: where the large round was no slower than the small one, the
+    bytes cost nothing measurable (rate ``PS_AGG_GBPS_MAX``) and ``fixed`` is the small
+    round's; ``fixed`` is at least 0."""
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1 (got {workers})")
+    span = workers * 4 * (PS_BIG_ELEMENTS - PS_SMALL_ELEMENTS)
+    per_byte = max(big_s - small_s, 0.0) / span
+    if per_byte <= 0:
+        return max(small_s, 0.0), PS_AGG_GBPS_MAX * 1e9 / 8
+    fixed = max(small_s - workers * 4 * PS_SMALL_ELEMENTS * per_byte, 0.0)
+    return fixed, 1.0 / per_byte
 
 
 def ps_overlap(
@@ -252,11 +275,11 @@ def ps_overlap(
     Four launches:
 
     - 1 MiB pushes, as many unanswered as there are servers: the compute slow-down and the
-      servers' aggregation rate (the median time of summing one push into the key; the
-      simulator's ``cluster.server_agg_gbps``: a round of ``n`` pushes of ``S`` bytes costs
-      ``n * S / rate``);
+      servers' aggregation of a round after its last push (``_ps_server``: the median time of
+      handling a round's completing push, the sum, the step and the copy for the pulls);
     - 4 KiB pushes, as many unanswered as there are servers, while the worker computes and
-      while it idles:
+      while it idles (computing: the small round's aggregation too; ``aggregation_fit`` puts
+      the simulator's ``server_agg_fixed_us`` and ``server_agg_gbps`` through the two):
       the 10 %-trimmed mean time between answers, how long a small message holds a worker's
       link when messages follow each other (the simulator's per-transfer ``latency_us``,
       ``busy`` or ``idle`` as ``fidelity --latency`` chooses);
@@ -271,16 +294,17 @@ def ps_overlap(
         job_now = {**job, "elements": elements, "window": window, "compute": compute}
         return _launch(job_now, world, bandwidth_gbps, work, threads, comm_priority)
 
-    alone, busy, _, agg_s_per_byte = launch(1 << 18, servers)
-    _, _, message_busy, _ = launch(1024, servers)
-    _, _, message_idle, _ = launch(1024, servers, compute=False)
-    _, _, round_trip, _ = launch(1024, 1)
+    alone, busy, _, agg_big = launch(PS_BIG_ELEMENTS, servers)
+    _, _, message_busy, agg_small = launch(PS_SMALL_ELEMENTS, servers)
+    _, _, message_idle, _ = launch(PS_SMALL_ELEMENTS, servers, compute=False)
+    _, _, round_trip, _ = launch(PS_SMALL_ELEMENTS, 1)
     return PSProbe(
         slowdown=max(0.0, busy / alone - 1.0),
         message_busy_s=message_busy,
         message_idle_s=message_idle,
         half_round_trip_busy_s=round_trip / 2,
-        agg_bytes_per_s=1.0 / agg_s_per_byte,
+        agg_round_s=agg_big,
+        agg_round_small_s=agg_small,
     )
 
 
@@ -823,53 +847,77 @@ def _horovod_cpu(
 
 
 def _ps_server(rank: int, workers: int, elements: int) -> float:
-    """(A server rank of the PS probes.) Answer every push until every worker has stopped:
-    sum it into the key, step the key (SGD) after as many pushes as there are workers and
-    answer the push with the key (a pull of the same size). Returns the median time of
-    summing one push per byte summed (its size: ``elements`` values)."""
+    """(A server rank of the PS probes.) Serve pushes of one key of ``elements`` values as a
+    real server serves a key in ``sync`` mode (``runners.real.ps.PSServer``), until every
+    worker has stopped: the receiver thread queues each push; this thread, at the
+    communication priority as a real server's (``PSServer.serve``), takes them in order and
+    keeps the first push of a round, adds the next ones into it, and with the push that
+    completes the round (as many pushes as workers, whoever sent them) averages the sum,
+    steps the key (``ps.sgd_step``, the real runs' default: no momentum) and copies it for
+    the pulls. Every push is answered at once with the newest copy (a pull of the same
+    size), so a worker's stream never waits for another worker's pushes (the other probes
+    time those answers) and a round still sends as many pulls as a real round. Returns the
+    median time of handling a round's completing push, in seconds: what a round's
+    aggregation takes after its last push, as the real server's ``cpu``/``aggregate`` record
+    of that push times it (``aggregation_fit`` puts the simulator's aggregation through two
+    sizes)."""
     import threading
+    from collections import deque
 
     import torch
     import torch.distributed as dist
 
-    from .ps import _DATA, PULL, PUSH, Channel
+    from .ps import _DATA, PULL, PUSH, Channel, sgd_step
 
     cv = threading.Condition()
     table = list(range(dist.get_world_size()))  # logical rank = dist rank here
-    key, grad = torch.zeros(elements), torch.zeros(elements)
-    agg: list[float] = []
-    pushes = 0
+    key = torch.zeros(elements)
+    inbox: deque[tuple[list[int], torch.Tensor]] = deque()
+    completing: list[float] = []
 
-    def serve(h: list[int], payload: torch.Tensor | None, _s: float, _e: float) -> None:
-        nonlocal pushes
-        if h[0] != PUSH or payload is None:
-            with cv:
-                cv.notify_all()  # a STOP
-            return
-        start = time.perf_counter()
-        grad.add_(payload)
-        agg.append(time.perf_counter() - start)  # the sum alone: what the rate is of
-        pushes += 1
-        if pushes == workers:  # as many pushes as workers: step the key (SGD)
-            key.add_(grad, alpha=-0.01 / workers)
-            grad.zero_()
-            pushes = 0
-        with cv:  # data order, in arrival order (STOP, queued last, goes after it)
-            channel.post((_DATA, 0), h[4], PULL, h[1], h[2], payload=key.clone())
+    def receive(h: list[int], payload: torch.Tensor | None, _s: float, _e: float) -> None:
+        with cv:
+            if h[0] == PUSH and payload is not None:
+                inbox.append((h, payload))
+            cv.notify_all()  # a push, or a STOP
 
-    channel = Channel(rank, table, cv, serve)
+    channel = Channel(rank, table, cv, receive)
     dist.barrier()
-    with _communication():  # as a real run's server: all of it
+    total: torch.Tensor | None = None
+    values = key.clone()  # the newest copy for the pulls
+    pushes = 0  # of this round
+    with _communication():  # as a real run's server (PSServer.serve): all of it
         channel.start()
+        while True:
+            with cv:
+                while not inbox and not set(range(workers)) <= channel.stops:
+                    if channel.error is not None:
+                        break
+                    cv.wait(0.5)
+                if not inbox:
+                    break
+                h, payload = inbox.popleft()
+            start = time.perf_counter()
+            if total is None:
+                total = payload
+            else:
+                total.add_(payload)
+            pushes += 1
+            complete = pushes == workers
+            if complete:
+                sgd_step(key, None, total.div_(workers), 0.01, 0.0)
+                values = key.clone()
+                total, pushes = None, 0
+            with cv:  # data order, in arrival order (STOP, queued last, goes after it)
+                channel.post((_DATA, 0), h[4], PULL, h[1], h[2], payload=values)
+            if complete:
+                completing.append(time.perf_counter() - start)
+    channel.failed()
     with cv:
-        while not set(range(workers)) <= channel.stops and channel.error is None:
-            cv.wait(0.5)
         channel.close()
     channel.join()
     dist.barrier()
-    # seconds per byte summed (the median push's time over its size): n pushes of S bytes
-    # then take n * S * per_byte, the simulator's n * S / server_agg rate
-    return statistics.median(agg) / (4 * elements) if agg else 0.0
+    return statistics.median(completing) if completing else 0.0
 
 
 def _ps_overlap(
@@ -882,7 +930,7 @@ def _ps_overlap(
     compute: bool,
 ) -> list[float]:
     """(A rank of ``ps_overlap``.) Ranks below ``workers`` are workers, the others servers;
-    every rank returns ``[alone, busy, time per answered push, server s/byte]``, each the
+    every rank returns ``[alone, busy, time per answered push, a server's round]``, each the
     slowest rank's (a server reports 0 for the workers' values, a worker 0 for the
     server's)."""
     import threading
@@ -898,8 +946,8 @@ def _ps_overlap(
     table = list(range(world))  # logical rank = dist rank here
 
     if rank >= workers:
-        per_byte = _ps_server(rank, workers, elements)
-        return [_slowest(0.0), _slowest(0.0), _slowest(0.0), _slowest(per_byte)]
+        agg = _ps_server(rank, workers, elements)
+        return [_slowest(0.0), _slowest(0.0), _slowest(0.0), _slowest(agg)]
 
     timed = _timed_steps(model_name, rank, workers)
 

@@ -9,7 +9,8 @@ and its NIC out. A key (one whole tensor or one part) travels:
    copies). Cut-through: the server may start receiving when the uplink starts; the transfer
    ends no earlier than the uplink does.
 2. **aggregate**: once the round's pushes of the key arrived from every group (``sync``), the
-   server CPU sums them (``n*S / agg_rate``, times its CPU slow-down).
+   server CPU sums them (``fixed + n*S / agg_rate``, times its CPU slow-down; ``fixed`` is
+   ``cluster.server_agg_fixed_us``).
 3. **pull**: server NIC out (``n*S / B_s``) -> every group's downlink (``alpha + S/B_w``),
    cut-through again. The key is then up to date on that group.
 
@@ -202,6 +203,7 @@ class _PSJob(ComputeJob):
         self.bw_worker = c.bandwidth_gbps * 1e9 / 8
         self.bw_server = c.server_bandwidth_gbps * 1e9 / 8
         self.agg_rate = c.server_agg_gbps * 1e9 / 8
+        self.agg_fixed = c.server_agg_fixed_us * 1e-6
         self.burst = float(c.link_burst_bytes)
         self.cpu_per_message = c.message_cpu_us * 1e-6
         self.rendezvous = c.pull_rendezvous
@@ -386,7 +388,8 @@ class _PSJob(ComputeJob):
         link_slow: list[list[float] | None] = [
             list(g.links) if g.links else None for g in self.setup.groups
         ]
-        agg_s = [workers * size / agg_rate for size in sizes]
+        agg_fixed = self.agg_fixed
+        agg_s = [(agg_fixed if size else 0.0) + workers * size / agg_rate for size in sizes]
         # Bytes a server moves for a group's transfer of each task, ``[-1]``: every worker's
         # (one row per distinct group size).
         rows: dict[int, list[int]] = {}
@@ -640,7 +643,10 @@ class _PSJob(ComputeJob):
                     _, _, _, it, task, g, server = heappop(q)
             now = loop.now
             if async_mode:
-                end = now + group_bytes[g][task] / agg_rate * cpu_factor[server][it]
+                # a group of m identical workers: m pushes, each aggregated alone
+                fixed = agg_fixed * group_size[g] if sizes[task] else 0.0
+                agg = fixed + group_bytes[g][task] / agg_rate
+                end = now + agg * cpu_factor[server][it]
             else:
                 end = now + agg_s[task] * cpu_factor[server][it]
             st.free_at = end

@@ -296,6 +296,7 @@ def test_a_ps_system_s_twins_get_the_ps_arena_s_measurements(monkeypatch):
     assert real_spec.cluster.servers == c.servers == 3  # PSLD starts no more processes
     assert c.link_burst_bytes == int(262144 * 0.94)
     assert c.pull_rendezvous
+    assert c.server_agg_fixed_us == 0.0  # a calibration that timed the sum alone: none
     # an all-reduce system at the same network keeps the all-reduce measurements
     _, wfbp = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, measured, latency="busy")
     assert (wfbp["cluster"]["latency_us"], wfbp["cluster"]["overlap_slowdown"]) == (900.0, 0.4)
@@ -305,6 +306,25 @@ def test_a_ps_system_s_twins_get_the_ps_arena_s_measurements(monkeypatch):
     for key in ("overlap_slowdown", "latency_busy_us"):
         del measured["network"][1][key]
     assert validate(fidelity.matched_specs("p3", "vgg16-debug", 1.0, measured)[1])
+
+
+def test_the_aggregation_fit_goes_through_both_rounds_and_is_clamped():
+    """``aggregation_fit``: the simulator's ``fixed + n * S / rate`` through the two measured
+    rounds; a large round no slower than the small one gives no measurable byte cost (the
+    bound's rate) and the small round as the fixed time; the fixed time is never negative."""
+    big, small = 700e-6, 150e-6
+    fixed, rate = probe.aggregation_fit(big, small, 2)
+    for elements, measured in ((probe.PS_BIG_ELEMENTS, big), (probe.PS_SMALL_ELEMENTS, small)):
+        assert fixed + 2 * 4 * elements / rate == pytest.approx(measured)
+    assert 0 < fixed < small
+    assert probe.aggregation_fit(100e-6, 120e-6, 2) == (
+        120e-6,
+        probe.PS_AGG_GBPS_MAX * 1e9 / 8,
+    )
+    fixed, rate = probe.aggregation_fit(1e-3, 1e-9, 3)  # a line below 0 at the small size
+    assert fixed == 0.0 and rate > 0
+    with pytest.raises(ValueError, match="workers"):
+        probe.aggregation_fit(1e-3, 1e-4, 0)
 
 
 def test_a_ps_system_without_the_ps_measurement_says_what_to_run():
@@ -329,7 +349,9 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
             message_busy_s=2e-3 * (1 + (nominal or 0)) * f,
             message_idle_s=5e-4 * f,
             half_round_trip_busy_s=3e-3 * f,
-            agg_bytes_per_s=4e9 * f,  # 32 Gbit/s at the median
+            # at the medians: 100 us + 2 pushes' bytes at 4e9 B/s (32 Gbit/s)
+            agg_round_s=(100e-6 + 2 * 4 * probe.PS_BIG_ELEMENTS / 4e9) * f,
+            agg_round_small_s=(100e-6 + 2 * 4 * probe.PS_SMALL_ELEMENTS / 4e9) * f,
         )
 
     cpu_swing = iter([1.0, 2.5, 0.4] * 2)  # the message CPU's probes: the median the middle
@@ -360,7 +382,10 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
         "latency_busy_us": {"vgg16-debug": 4000.0},  # the stream's time per message
         "latency_idle_us": {"vgg16-debug": 500.0},
         "half_round_trip_busy_us": {"vgg16-debug": 3000.0},
-        "server_agg_gbps": 32.0,
+        "server_agg_gbps": 32.0,  # the line through the two rounds
+        "server_agg_fixed_us": 100.0,
+        "agg_round_us": 624.288,
+        "agg_round_small_us": 102.048,
         "message_cpu_us": 400.0,
     }
     assert loop["ps"]["latency_busy_us"] == {"vgg16-debug": 2000.0}
@@ -370,7 +395,11 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
     assert not list(tmp_path.glob("*.tmp"))
     # measured again, from calibrations with the text before the rounds, and with the one
     # of the message CPU as a single probe: replaced as well
-    for older in (fidelity._PS_METHOD_BEFORE_ROUNDS, fidelity._PS_METHOD_CPU_ONCE):
+    for older in (
+        fidelity._PS_METHOD_BEFORE_ROUNDS,
+        fidelity._PS_METHOD_CPU_ONCE,
+        fidelity._PS_METHOD_SUM_ONLY,  # the aggregation as the sum of one push alone
+    ):
         stored["method"] = f"m; {older}"
         (tmp_path / "cpu.json").write_text(json.dumps(stored))
         swing, cpu_swing = iter([1.0, 3.0, 0.5] * 2), iter([1.0, 2.5, 0.4] * 2)
@@ -380,6 +409,8 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
     _, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, stored, latency="busy")
     assert validate(sim).cluster.latency_us == 4000.0
     assert validate(sim).cluster.message_cpu_us == 400.0
+    assert validate(sim).cluster.server_agg_fixed_us == 100.0
+    assert validate(sim).cluster.server_agg_gbps == 32.0
     for latency in ("idle", "split", "engine"):  # the PS simulator has one latency: the idle
         _, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, stored, latency=latency)
         assert validate(sim).cluster.latency_us == 500.0
@@ -400,7 +431,7 @@ def test_a_busy_machine_s_slowdown_is_written_as_measured_with_a_warning_or_refu
     before = (tmp_path / "cpu.json").read_text()
 
     def busy_ps_overlap(model, workers, servers, nominal, work, threads, comm_priority):
-        return probe.PSProbe(slowdown, 2e-3, 5e-4, 3e-3, 4e9)
+        return probe.PSProbe(slowdown, 2e-3, 5e-4, 3e-3, 6e-4, 1e-4)
 
     monkeypatch.setattr(probe, "ps_overlap", busy_ps_overlap)
     monkeypatch.setattr(probe, "ps_message_cpu", lambda *args, **kw: 4e-4)

@@ -166,6 +166,38 @@ WORKER_BOUND = {
 }
 
 
+@pytest.mark.parametrize(
+    ("system", "params", "fixes"),
+    [("tictac-tic", {}, 1), ("eager-ps", {"server_mode": "async", "partition_bytes": MB}, 4)],
+)
+def test_each_aggregation_takes_its_fixed_time_besides_its_bytes(system, params, fixes):
+    """``server_agg_fixed_us``: every aggregation a server runs lasts the fixed time plus
+    its bytes at the aggregation rate: a round of the 4 workers' pushes in sync, once; in
+    async each push alone, so the group of 4 identical workers' aggregation (one simulated
+    group) takes it 4 times. In sync, with one layer and one server, the iteration grows by
+    exactly the fixed time. Other arenas refuse it."""
+    layers = (LayerTimes("only", 0.010, 0.020, MB),)
+    cluster = {"workers": 4, "ps": 1, "servers": 1, "bandwidth_gbps": 8, "latency_us": 5,
+               "server_agg_gbps": 8}  # fmt: skip
+    times = {}
+    for fixed in (0.0, 700.0):
+        spec, result = run_layers(system, layers, params=params, iterations=4,
+                                  server_agg_fixed_us=fixed, **cluster)  # fmt: skip
+        aggs = [r for r in timeline_rows(result) if r["op"] == "aggregate"]
+        assert aggs
+        for r in aggs:
+            assert r["end_s"] - r["start_s"] == pytest.approx(
+                fixes * fixed * 1e-6 + 4 * MB / 1e9, rel=1e-9
+            )
+        times[fixed] = result.metrics["iteration_time_s"]
+    if system == "tictac-tic":
+        assert times[700.0] - times[0.0] == pytest.approx(700e-6, rel=1e-6)
+    with pytest.raises(SpecError, match="server_agg_fixed_us"):
+        validate(raw_spec("wfbp", server_agg_fixed_us=10.0))
+    with pytest.raises(SpecError, match="cluster.server_agg_fixed_us"):
+        validate(raw_spec(system, server_agg_fixed_us=-1.0))
+
+
 def test_tictac_plans_carry_the_tic_and_tac_priorities_of_the_dag():
     """TIC ranks a recv by the smallest multi-recv op containing it: the stem and each
     branch's first layer complete a 2-recv op ([stem, x1]) and tie at rank 0, the branches'
