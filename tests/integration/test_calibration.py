@@ -68,7 +68,9 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
         assert ps["overlap_slowdown"][MODEL] >= 0
         # a push and its answer cross the shaper and two processes' threads: not free
         assert ps["latency_busy_us"][MODEL] > 10
-        assert ps["server_agg_gbps"] > 0
+        assert ps["server_agg_gbps"] > 0 and ps["server_agg_fixed_us"] >= 0
+        # a round handled as the real server handles it: 1 MiB pushes take longer than 4 KiB
+        assert ps["agg_round_us"] > ps["agg_round_small_us"] > 0
         # what a message's threads take from a backward: measured, a CPU time (with spare
         # cores it may be none; the simulator's PS twins get it)
         assert 0 <= ps["message_cpu_us"] < 1e6

@@ -207,7 +207,10 @@ def test_the_all_reduce_only_cluster_fields_are_refused_for_a_ps_system(client, 
     assert "cluster.link_burst_bytes" not in errors  # both arenas' NICs have the bucket
 
 
-@pytest.mark.parametrize(("key", "value"), [("message_cpu_us", 350.0), ("jitter_groups", 2)])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("message_cpu_us", 350.0), ("jitter_groups", 2), ("server_agg_fixed_us", 40.0)],
+)
 def test_the_ps_only_cluster_fields_are_refused_for_an_all_reduce_system(client, token, key, value):
     """The form drops a PS-only field for another arena (a hidden part of the page); the API
     refuses it, naming the field, rather than dropping it silently."""
