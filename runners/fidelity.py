@@ -82,7 +82,7 @@ import numpy as np
 import workloads
 
 from . import registry
-from .fidelity_journal import Journal
+from .fidelity_journal import Journal, fingerprint
 from .manifest import usable_cpus
 from .spec import SLOWDOWN_MAX, SPLIT_COST_MAX, CommCluster, RunSpec, SpecError, validate
 
@@ -132,6 +132,14 @@ class CalibrationError(RuntimeError):
 def _today() -> str:
     """The date a calibration (or a part of it) is stamped with, UTC."""
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
+
+
+CALIBRATION_CHANGED_SHORT = "measured again since these runs were made"
+CALIBRATION_CHANGED = (
+    "the calibration {label} has been measured again since the journal's runs were made: "
+    "their twins are simulated from it as it is now (to score them against the one they were "
+    "made with, check that version out of git first)"
+)
 
 
 def testbed_path(label: str) -> Path:
@@ -1431,9 +1439,13 @@ def fidelity(
         launch.preflight(real_spec)
     raw_reals = [r for _, (r, _) in pairs]
     steps = _run_check_steps(models, label) if check_runs else {}
-    book = None if journal is None else Journal(journal, label, resume)
+    book = None
+    if journal is not None:
+        book = Journal(journal, label, resume, fingerprint(testbed_path(label)))
     if book is not None and resume:
         say(f"resuming from {book.path}: it holds {book.runs} real run(s)")
+        if book.calibration_changed:
+            say(CALIBRATION_CHANGED.format(label=label))
     elif book is not None:
         say(f"journal: {book.path} (each real run kept as it finishes; if the set stops, the "
             "same command with --resume goes on from there)")  # fmt: skip
@@ -1601,7 +1613,8 @@ def fidelity(
     )
     if book is not None:
         made = sum(len(r) for r in runs)
-        result["journal"] = {"path": str(book.path), "reused_runs": book.reused, "runs": made}
+        result["journal"] = {"path": str(book.path), "reused_runs": book.reused, "runs": made,
+                             "calibration_changed": book.calibration_changed}  # fmt: skip
     return result
 
 
@@ -2095,6 +2108,11 @@ def format_report(result: dict[str, Any]) -> str:
         lines.append(
             f"{book['reused_runs']} of the {book['runs']} real runs read back from the journal "
             f"{book['path']} (--resume), the twins simulated now"
+            + (
+                f" from the calibration as it is now, {CALIBRATION_CHANGED_SHORT}"
+                if book.get("calibration_changed")
+                else ""
+            )
         )
     interval = result.get("mape_ci_pct")  # reports from before it: none
     if interval is not None:

@@ -8,7 +8,9 @@ only what it lacks.
 
 **Format.** JSON lines, one object per line:
 
-- a header: ``{"fidelity_journal": VERSION, "label": ...}``;
+- a header: ``{"fidelity_journal": VERSION, "label": ..., "calibration": ...}``, the last
+  a fingerprint of the calibration's file when the set started (``fingerprint``; journals
+  from before it have none);
 - one ``{"run": {...}}`` per real run: its round, system, workload and nominal bandwidth, the
   real spec it ran (as ``fidelity.matched_specs`` wrote it), its metrics, its network's kind,
   its wall time and the failed attempts before it;
@@ -25,7 +27,9 @@ most a torn last line; reading ignores it, and the next append overwrites it.
 real spec all match one the set would make. The real spec holds the iterations, workers,
 threads and communication priority, so a journal from another calibration's layout is not
 mixed in. The twins are simulated again from the current calibration, so a resumed set can
-also rescore a finished set's real runs with a changed simulator without running them again.
+also rescore a finished set's real runs with a changed simulator without running them again,
+or with a calibration measured again since: ``Journal.calibration_changed`` says so, and the
+report with it.
 The compute checks' stages are reused only when the journal's cover the same models. A set
 with other systems, models or bandwidths reuses the runs it shares with the journal and
 makes the rest.
@@ -61,6 +65,15 @@ def default_path(
     return root / "fidelity" / f"{label}-{digest}.journal.jsonl"
 
 
+def fingerprint(path: Path) -> str:
+    """12 hex digits of the SHA-256 of a calibration file's bytes: a journal's record of which
+    calibration its runs were made against ("" where there is no such file)."""
+    path = Path(path)
+    if not path.is_file():
+        return ""
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+
+
 def _gbps(nominal: float | None) -> float | None:
     return None if nominal is None else float(nominal)
 
@@ -94,9 +107,13 @@ class Journal:
     is another calibration's); otherwise start a new one. An existing file is kept as
     ``<path>.prev``, so one set started by mistake without ``--resume`` loses nothing."""
 
-    def __init__(self, path: Path, label: str, resume: bool) -> None:
+    def __init__(self, path: Path, label: str, resume: bool, calibration: str = "") -> None:
         self.path = Path(path)
         self.label = label
+        self.calibration = calibration  # the calibration's fingerprint now ("": not known)
+        # resumed: the journal's runs were made against another version of the calibration
+        # (False where either fingerprint is unknown)
+        self.calibration_changed = False
         self._runs: dict[tuple, tuple[dict[str, Any], KeptRun]] = {}
         self._stages: dict[str, dict[str, Any]] = {}
         self._failed: dict[tuple, list[str]] = {}
@@ -107,7 +124,8 @@ class Journal:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if self.path.exists():
                 self.path.replace(self.path.with_name(self.path.name + ".prev"))
-            self._append({"fidelity_journal": VERSION, "label": label})
+            self._append({"fidelity_journal": VERSION, "label": label,
+                          "calibration": calibration})  # fmt: skip
 
     @property
     def runs(self) -> int:
@@ -185,6 +203,8 @@ class Journal:
                 f"the journal at {self.path} is of calibration '{entry.get('label')}', not "
                 f"'{self.label}': pass --label {entry.get('label')} or run without --resume",
             )
+        then = entry.get("calibration") or ""
+        self.calibration_changed = bool(then and self.calibration and then != self.calibration)
 
     def _append(self, entry: dict[str, Any]) -> None:
         line = json.dumps(entry) + "\n"

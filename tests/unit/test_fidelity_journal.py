@@ -88,7 +88,11 @@ def test_a_set_stopped_by_a_failing_configuration_goes_on_from_its_journal(fakes
         _set(path)
     assert first.calls == 5
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert lines[0] == {"fidelity_journal": fidelity_journal.VERSION, "label": "cpu"}
+    assert lines[0] == {
+        "fidelity_journal": fidelity_journal.VERSION,
+        "label": "cpu",
+        "calibration": "",
+    }  # no calibration file here: no fingerprint
     kept = [entry["run"] for entry in lines if "run" in entry]
     assert [(r["round"], r["system"]) for r in kept] == [(0, "wfbp"), (0, "horovod"), (1, "wfbp")]
     assert [r["metrics"]["iteration_time_s"] for r in kept] == pytest.approx([0.030, 0.031, 0.032])
@@ -105,7 +109,12 @@ def test_a_set_stopped_by_a_failing_configuration_goes_on_from_its_journal(fakes
     assert horovod["real_runs_s"] == pytest.approx([0.031, 0.030])  # the new run: its first call
     # the tries that stopped the first sitting are the row's, as in a set that had gone on
     assert horovod["failed_attempts"] == ["rank 1 died (call 4)", "rank 1 died (call 5)"]
-    assert result["journal"] == {"path": str(path), "reused_runs": 3, "runs": 4}
+    assert result["journal"] == {
+        "path": str(path),
+        "reused_runs": 3,
+        "runs": 4,
+        "calibration_changed": False,
+    }
     # the checks made before and between the rounds are the journal's; only "after" is new
     assert len(fakes.checks) == checks_before + 1
     (drift,) = result["compute_drift"].values()
@@ -132,6 +141,36 @@ def test_a_resumed_finished_set_rescores_its_runs_without_running_them(fakes, tm
     assert again["configs"][0]["real_runs_s"] == done["configs"][0]["real_runs_s"]
     assert again["mape_pct"] == pytest.approx(done["mape_pct"])
     assert again["journal"]["reused_runs"] == 4
+
+
+def test_a_resumed_set_says_when_its_calibration_was_measured_again(fakes, tmp_path, monkeypatch):
+    """The journal's header keeps the calibration file's fingerprint. Resumed against the
+    same file, nothing is said; after the file changed (``calibrate --ps-only`` measured it
+    again), the runs are still rescored, and the progress line, the report's ``journal`` and
+    its text say that the twins come from the calibration as it is now."""
+    monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
+    calibration = tmp_path / "cpu.json"
+    calibration.write_text(json.dumps(TESTBED))
+    path = tmp_path / "j.jsonl"
+    fakes.use(FakeRuns())
+    _set(path, repeats=1)
+    header = json.loads(path.read_text().splitlines()[0])
+    assert header["calibration"] == fidelity_journal.fingerprint(calibration) != ""
+    fakes.use(FakeRuns())
+    same = _set(path, resume=True, repeats=1)
+    assert same["journal"]["calibration_changed"] is False
+    assert "measured again" not in fidelity.format_report(same)
+    calibration.write_text(json.dumps({**TESTBED, "ps_date": "2026-11-27"}))
+    said: list[str] = []
+    none = fakes.use(FakeRuns())
+    again = fidelity.fidelity("cpu", SYSTEMS, MODEL, (1.0,), 5, repeats=1, journal=path,
+                              resume=True, progress=said.append)  # fmt: skip
+    assert none.calls == 0 and again["journal"]["reused_runs"] == 2
+    assert again["journal"]["calibration_changed"] is True
+    assert any("cpu has been measured again since the journal's runs" in s for s in said)
+    assert "from the calibration as it is now, measured again since these runs" in (
+        fidelity.format_report(again)
+    )
 
 
 def test_a_journal_run_made_with_another_real_spec_is_not_reused(fakes, tmp_path):
