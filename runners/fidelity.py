@@ -521,8 +521,9 @@ def _probe_ps(
     transport's (``probe.ps_overlap``) each the median of ``rounds`` probes taken in rounds
     over the models, as the all-reduce arena's overlap entries (``_probe_overlap``); the
     message CPU the median of ``rounds`` probes too (one calibration's single probe was 422
-    µs, the next's 717 on the same machine). The aggregation rate is the median over every
-    probe."""
+    µs, the next's 717 on the same machine). The aggregation: ``probe.aggregation_fit``
+    through the medians over every probe of its two rounds (after 1 MiB and 4 KiB pushes),
+    both stored beside the fit."""
     from .real import probe
 
     taken = _in_rounds(
