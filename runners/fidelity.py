@@ -541,11 +541,9 @@ def _probe_ps(
         "latency_idle_us": ("message_idle_s", 1e6, 3),
         "half_round_trip_busy_us": ("half_round_trip_busy_s", 1e6, 3),
     }
-    rounds_big = [m.agg_round_s for model in models for m in taken[model]]
-    rounds_small = [m.agg_round_small_s for model in models for m in taken[model]]
-    fixed_s, agg_bytes_per_s = probe.aggregation_fit(
-        statistics.median(rounds_big), statistics.median(rounds_small), workers
-    )
+    round_big = statistics.median(m.agg_round_s for model in models for m in taken[model])
+    round_small = statistics.median(m.agg_round_small_s for model in models for m in taken[model])
+    fixed_s, agg_bytes_per_s = probe.aggregation_fit(round_big, round_small, workers)
     cpus = []
     for k in range(rounds):
         say(f"  PS arena: a message's CPU beside {servers} server processes ({k + 1}/{rounds})")
@@ -560,8 +558,8 @@ def _probe_ps(
         **_medians(taken, fields),
         "server_agg_gbps": round(agg_bytes_per_s * 8 / 1e9, 3),
         "server_agg_fixed_us": round(fixed_s * 1e6, 3),
-        "agg_round_us": round(statistics.median(rounds_big) * 1e6, 3),  # 1 MiB pushes
-        "agg_round_small_us": round(statistics.median(rounds_small) * 1e6, 3),  # 4 KiB
+        "agg_round_us": round(round_big * 1e6, 3),  # 1 MiB pushes
+        "agg_round_small_us": round(round_small * 1e6, 3),  # 4 KiB
         "message_cpu_us": round(statistics.median(cpus) * 1e6, 3),
     }
 
