@@ -80,8 +80,8 @@ def _in_window(start: int, until: int | None, iteration: int) -> bool:
 class CommCluster:
     """Cluster of a communication arena (one training job). The ``ps``/``server*`` fields are
     used by the parameter-server arena only (accepted and ignored elsewhere); so are
-    ``jitter_groups``, ``message_cpu_us``, ``pull_rendezvous`` and ``server_agg_fixed_us``
-    (``PS_ONLY_FIELDS``), which other arenas refuse
+    ``jitter_groups``, ``message_cpu_us``, ``pull_rendezvous``, ``server_agg_fixed_us`` and
+    the ``host_*`` fields (``PS_ONLY_FIELDS``), which other arenas refuse
     unless default (a model they would silently not apply).
 
     ``jitter_groups`` is a modelling assumption of the PS arena's simulator, not a property of
@@ -224,6 +224,23 @@ class CommCluster:
     push sizes as the real one does (``runners.real.probe._ps_server``) and ``fidelity`` sets
     them for the PS twins.
 
+    ``host_cores``, ``host_message_cpu_us`` and ``host_cpu_ns_per_byte`` (PS arena): every
+    process of the job (the workers and the servers) on one host of ``host_cores`` cores, as
+    the lab's real PS runs share this machine. Each iteration of a worker then takes at least
+    its host's CPU work over the cores: every worker's compute (its ops' times, jitter and
+    ``compute_scale`` included, without the slow-downs and charges that model contention)
+    plus, for each message (each push and each pull of every worker), ``host_message_cpu_us
+    + S * host_cpu_ns_per_byte`` (the worker's threads, the server's, gloo's and the kernel's,
+    the server's aggregation included). The simulator holds the first forward op of a
+    worker's iteration until that long after the start of its previous one (a work-conserving
+    floor: a machine whose cores are all busy cannot go faster; below it the other
+    resources set the pace). 0 cores (the default): every process on a machine of its own,
+    no floor. ``calibrate`` measures the two CPU times (``runners.real.probe.ps_message_cpu``:
+    the processes' CPU time per message, at two message sizes) and ``fidelity`` sets them, with
+    the host's cores, for the PS twins. A reconstruction, labelled as such: the floor counts
+    neither PSLD's migrations nor the servers' idle loops, and spreads the work evenly over
+    the cores.
+
     ``compute_scale``: every compute op (forward, backward, optimizer update) takes this many
     times its profile's time: a machine whose speed has moved since its profile was measured,
     or a what-if for a slower (> 1) or faster (< 1) device. 1 (the default): the profile's
@@ -264,6 +281,9 @@ class CommCluster:
     jitter_groups: int = 1  # PS arena: groups of workers with independent compute noise
     message_cpu_us: float = 0.0  # PS arena: CPU a message takes from its worker's compute
     pull_rendezvous: bool = False  # PS arena: a pull holds a server's sender and a receiver
+    host_cores: int = 0  # PS arena: the cores every process shares (0: a machine each)
+    host_message_cpu_us: float = 0.0  # PS arena: host CPU per message besides its bytes'
+    host_cpu_ns_per_byte: float = 0.0  # PS arena: host CPU per byte of a message
 
 
 NETWORKS = ("auto", "shaped", "loopback")
@@ -386,7 +406,15 @@ ALLREDUCE_ONLY_FIELDS = (
 
 # Cluster fields the PS arena alone uses (other arenas refuse them unless default; the ``ps`` /
 # ``server*`` fields are accepted and ignored elsewhere).
-PS_ONLY_FIELDS = ("jitter_groups", "message_cpu_us", "pull_rendezvous", "server_agg_fixed_us")
+PS_ONLY_FIELDS = (
+    "jitter_groups",
+    "message_cpu_us",
+    "pull_rendezvous",
+    "server_agg_fixed_us",
+    "host_cores",
+    "host_message_cpu_us",
+    "host_cpu_ns_per_byte",
+)
 # The arena each arena-only cluster field belongs to; ARENA_NAMES, how errors name it.
 FIELD_ARENA = {
     **{key: "allreduce" for key in ALLREDUCE_ONLY_FIELDS},
@@ -402,6 +430,9 @@ _OMITTED_AT_DEFAULT = {
     "message_cpu_us": CommCluster.message_cpu_us,
     "pull_rendezvous": CommCluster.pull_rendezvous,
     "server_agg_fixed_us": CommCluster.server_agg_fixed_us,
+    "host_cores": CommCluster.host_cores,
+    "host_message_cpu_us": CommCluster.host_message_cpu_us,
+    "host_cpu_ns_per_byte": CommCluster.host_cpu_ns_per_byte,
     "reduce_scatter_cost": CommCluster.reduce_scatter_cost,
     "all_gather_cost": CommCluster.all_gather_cost,
     "cpu_collectives": CommCluster.cpu_collectives,
@@ -584,6 +615,24 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         lambda v: 0 <= v <= 1e6,
         "a number >= 0 (microseconds of CPU each parameter-server aggregation takes besides "
         "its bytes'; 0 = none)",
+    ),
+    "host_cores": (
+        int,
+        lambda v: 0 <= v <= 100_000,
+        "an integer >= 0 (PS arena: the cores of the one host every process of the job "
+        "shares, each iteration at least the host's CPU work over them; 0 = a machine each)",
+    ),
+    "host_message_cpu_us": (
+        float,
+        lambda v: 0 <= v <= 1e6,
+        "a number >= 0 (microseconds of the host's CPU each PS message takes besides its "
+        "bytes', all processes together; with cluster.host_cores)",
+    ),
+    "host_cpu_ns_per_byte": (
+        float,
+        lambda v: 0 <= v <= 1e6,
+        "a number >= 0 (nanoseconds of the host's CPU each byte of a PS message takes; with "
+        "cluster.host_cores)",
     ),
     "jitter_groups": (
         int,
@@ -859,6 +908,14 @@ def _cluster(raw: Any) -> CommCluster:
             f"must be <= cluster.workers ({workers}): more noise groups than workers"
             f" (got {jitter_groups}; {workers} = one per worker)",
         )
+    if not values.get("host_cores"):
+        for key in ("host_message_cpu_us", "host_cpu_ns_per_byte"):
+            if values.get(key):
+                raise SpecError(
+                    f"cluster.{key}",
+                    "needs cluster.host_cores (the host's cores the CPU time is spread over; "
+                    f"0 = every process on a machine of its own, no host CPU) (got {raw[key]!r})",
+                )
     gpu = values.get("gpu", CommCluster.gpu)
     if values.get("optimizer_update") and not gpu.startswith("measured:"):
         raise SpecError(

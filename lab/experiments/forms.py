@@ -66,6 +66,9 @@ CLUSTER_KEYS = (
     "jitter_groups",
     "message_cpu_us",
     "pull_rendezvous",
+    "host_cores",
+    "host_message_cpu_us",
+    "host_cpu_ns_per_byte",
 )
 # Cluster fields one arena alone uses (the spec refuses them elsewhere unless default): key ->
 # its arena.
@@ -360,6 +363,30 @@ class ExperimentForm(_ClusterArenaFields):
         help_text="a pull holds its server's sender and its worker's receiver together, one at "
         "a time on each, as the lab's real gloo transport (unticked: buffered sends, as "
         "ps-lite)",
+    )
+    cluster_host_cores = forms.IntegerField(
+        label="host cores",
+        required=False,
+        min_value=0,
+        initial=_DEFAULTS.host_cores,
+        help_text="every worker and server on one host of this many cores, as the lab's real "
+        "PS runs share a machine: each iteration takes at least the host's CPU work over them "
+        "(0 = a machine each, no floor)",
+    )
+    cluster_host_message_cpu_us = forms.FloatField(
+        label="host CPU per message (us)",
+        required=False,
+        min_value=0,
+        initial=_DEFAULTS.host_message_cpu_us,
+        help_text="the host's CPU time each push or pull takes, every process together, besides "
+        "its bytes' (needs host cores)",
+    )
+    cluster_host_cpu_ns_per_byte = forms.FloatField(
+        label="host CPU per byte (ns)",
+        required=False,
+        min_value=0,
+        initial=_DEFAULTS.host_cpu_ns_per_byte,
+        help_text="the host's CPU time each byte of a push or pull takes (needs host cores)",
     )
     trace_generator = forms.ChoiceField(
         label="trace generator",

@@ -61,7 +61,7 @@ import numpy as np
 from .. import registry
 from ..policies.allreduce import Layer
 from ..policies.ps import PSPlan, PSProblem, lr_scale
-from ..spec import RunSpec
+from ..spec import CommCluster, RunSpec
 from .allreduce import compute_setup
 from .engine import ComputeJob, ComputeSetup, LayerTimes, SimResult, WorkerGroup
 
@@ -284,8 +284,29 @@ class _PSJob(ComputeJob):
         # Per group and iteration: when the group's last push left its uplink (see
         # ``straggler_times``); written once per group and iteration, off the per-event path.
         self.push_done = [[0.0] * self.n_iter for _ in setup.groups]
+        self.host_floor = self._host_floor(c)
+        self.host_held = [-1] * self.n_groups  # the iteration a group's wake is due for
         self._evq, self._evseq = self.loop.raw()
         self._bind()
+
+    def _host_floor(self, c: CommCluster) -> list[float] | None:
+        """``cluster.host_cores``: per iteration, the host's CPU work over its cores (every
+        worker's compute ops, then ``host_message_cpu_us + S * host_cpu_ns_per_byte`` for each
+        push and each pull of every worker), the shortest a worker's iteration may take; None
+        without a host."""
+        if not c.host_cores:
+            return None
+        per_worker = sum(
+            2 * (c.host_message_cpu_us * 1e-6 + size * c.host_cpu_ns_per_byte * 1e-9)
+            for size in self.sizes
+        )
+        comm = self.workers * per_worker
+        counts = [g.count for g in self.setup.groups]
+        return [
+            (sum(n * sum(d[it]) for n, d in zip(counts, self.durations, strict=True)) + comm)
+            / c.host_cores
+            for it in range(self.n_iter)
+        ]
 
     # -- per-iteration state ----------------------------------------------------------------
     def _group_state(self, g: int, it: int) -> None:
@@ -461,6 +482,21 @@ class _PSJob(ComputeJob):
             if cross_barrier:
                 return parts[layer] == 0
             return layers_left[g][it - 1] == 0
+
+        host_floor = self.host_floor
+        if host_floor is not None:  # ``cluster.host_cores``: the host's CPU holds iterations
+            pulled_ready = params_ready
+            fwd_done, iter_start, held = self.fwd_done, self.iter_start, self.host_held
+
+            def params_ready(g: int, it: int, layer: int) -> bool:
+                if it >= 1 and fwd_done[g] == 0:  # the iteration's first forward op
+                    release = iter_start[g][it - 1] + host_floor[it - 1]
+                    if loop.now < release:
+                        if held[g] != it:
+                            held[g] = it
+                            heappush(evq, (release, next(evseq), self.wake, (g,)))
+                        return False
+                return pulled_ready(g, it, layer)
 
         def gradient_ready(g: int, it: int, layer: int) -> None:
             nonlocal seq
@@ -1005,6 +1041,8 @@ class _PSJob(ComputeJob):
             extra["mean_staleness"] = (float(stale.mean()), "updates")
             extra["max_staleness"] = (tau_max, "updates")
             extra["mean_lr_scale"] = (float(np.mean(scales)), "")
+        if self.host_floor is not None:  # ``cluster.host_cores``
+            extra["host_cpu_floor_s"] = (float(np.median(self.host_floor[measured])), "s")
         controller = self.plan.controller
         if controller is not None:
             extra["psld_changes"] = (float(controller.changes), "changes")

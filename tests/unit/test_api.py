@@ -209,7 +209,12 @@ def test_the_all_reduce_only_cluster_fields_are_refused_for_a_ps_system(client, 
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("message_cpu_us", 350.0), ("jitter_groups", 2), ("server_agg_fixed_us", 40.0)],
+    [
+        ("message_cpu_us", 350.0),
+        ("jitter_groups", 2),
+        ("server_agg_fixed_us", 40.0),
+        ("host_cores", 2),
+    ],  # fmt: skip
 )
 def test_the_ps_only_cluster_fields_are_refused_for_an_all_reduce_system(client, token, key, value):
     """The form drops a PS-only field for another arena (a hidden part of the page); the API

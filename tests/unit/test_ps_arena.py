@@ -491,6 +491,86 @@ def test_each_message_takes_its_cpu_from_the_op_its_worker_computes_by_hand(cpu_
     assert backward_a == pytest.approx([0.020 + 2 * cpu_us * 1e-6] * len(backward_a), rel=1e-9)
 
 
+@pytest.mark.parametrize(
+    ("host", "iteration_ms"),
+    [
+        ({}, 63.0),  # no host: the network and the compute set the pace
+        ({"host_cores": 2, "host_message_cpu_us": 5000}, 63.0),  # floor (60 + 20) / 2: below
+        ({"host_cores": 1, "host_message_cpu_us": 5000}, 80.0),  # 60 + 4 x 5 ms
+        ({"host_cores": 1, "host_cpu_ns_per_byte": 2.5, "host_message_cpu_us": 0}, 70.0),
+    ],
+)
+def test_the_host_s_cpu_holds_each_iteration_to_its_work_over_the_cores_by_hand(host, iteration_ms):
+    """``host_cores`` by hand, on the two 1 MB layers of the message CPU's test (63 ms an
+    iteration): the host's work in an iteration is the compute (4 ops of 10 + 20 ms: 60 ms)
+    and 4 messages (2 pushes, 2 pulls) of ``host_message_cpu_us + 1 MB x
+    host_cpu_ns_per_byte``, over the cores. The first forward op of an iteration waits until
+    that long after the previous iteration's started, so every iteration lasts the larger of
+    the two."""
+    layers = (LayerTimes("a", 0.010, 0.020, MB), LayerTimes("b", 0.010, 0.020, MB, (0,)))
+    _, result = run_layers(
+        "tictac-tic",
+        layers,
+        workers=1,
+        ps=1,
+        servers=1,
+        bandwidth_gbps=8,
+        server_agg_gbps=8,
+        latency_us=0,
+        iterations=4,
+        **host,
+    )
+    times = [r["iteration_time_s"] for r in result.series]
+    assert times == pytest.approx([iteration_ms / 1e3] * len(times), rel=1e-9)
+    floor = result.metrics.get("host_cpu_floor_s")
+    if not host:
+        assert floor is None
+    else:
+        work = 0.060 + 4 * (host.get("host_message_cpu_us", 0) * 1e-6
+                            + MB * host.get("host_cpu_ns_per_byte", 0) * 1e-9)  # fmt: skip
+        assert floor == pytest.approx(work / host["host_cores"], rel=1e-9)
+    starts = sorted(s for _, r, op, name, s, _, _ in result.timeline
+                    if r == "compute" and op == "forward" and name == "a")  # fmt: skip
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    assert min(gaps) >= (floor or 0.0) - 1e-12
+
+
+def test_the_host_s_floor_counts_every_worker_s_compute_and_messages():
+    """Two identical workers on a 2-core host cost it what one worker costs a 1-core host:
+    the same floor. A real workload, where the floor binds (its keys' messages at 600 us
+    each), and a faster host (4 cores) that it does not bind on."""
+    kw = dict(ps=4, servers=4, bandwidth_gbps=10, latency_us=0, iterations=6, warmup=2)
+    one = run("ps-default", "resnet50", workers=1, host_cores=1, host_message_cpu_us=600, **kw)
+    two = run("ps-default", "resnet50", workers=2, host_cores=2, host_message_cpu_us=600, **kw)
+    free = run("ps-default", "resnet50", workers=2, **kw)
+    floor = two[1].metrics["host_cpu_floor_s"]
+    assert floor == pytest.approx(one[1].metrics["host_cpu_floor_s"], rel=1e-9)
+    assert free[1].metrics["iteration_time_s"] < floor, "the floor binds here"
+    assert two[1].metrics["iteration_time_s"] == pytest.approx(floor, rel=1e-6)
+    four = run("ps-default", "resnet50", workers=2, host_cores=64, host_message_cpu_us=600, **kw)
+    assert four[1].metrics["iteration_time_s"] == pytest.approx(
+        free[1].metrics["iteration_time_s"], rel=1e-9
+    ), "a floor below the pace changes nothing"
+
+
+def test_the_host_fields_are_the_ps_arena_s_and_need_the_cores():
+    with pytest.raises(SpecError, match="parameter-server arena only") as err:
+        validate(raw_spec("wfbp", host_cores=2))
+    assert err.value.field == "cluster.host_cores"
+    for field in ("host_message_cpu_us", "host_cpu_ns_per_byte"):
+        with pytest.raises(SpecError, match="needs cluster.host_cores") as err:
+            validate(raw_spec("ps-default", **{field: 10.0}))
+        assert err.value.field == f"cluster.{field}"
+        with pytest.raises(SpecError) as err:
+            validate(raw_spec("ps-default", host_cores=2, **{field: -1.0}))
+        assert err.value.field == f"cluster.{field}"
+    with pytest.raises(SpecError) as err:
+        validate(raw_spec("ps-default", host_cores=-1))
+    assert err.value.field == "cluster.host_cores"
+    cluster = validate(raw_spec("ps-default")).as_dict()["cluster"]
+    assert not {"host_cores", "host_message_cpu_us", "host_cpu_ns_per_byte"} & set(cluster)
+
+
 def test_a_key_migration_passes_at_the_rate_and_keeps_the_bucket_s_clock():
     """PSLD's migrations do not use the bucket, and the bucket does not fill while one sends
     at the rate: a server NIC whose bucket was empty at 0, at 8 Gbit/s (1 MB/ms), migrating
