@@ -597,6 +597,12 @@ def _print_point(point: dict[str, Any]) -> None:
             if "message_cpu_us" in ps
             else ""
         )
+        + (
+            f", {ps['host_message_cpu_us']:.0f} us + {ps['host_cpu_ns_per_byte']:.2f} ns/B of"
+            " the host's CPU per message"
+            if "host_message_cpu_us" in ps
+            else ""
+        )
         if ps
         else ""
     )

@@ -497,13 +497,24 @@ _PS_METHOD_SUM_ONLY = (
     f"over the models, the message CPU among them: the median of {PS_ROUNDS} probes)"
 )
 PS_AGG_MARKER = "a line through the two"
-PS_METHOD = _PS_METHOD_SUM_ONLY.replace(
+_PS_METHOD_BEFORE_HOST = _PS_METHOD_SUM_ONLY.replace(
     "aggregation: the slowest server's median time to sum a 1 MiB push",
     "aggregation: the slowest server's median time to handle a round's last push as a real "
     "server does (the sum, the SGD step, the copy for the pulls; at the communication "
     "priority) after 1 MiB pushes and after 4 KiB ones, "
     + PS_AGG_MARKER
     + " (server_agg_fixed_us + n x S / server_agg_gbps)",
+)
+PS_HOST_MARKER = "the host's CPU per message"
+PS_METHOD = (
+    _PS_METHOD_BEFORE_HOST
+    + "; "
+    + PS_HOST_MARKER
+    + ": in the message CPU's probes and in as many with 64 KiB pushes, every process's CPU "
+    "time (all its threads) per message, the workers' beyond the same iterations without "
+    "pushes and the servers' from their first push, a line through the two sizes' medians "
+    "(host_message_cpu_us + S x host_cpu_ns_per_byte; the simulator's cluster.host_cores "
+    "floor, runners.real.probe.ps_message_cpu)"
 )
 
 
@@ -544,15 +555,20 @@ def _probe_ps(
     round_big = statistics.median(m.agg_round_s for model in models for m in taken[model])
     round_small = statistics.median(m.agg_round_small_s for model in models for m in taken[model])
     fixed_s, agg_bytes_per_s = probe.aggregation_fit(round_big, round_small, workers)
-    cpus = []
+    cpus, host_small, host_big = [], [], []
     for k in range(rounds):
         say(f"  PS arena: a message's CPU beside {servers} server processes ({k + 1}/{rounds})")
-        with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
-            work = Path(tmp)
-            cpu = probe.ps_message_cpu(
-                workers, servers, nominal, work, threads=threads, comm_priority=comm_priority
-            )
-        cpus.append(cpu)
+        for width, hosts in ((probe.PS_CPU_WIDTH, host_small), (probe.PS_CPU_BIG_WIDTH, host_big)):
+            with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
+                cost = probe.ps_message_cpu(
+                    workers, servers, nominal, Path(tmp), threads=threads,
+                    comm_priority=comm_priority, width=width,
+                )  # fmt: skip
+            if width == probe.PS_CPU_WIDTH:
+                cpus.append(cost.compute_s)
+            hosts.append(cost.host_s)
+    small_s, big_s = statistics.median(host_small), statistics.median(host_big)
+    host_fixed_s, host_per_byte_s = probe.host_cpu_fit(small_s, big_s)
     return {
         "servers": servers,
         **_medians(taken, fields),
@@ -561,6 +577,10 @@ def _probe_ps(
         "agg_round_us": round(round_big * 1e6, 3),  # 1 MiB pushes
         "agg_round_small_us": round(round_small * 1e6, 3),  # 4 KiB
         "message_cpu_us": round(statistics.median(cpus) * 1e6, 3),
+        "host_message_cpu_us": round(host_fixed_s * 1e6, 3),
+        "host_cpu_ns_per_byte": round(host_per_byte_s * 1e9, 4),
+        "host_cpu_small_us": round(small_s * 1e6, 3),  # 4 KiB messages
+        "host_cpu_big_us": round(big_s * 1e6, 3),  # 64 KiB
     }
 
 
@@ -783,13 +803,14 @@ def calibrate_ps(
         progress,
         measure,
         PS_METHOD,
-        PS_AGG_MARKER,  # older PS texts replaced
+        PS_HOST_MARKER,  # older PS texts replaced
         "ps_date",
         superseded=(
             _PS_METHOD_BEFORE_CPU,
             _PS_METHOD_BEFORE_ROUNDS,
             _PS_METHOD_CPU_ONCE,
             _PS_METHOD_SUM_ONLY,
+            _PS_METHOD_BEFORE_HOST,
         ),
         slowdowns=("ps",),
     )
@@ -1238,6 +1259,12 @@ def matched_specs(
             sim["cluster"]["server_agg_fixed_us"] = float(ps["server_agg_fixed_us"])
         if "message_cpu_us" in ps:  # calibrations from before it was measured: none
             sim["cluster"]["message_cpu_us"] = float(ps["message_cpu_us"])
+        if "host_message_cpu_us" in ps:  # every process on this host's cores, as the real run
+            sim["cluster"].update(
+                host_cores=_host_cores(testbed),
+                host_message_cpu_us=float(ps["host_message_cpu_us"]),
+                host_cpu_ns_per_byte=float(ps["host_cpu_ns_per_byte"]),
+            )
         # the real transport's pulls: a server's sender and a worker's receiver held together
         sim["cluster"]["pull_rendezvous"] = True
         _step_jitter(sim, _profile(model, label))
@@ -1273,6 +1300,12 @@ def matched_specs(
             sim["cluster"]["optimizer_update"] = True
         _step_jitter(sim, profile)
     return real, sim
+
+
+def _host_cores(testbed: dict[str, Any]) -> int:
+    """The cores a PS twin's processes share (``cluster.host_cores``): those the calibration's
+    ranks could use (its ``host``), this machine's for a calibration without them."""
+    return int(testbed.get("host", {}).get("usable_cpus") or usable_cpus())
 
 
 def _step_jitter(sim: dict[str, Any], profile: workloads.MeasuredProfile | None) -> None:
@@ -1680,6 +1713,7 @@ ABLATIONS = (
     "message_cpu_us",
     "pull_rendezvous",
     "server_agg_fixed_us",
+    "host_cores",
 )
 ABLATION_NAMES = {"overlap_model": "overlap_model (slow-down at op start)"}  # in the text
 

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import priority
 from . import testbed as tb
@@ -308,6 +308,17 @@ def ps_overlap(
     )
 
 
+class PSMessageCPU(NamedTuple):
+    """What one PS message costs (``ps_message_cpu``), in seconds."""
+
+    compute_s: float  # the compute time it takes from a backward it overlaps
+    host_s: float  # the host's CPU time, all processes together
+
+
+PS_CPU_WIDTH = 32  # the synthetic layers' width: 4 KiB messages (``message_cpu_us``)
+PS_CPU_BIG_WIDTH = 128  # 64 KiB messages: with the 4 KiB ones, the host CPU's part per byte
+
+
 def ps_message_cpu(
     workers: int,
     servers: int,
@@ -315,14 +326,28 @@ def ps_message_cpu(
     work: Path,
     threads: int = 1,
     comm_priority: str = "normal",
-) -> float:
-    """The compute time one PS message takes from a backward it overlaps (``_ps_cpu``), in
-    seconds: ``workers`` worker and ``servers`` server processes laid out as a real PS run
-    lays them out (``ps_overlap``'s layout); the simulator's ``cluster.message_cpu_us``."""
+    width: int = PS_CPU_WIDTH,
+) -> PSMessageCPU:
+    """What one PS message costs (``_ps_cpu``): the compute time it takes from a backward it
+    overlaps (the simulator's ``cluster.message_cpu_us``) and the host's CPU time for it,
+    every process together (``host_message_cpu_us`` and ``host_cpu_ns_per_byte``, through
+    two widths), in seconds; ``workers`` worker and ``servers`` server processes laid out as
+    a real PS run lays them out (``ps_overlap``'s layout), messages of ``width**2`` floats."""
     if servers < 1:
         raise ValueError(f"servers must be at least 1 (got {servers})")
-    job = {"ps_cpu_workers": workers}
-    return float(_launch(job, workers + servers, bandwidth_gbps, work, threads, comm_priority))
+    job = {"ps_cpu_workers": workers, "width": width}
+    compute, host = _launch(job, workers + servers, bandwidth_gbps, work, threads, comm_priority)
+    return PSMessageCPU(float(compute), float(host))
+
+
+def host_cpu_fit(small_s: float, big_s: float) -> tuple[float, float]:
+    """The host CPU per message as ``fixed + per_byte * S`` through its medians at the two
+    widths' message sizes (``PS_CPU_WIDTH``, ``PS_CPU_BIG_WIDTH``): ``(fixed seconds,
+    seconds per byte)``. A line that would fall with size (noise on a shared machine) is
+    flat at the small messages' value; the fixed part is at least 0."""
+    small, big = 4 * PS_CPU_WIDTH**2, 4 * PS_CPU_BIG_WIDTH**2
+    per_byte = max(0.0, (big_s - small_s) / (big - small))
+    return max(0.0, small_s - per_byte * small), per_byte
 
 
 def _launch(
@@ -846,7 +871,7 @@ def _horovod_cpu(
     return rank, {"cycle_cpu_s": largest[0], "idle_slowdown": idle_slowdown}
 
 
-def _ps_server(rank: int, workers: int, elements: int) -> float:
+def _ps_server(rank: int, workers: int, elements: int) -> tuple[float, float, int]:
     """(A server rank of the PS probes.) Serve pushes of one key of ``elements`` values as a
     real server serves a key in ``sync`` mode (``runners.real.ps.PSServer``), until every
     worker has stopped: the receiver thread queues each push; this thread, at the
@@ -860,7 +885,9 @@ def _ps_server(rank: int, workers: int, elements: int) -> float:
     median time of handling a round's completing push, in seconds: what a round's
     aggregation takes after its last push, as the real server's ``cpu``/``aggregate`` record
     of that push times it (``aggregation_fit`` puts the simulator's aggregation through two
-    sizes)."""
+    sizes); then the process's CPU time (every thread: its receiver's, its sender's, gloo's
+    and this one's) from its first push on, and the messages it handled in that time (the
+    pushes it received and the answers it sent), for ``_ps_cpu``'s host CPU per message."""
     import threading
     from collections import deque
 
@@ -886,6 +913,8 @@ def _ps_server(rank: int, workers: int, elements: int) -> float:
     total: torch.Tensor | None = None
     values = key.clone()  # the newest copy for the pulls
     pushes = 0  # of this round
+    cpu_from: float | None = None  # the process's CPU time at the first push
+    handled = 0  # messages since: pushes received, answers sent
     with _communication():  # as a real run's server (PSServer.serve): all of it
         channel.start()
         while True:
@@ -897,6 +926,9 @@ def _ps_server(rank: int, workers: int, elements: int) -> float:
                 if not inbox:
                     break
                 h, payload = inbox.popleft()
+            if cpu_from is None:
+                cpu_from = time.process_time()
+            handled += 2  # the push, and its answer
             start = time.perf_counter()
             if total is None:
                 total = payload
@@ -915,9 +947,10 @@ def _ps_server(rank: int, workers: int, elements: int) -> float:
     channel.failed()
     with cv:
         channel.close()
-    channel.join()
+    channel.join()  # (the last answers are out)
+    cpu = 0.0 if cpu_from is None else time.process_time() - cpu_from
     dist.barrier()
-    return statistics.median(completing) if completing else 0.0
+    return (statistics.median(completing) if completing else 0.0), cpu, handled
 
 
 def _ps_overlap(
@@ -946,7 +979,7 @@ def _ps_overlap(
     table = list(range(world))  # logical rank = dist rank here
 
     if rank >= workers:
-        agg = _ps_server(rank, workers, elements)
+        agg, _, _ = _ps_server(rank, workers, elements)
         return [_slowest(0.0), _slowest(0.0), _slowest(0.0), _slowest(agg)]
 
     timed = _timed_steps(model_name, rank, workers)
@@ -1023,11 +1056,21 @@ def _ps_cpu(
     is timed alone (no hooks), then with each layer's gradient pushed (``width**2`` values; 4
     KiB at the default 32) to the servers in turn as it is ready, from a post-accumulate-grad
     hook as a real run's worker pushes, every push answered by a pull; each iteration waits
-    for its answers before the next. The value is the median over iterations of (backward
-    time with the pushes - the median alone) / the messages that started during that
-    backward (pushes leaving the sender, pulls arriving), the slowest worker's; servers report
-    0. What the messages' threads (the worker's, the servers', gloo's) cost the compute on
-    shared cores. Not a model of training: a synthetic model's stream."""
+    for its answers before the next. Two values, every rank's the same:
+
+    - the compute's: the median over iterations of (backward time with the pushes - the
+      median alone) / the messages that started during that backward (pushes leaving the
+      sender, pulls arriving), the slowest worker's. What the messages' threads (the
+      worker's, the servers', gloo's) cost the compute on shared cores (the simulator's
+      ``cluster.message_cpu_us``);
+    - the host's: the CPU time one message takes from the machine, all processes together:
+      the workers' process CPU time (every thread) over the iterations with the pushes less
+      that of as many iterations alone, over the messages they sent and received, plus the
+      servers' process CPU time from their first push on over the messages they handled (a
+      message goes through one worker and one server). What ``cluster.host_message_cpu_us``
+      and ``host_cpu_ns_per_byte`` charge the host's cores per message.
+
+    Not a model of training: a synthetic model's stream."""
     import threading
 
     import torch
@@ -1036,11 +1079,16 @@ def _ps_cpu(
     from .ps import _DATA, PULL, PUSH, Channel
 
     if rank >= workers:
-        _ps_server(rank, workers, width * width)
-        return _slowest(0.0)
+        _, cpu, handled = _ps_server(rank, workers, width * width)
+        return [_slowest(0.0), _host_cpu_per_message(0.0, 0, cpu, handled)]
     servers = list(range(workers, dist.get_world_size()))
     model, inputs, base = _synthetic_backward(layers, iterations, batch, width)
     warmup = SYNTHETIC_WARMUP
+    alone_from = time.process_time()  # the same iterations' CPU time without the pushes
+    for _ in range(iterations):
+        _backward_window(model, inputs)
+        model.zero_grad(set_to_none=True)
+    alone_cpu = time.process_time() - alone_from
 
     cv = threading.Condition()
     events: list[float] = []  # when each message started: a push's send, a pull's arrival
@@ -1075,7 +1123,11 @@ def _ps_cpu(
     with _communication():  # the PS transport's client side, as a real run's
         channel.start()
     windows = []
+    cpu_from = 0.0
+    messages = 0  # of the measured iterations: pushes sent, answers received
     for it in range(warmup + iterations):
+        if it == warmup:
+            cpu_from = time.process_time()
         loss = model(inputs).square().mean()
         start = time.perf_counter()
         loss.backward()
@@ -1087,11 +1139,35 @@ def _ps_cpu(
         model.zero_grad(set_to_none=True)
         if it >= warmup:
             windows.append((start, end))
+            messages += 2 * layers
+    with_cpu = time.process_time() - cpu_from
     with cv:
         channel.close()
     channel.join()
     dist.barrier()
-    return _slowest(_cost_per_event(windows, events, base))
+    return [
+        _slowest(_cost_per_event(windows, events, base)),
+        _host_cpu_per_message(max(0.0, with_cpu - alone_cpu), messages, 0.0, 0),
+    ]
+
+
+def _host_cpu_per_message(
+    worker_cpu: float, worker_messages: int, server_cpu: float, server_messages: int
+) -> float:
+    """(Every rank of ``_ps_cpu``.) The host CPU time of one message, in seconds: the
+    workers' CPU time for their messages over the messages they sent and received, plus the
+    servers' over the messages they handled (each rank gives its own; 0 on the other
+    side)."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor(
+        [worker_cpu, float(worker_messages), server_cpu, float(server_messages)],
+        dtype=torch.float64,
+    )
+    dist.all_reduce(t)
+    w_cpu, w_n, s_cpu, s_n = (float(x) for x in t)
+    return (w_cpu / w_n if w_n else 0.0) + (s_cpu / s_n if s_n else 0.0)
 
 
 if __name__ == "__main__":

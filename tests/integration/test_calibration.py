@@ -74,6 +74,10 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
         # what a message's threads take from a backward: measured, a CPU time (with spare
         # cores it may be none; the simulator's PS twins get it)
         assert 0 <= ps["message_cpu_us"] < 1e6
+        # and what a message costs the host, every process together: its threads, the
+        # server's and the kernel's take CPU time whatever the cores (more for 64 KiB)
+        assert ps["host_cpu_small_us"] > 10 and ps["host_cpu_big_us"] > 10
+        assert 0 <= ps["host_message_cpu_us"] < 1e6 and ps["host_cpu_ns_per_byte"] >= 0
         # the real Horovod's own cost, where it is installed (`make test` builds it): a CPU
         # time per cycle (the probe fails where no backward overlapped a collective), and per
         # model a step's slow-down beside its idle loop (below 0 only by the machine's noise)

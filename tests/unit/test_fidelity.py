@@ -335,6 +335,7 @@ def test_a_ps_system_without_the_ps_measurement_says_what_to_run():
 def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkeypatch):
     monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
     doc = {**TESTBED, "method": "m", "profiles": {"vgg16-debug": "vgg16-debug@cpu"}}
+    doc["host"] = {"cpus": 8, "usable_cpus": 6}  # the calibration's machine, not this one
     (tmp_path / "cpu.json").write_text(json.dumps(doc))
     seen = []
 
@@ -355,10 +356,14 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
         )
 
     cpu_swing = iter([1.0, 2.5, 0.4] * 2)  # the message CPU's probes: the median the middle
+    host_swing = iter([1.0, 1.5, 0.5] * 4)  # and their host CPU, per width
 
-    def fake_message_cpu(workers, servers, nominal, work, threads, comm_priority):
-        seen.append(("message", workers, servers, nominal))
-        return (3e-4 if nominal is None else 4e-4) * next(cpu_swing)
+    def fake_message_cpu(workers, servers, nominal, work, threads, comm_priority, width):
+        seen.append(("message", workers, servers, nominal, width))
+        # the host: 500 us + 2 ns a byte at the medians; a big probe's own compute unused
+        host = (500e-6 + 4 * width**2 * 2e-9) * next(host_swing)
+        compute = (3e-4 if nominal is None else 4e-4) * next(cpu_swing) if width == 32 else 9.0
+        return probe.PSMessageCPU(compute, host)
 
     monkeypatch.setattr(probe, "ps_overlap", fake_ps_overlap)
     monkeypatch.setattr(probe, "ps_message_cpu", fake_message_cpu)
@@ -368,11 +373,13 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
     assert cli.main(["calibrate", "--label", "cpu", "--ps-only", "--json"]) == 0
     servers = fidelity.PS_SERVERS
     assert fidelity.PS_ROUNDS == 3
+    small, big = probe.PS_CPU_WIDTH, probe.PS_CPU_BIG_WIDTH
+    assert (small, big) == (32, 128)
     assert seen == [
         *[("vgg16-debug", 2, servers, None)] * 3,
-        *[("message", 2, servers, None)] * 3,
+        *[("message", 2, servers, None, small), ("message", 2, servers, None, big)] * 3,
         *[("vgg16-debug", 2, servers, 1.0)] * 3,
-        *[("message", 2, servers, 1.0)] * 3,
+        *[("message", 2, servers, 1.0, small), ("message", 2, servers, 1.0, big)] * 3,
     ]
     stored = json.loads((tmp_path / "cpu.json").read_text())
     loop, shaped = stored["network"]
@@ -387,6 +394,10 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
         "agg_round_us": 624.288,
         "agg_round_small_us": 102.048,
         "message_cpu_us": 400.0,
+        "host_message_cpu_us": 500.0,  # the line through the two widths' medians
+        "host_cpu_ns_per_byte": 2.0,
+        "host_cpu_small_us": 508.192,
+        "host_cpu_big_us": 631.072,
     }
     assert loop["ps"]["latency_busy_us"] == {"vgg16-debug": 2000.0}
     assert loop["ps"]["message_cpu_us"] == 300.0
@@ -399,10 +410,12 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
         fidelity._PS_METHOD_BEFORE_ROUNDS,
         fidelity._PS_METHOD_CPU_ONCE,
         fidelity._PS_METHOD_SUM_ONLY,  # the aggregation as the sum of one push alone
+        fidelity._PS_METHOD_BEFORE_HOST,  # without the host's CPU per message
     ):
         stored["method"] = f"m; {older}"
         (tmp_path / "cpu.json").write_text(json.dumps(stored))
         swing, cpu_swing = iter([1.0, 3.0, 0.5] * 2), iter([1.0, 2.5, 0.4] * 2)
+        host_swing = iter([1.0, 1.5, 0.5] * 4)
         assert cli.main(["calibrate", "--label", "cpu", "--ps-only", "--json"]) == 0
         method = json.loads((tmp_path / "cpu.json").read_text())["method"]
         assert method == f"m; {fidelity.PS_METHOD}"
@@ -411,6 +424,8 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
     assert validate(sim).cluster.message_cpu_us == 400.0
     assert validate(sim).cluster.server_agg_fixed_us == 100.0
     assert validate(sim).cluster.server_agg_gbps == 32.0
+    host = validate(sim).cluster  # every process on the calibration's host
+    assert (host.host_cores, host.host_message_cpu_us, host.host_cpu_ns_per_byte) == (6, 500.0, 2.0)
     for latency in ("idle", "split", "engine"):  # the PS simulator has one latency: the idle
         _, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, stored, latency=latency)
         assert validate(sim).cluster.latency_us == 500.0
@@ -434,7 +449,7 @@ def test_a_busy_machine_s_slowdown_is_written_as_measured_with_a_warning_or_refu
         return probe.PSProbe(slowdown, 2e-3, 5e-4, 3e-3, 6e-4, 1e-4)
 
     monkeypatch.setattr(probe, "ps_overlap", busy_ps_overlap)
-    monkeypatch.setattr(probe, "ps_message_cpu", lambda *args, **kw: 4e-4)
+    monkeypatch.setattr(probe, "ps_message_cpu", lambda *a, **kw: probe.PSMessageCPU(4e-4, 6e-4))
     assert cli.main(["calibrate", "--label", "cpu", "--ps-only"]) == code
     err = capsys.readouterr().err
     said = f"compute while PS pushes run of vgg16-debug measured {1 + slowdown:.1f}x as slow"
@@ -1383,3 +1398,51 @@ def test_the_report_says_how_much_cpu_the_hypervisor_took():
     assert "hypervisor took 4.0%" in fidelity.format_report(out)
     plain = fidelity.report([_row("wfbp", 0.04, 0.04)], "unit")  # runs without it
     assert plain["steal_pct"] is None and "hypervisor" not in fidelity.format_report(plain)
+
+
+@pytest.mark.parametrize(
+    ("small_us", "big_us", "fixed_us", "ns_per_byte"),
+    [
+        (508.192, 631.072, 500.0, 2.0),  # through both points
+        (600.0, 550.0, 600.0, 0.0),  # falling with size (noise): flat at the small value
+        (10.0, 1000.0, 0.0, 990 / (65536 - 4096) * 1e3),  # steep: the fixed part at 0
+    ],
+)
+def test_the_host_cpu_fit_and_its_clamps(small_us, big_us, fixed_us, ns_per_byte):
+    fixed, per_byte = probe.host_cpu_fit(small_us * 1e-6, big_us * 1e-6)
+    assert fixed * 1e6 == pytest.approx(fixed_us, abs=1e-6)
+    if small_us < big_us and fixed_us > 0:
+        assert per_byte * 1e9 == pytest.approx(ns_per_byte, rel=1e-9)
+        assert (fixed + per_byte * 4096) * 1e6 == pytest.approx(small_us, rel=1e-9)
+        assert (fixed + per_byte * 65536) * 1e6 == pytest.approx(big_us, rel=1e-9)
+    elif small_us >= big_us:
+        assert per_byte == 0.0
+    else:  # the line's fixed part would be negative: 0, the slope kept
+        assert per_byte * 1e9 == pytest.approx(ns_per_byte, rel=1e-9)
+
+
+def test_a_ps_twin_without_the_host_measurement_has_no_host():
+    """Calibrations from before the host CPU was measured: every process on a machine of its
+    own, as before (no floor); with it, the twin shares the calibration's cores."""
+    ps = {"servers": 4, "overlap_slowdown": {"vgg16-debug": 0.1},
+          "latency_busy_us": {"vgg16-debug": 700.0}, "latency_idle_us": {"vgg16-debug": 600.0},
+          "server_agg_gbps": 20.0, "message_cpu_us": 400.0}  # fmt: skip
+    doc = {**TESTBED, "profiles": {"vgg16-debug": "vgg16-debug@cpu"}}
+    doc["network"] = [{**p, "ps": ps} for p in TESTBED["network"]]
+    _, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, doc)
+    assert validate(sim).cluster.host_cores == 0
+    assert "host_cores" not in validate(sim).as_dict()["cluster"]
+    doc["network"] = [
+        {**p, "ps": {**ps, "host_message_cpu_us": 550.0, "host_cpu_ns_per_byte": 3.0}}
+        for p in TESTBED["network"]
+    ]
+    _, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, doc)
+    assert validate(sim).cluster.host_cores == fidelity.usable_cpus()  # no ``host``: this one
+    doc["host"] = {"cpus": 4, "usable_cpus": 3}
+    _, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, doc)
+    cluster = validate(sim).cluster
+    assert (cluster.host_cores, cluster.host_message_cpu_us, cluster.host_cpu_ns_per_byte) == (
+        3,
+        550.0,
+        3.0,
+    )
