@@ -13,8 +13,9 @@ times reduce-scatter and all-gather against the all-reduce (the simulator's
 ``cluster.reduce_scatter_cost`` / ``all_gather_cost``); ``ps_overlap`` is the
 parameter-server arena's counterpart of ``overlap``, with server processes beside the
 workers, and ``ps_message_cpu`` the compute time one PS message takes from a backward it
-overlaps; ``horovod_cpu`` the compute time one cycle of the real Horovod with a collective
-takes from a backward it overlaps, and a step's slow-down beside its idle loop.
+overlaps and the host's CPU time for it, every process together; ``horovod_cpu`` the
+compute time one cycle of the real Horovod with a collective takes from a backward it
+overlaps, and a step's slow-down beside its idle loop.
 ``runners.fidelity.calibrate`` uses all seven.
 """
 
