@@ -534,7 +534,9 @@ def _probe_ps(
     message CPU the median of ``rounds`` probes too (one calibration's single probe was 422
     µs, the next's 717 on the same machine). The aggregation: ``probe.aggregation_fit``
     through the medians over every probe of its two rounds (after 1 MiB and 4 KiB pushes),
-    both stored beside the fit."""
+    both stored beside the fit. The host's CPU per message: ``probe.host_cpu_fit`` through
+    the medians of the message CPU's probes (4 KiB) and of as many with 64 KiB messages,
+    both stored beside the fit too."""
     from .real import probe
 
     taken = _in_rounds(
