@@ -538,7 +538,7 @@ def test_the_host_s_cpu_holds_each_iteration_to_its_work_over_the_cores_by_hand(
 def test_the_host_s_floor_counts_every_worker_s_compute_and_messages():
     """Two identical workers on a 2-core host cost it what one worker costs a 1-core host:
     the same floor. A real workload, where the floor binds (its keys' messages at 600 us
-    each), and a faster host (4 cores) that it does not bind on."""
+    each), and a host of 64 cores that it does not bind on."""
     kw = dict(ps=4, servers=4, bandwidth_gbps=10, latency_us=0, iterations=6, warmup=2)
     one = run("ps-default", "resnet50", workers=1, host_cores=1, host_message_cpu_us=600, **kw)
     two = run("ps-default", "resnet50", workers=2, host_cores=2, host_message_cpu_us=600, **kw)
