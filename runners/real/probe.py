@@ -1125,7 +1125,6 @@ def _ps_cpu(
         channel.start()
     windows = []
     cpu_from = 0.0
-    messages = 0  # of the measured iterations: pushes sent, answers received
     for it in range(warmup + iterations):
         if it == warmup:
             cpu_from = time.process_time()
@@ -1140,12 +1139,12 @@ def _ps_cpu(
         model.zero_grad(set_to_none=True)
         if it >= warmup:
             windows.append((start, end))
-            messages += 2 * layers
     with_cpu = time.process_time() - cpu_from
     with cv:
         channel.close()
     channel.join()
     dist.barrier()
+    messages = 2 * layers * iterations  # measured: each layer's push and its answer
     return [
         _slowest(_cost_per_event(windows, events, base)),
         _host_cpu_per_message(max(0.0, with_cpu - alone_cpu), messages, 0.0, 0),

@@ -285,7 +285,6 @@ class _PSJob(ComputeJob):
         # ``straggler_times``); written once per group and iteration, off the per-event path.
         self.push_done = [[0.0] * self.n_iter for _ in setup.groups]
         self.host_floor = self._host_floor(c)
-        self.host_held = [-1] * self.n_groups  # the iteration a group's wake is due for
         self._evq, self._evseq = self.loop.raw()
         self._bind()
 
@@ -486,7 +485,8 @@ class _PSJob(ComputeJob):
         host_floor = self.host_floor
         if host_floor is not None:  # ``cluster.host_cores``: the host's CPU holds iterations
             pulled_ready = params_ready
-            fwd_done, iter_start, held = self.fwd_done, self.iter_start, self.host_held
+            fwd_done, iter_start = self.fwd_done, self.iter_start
+            held = [-1] * n_groups  # per group, the iteration whose wake is due
 
             def params_ready(g: int, it: int, layer: int) -> bool:
                 if it >= 1 and fwd_done[g] == 0:  # the iteration's first forward op
