@@ -714,7 +714,7 @@ def reconcile() -> dict[str, int]:
         handle = _handle_of(run)
         if not handle:
             # The worker may have died between starting the job and recording it.
-            found = executor.find(run.pk)
+            found = executor.find(run.pk, run.home)
             if found:
                 Run.objects.filter(pk=run.pk, state=Run.RUNNING).update(handle=found)
                 handle = found

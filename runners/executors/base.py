@@ -89,8 +89,9 @@ class Executor(Protocol):
         """Ask the run to end (SIGTERM), kill it after ``grace_s``; False if already gone."""
         ...
 
-    def find(self, run_id: int) -> str | None:
-        """The handle of run ``run_id``'s job if one exists (after a crash), else None."""
+    def find(self, run_id: int, home: Path | None = None) -> str | None:
+        """The handle of run ``run_id``'s job (launched in ``home``) if one was started,
+        else None: the launcher may have died before it recorded the handle."""
         ...
 
 

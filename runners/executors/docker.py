@@ -205,7 +205,7 @@ class DockerExecutor:
             self._copy_logs(container, Path(home))
         return True
 
-    def find(self, run_id: int) -> str | None:
+    def find(self, run_id: int, home: Path | None = None) -> str | None:
         found = self.client.containers.list(all=True, filters={"label": f"{LABEL}={run_id}"})
         if not found:
             return None

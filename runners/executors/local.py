@@ -6,6 +6,8 @@ ends. Whoever polls later (another process) learns the state from the files and 
 table only, so nothing is held in memory:
 
     <home>/spec.json     the spec to run (written by the caller)
+    <home>/pid           the run's session leader (written first, so ``find`` can recover a
+                         run whose launcher died before it recorded the handle)
     <home>/process.log   stdout + stderr of the runner
     <home>/exit_code     written when the runner exits
     <home>/run/          the run directory (appears atomically on success)
@@ -28,9 +30,12 @@ from .base import EXIT_CODE, LOG, RUN_DIR, SPEC, Resources, Status
 
 __all__ = ["EXIT_CODE", "LOG", "RUN_DIR", "SPEC", "Handle", "LocalExecutor", "Status"]
 
-# $1 = python, $2 = home. The inner shell waits for the runner and records its status.
+# $1 = python, $2 = home. The inner shell records its pid, waits for the runner and records
+# its status.
+PID = "pid"
 _WRAPPER = (
-    'cd "$2" && "$1" -m runners run spec.json --out run >process.log 2>&1; '
+    'cd "$2" && echo $$ >pid.tmp && mv pid.tmp pid && '
+    '"$1" -m runners run spec.json --out run >process.log 2>&1; '
     "echo $? >exit_code.tmp && mv exit_code.tmp exit_code"
 )
 # Detach: a new session (own process group), stdin closed; print the session leader's pid.
@@ -53,7 +58,7 @@ def launch(
     home = Path(home).resolve()
     if not (home / SPEC).is_file():
         raise FileNotFoundError(f"{home / SPEC} is missing")
-    for stale in (EXIT_CODE, "exit_code.tmp"):
+    for stale in (EXIT_CODE, "exit_code.tmp", PID, "pid.tmp"):
         (home / stale).unlink(missing_ok=True)
     root = project_root or Path(__file__).resolve().parents[2]
     env = {**os.environ, **(extra_env or {}), "PYTHONPATH": _pythonpath(root)}
@@ -106,6 +111,33 @@ def stop(handle: Handle, sig: int = signal.SIGTERM) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+ENDED = -1  # start ticks of a handle found after its run ended: never matches a live process
+
+
+def find(home: Path) -> Handle | None:
+    """The run started in ``home``: its session leader while it runs (pid and start time,
+    checked against the wrapper's command line, so that a reused pid is not taken for it),
+    a handle that is never alive once it has gone, None if no run was started there."""
+    home = Path(home).resolve()
+    try:
+        pid = int((home / PID).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    ticks = _start_ticks(pid)
+    if ticks is not None and _is_wrapper_of(pid, home):
+        return Handle(pid=pid, start_ticks=ticks)
+    # Gone: ``poll`` of this handle reads the exit code, or says "lost" if there is none.
+    return Handle(pid=pid, start_ticks=ENDED)
+
+
+def _is_wrapper_of(pid: int, home: Path) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return len(argv) >= 6 and argv[2] == _WRAPPER.encode() and argv[5] == str(home).encode()
 
 
 def _alive(handle: Handle) -> bool:
@@ -164,8 +196,15 @@ class LocalExecutor:
             stop(parsed, signal.SIGKILL)
         return True
 
-    def find(self, run_id: int) -> str | None:
-        return None  # a local run's handle is recorded before anything can be lost
+    def find(self, run_id: int, home: Path | None = None) -> str | None:
+        """The handle of the run launched in ``home``, from its ``pid`` file, if it started:
+        the worker may have died between starting it and recording the handle. A run that
+        has ended meanwhile gets a handle that is never alive (its ``exit_code`` tells the
+        rest); None when nothing was started there."""
+        if home is None:
+            return None
+        found = find(Path(home))
+        return format_handle(found) if found else None
 
 
 def format_handle(handle: Handle) -> str:

@@ -284,7 +284,7 @@ class SlurmExecutor:
 
     # -- find -----------------------------------------------------------------------------
 
-    def find(self, run_id: int) -> str | None:
+    def find(self, run_id: int, home: Path | None = None) -> str | None:
         """Job id of run ``run_id``'s queued or running job (by job name), else None."""
         out = _run_slurm(["squeue", "-h", "-n", job_name(run_id), "-o", "%i"])
         if out.returncode != 0:

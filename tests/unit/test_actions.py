@@ -178,6 +178,31 @@ def test_a_launch_that_never_recorded_its_process_is_requeued(user, config, sett
     assert actions.reconcile()["requeued"] == 1
 
 
+def test_a_launch_whose_worker_died_before_recording_the_process_is_adopted(
+    user, config, settings
+):
+    """The worker started the job, then was killed before it wrote the handle: the
+    reconciler finds the job from its home and follows it; nothing is launched twice."""
+    settings.LAUNCH_GRACE_S = 0.0
+    experiment = actions.create_experiment(user, config)
+    run = experiment.runs.first()
+    Run.objects.filter(pk=run.pk).update(
+        state=Run.RUNNING, pid=None, handle="", started_at="2020-01-01T00:00:00Z"
+    )
+    run.refresh_from_db()
+    actions._prepare_home(run)
+    started = local.launch(run.home)
+    wait_for(lambda: local.find(run.home) is not None, 10, what="the job to record its pid")
+
+    assert actions.reconcile()["requeued"] == 0
+    run.refresh_from_db()
+    assert run.handle == local.format_handle(started) or run.state == Run.SUCCEEDED
+    finish_all(experiment)
+    run.refresh_from_db()
+    assert (run.state, run.attempt) == (Run.SUCCEEDED, 1)
+    assert not list(run.home.parent.glob(f"{run.pk}.attempt-*"))
+
+
 def test_rerun_copies_the_definition_and_queues_new_runs(user, config):
     first = actions.create_experiment(user, config)
     second = actions.rerun_experiment(first, user)

@@ -209,3 +209,60 @@ def test_poll_reads_the_exit_code_even_when_the_process_is_gone(tmp_path):
     (tmp_path / local.EXIT_CODE).write_text("1\n")
 
     assert local.poll(tmp_path, local.Handle(IMPOSSIBLE_PID, None)) == local.Status("exited", 1)
+
+
+# -- find: a run whose launcher died before it recorded the handle ----------------------------
+
+
+def test_find_recovers_the_handle_of_a_running_run_from_its_home(tmp_path, launched):
+    home = home_with(tmp_path, ENDLESS)
+    handle = launched(home)
+    wait_for(lambda: (home / local.PID).exists(), "the wrapper to record its pid")
+
+    assert local.find(home) == handle
+    executor = local.LocalExecutor()
+    assert executor.find(7, home) == local.format_handle(handle)
+    assert executor.poll(home, executor.find(7, home)).state == "running"
+
+
+def test_find_gives_a_never_alive_handle_once_the_run_has_ended(tmp_path, launched):
+    home = home_with(tmp_path, QUICK)
+    handle = launched(home)
+    wait_until_done(home, handle)
+
+    found = local.find(home)
+
+    assert found == local.Handle(pid=handle.pid, start_ticks=local.ENDED)
+    assert not local._alive(found) and local.stop(found) is False
+    assert local.poll(home, found) == local.Status("exited", 0)
+
+
+def test_find_of_a_killed_run_polls_as_lost(tmp_path, launched):
+    home = home_with(tmp_path, ENDLESS)
+    handle = launched(home)
+    wait_for(lambda: (home / local.PID).exists(), "the wrapper to record its pid")
+    wait_for(lambda: leads_its_group_or_is_gone(handle), "the run's group to exist")
+    local.stop(handle, signal.SIGKILL)
+    wait_for(lambda: not local._alive(handle), "the run to die")
+
+    assert local.poll(home, local.find(home)).state == "lost"
+
+
+def test_find_is_none_where_nothing_was_started(tmp_path):
+    home = home_with(tmp_path, QUICK)
+
+    assert local.find(home) is None
+    assert local.LocalExecutor().find(3, home) is None
+    assert local.LocalExecutor().find(3) is None  # no home: nothing to look in
+
+
+def test_find_does_not_take_a_reused_pid_for_the_run(tmp_path):
+    """The pid file names a live process that is not this home's wrapper (this test)."""
+    home = home_with(tmp_path, QUICK)
+    (home / local.PID).write_text(f"{os.getpid()}\n")
+
+    found = local.find(home)
+
+    assert found == local.Handle(pid=os.getpid(), start_ticks=local.ENDED)
+    assert local.stop(found) is False  # never signals the process that reused the pid
+    assert local.poll(home, found).state == "lost"
