@@ -83,8 +83,10 @@ migration round). Reconstruction: the switch-at-an-agreed-step protocol follows 
 co-author's MXNet fork (research/comm.md §5.2); the policy is ``PSLDController``'s.
 
 Records: workers write ``rank<w>.json`` as the all-reduce ranks do (``launch._results`` averages
-workers only); servers write ``server<j>.json`` (busy time per round, staleness, migrations, their
-timeline rows and, with ``LAB_REAL_SAVE_PARAMS``, the log of every push they applied).
+workers only), each with its timeline rows (worker 0's resources named as the simulator's, the
+others' prefixed ``w<k>.``); servers write ``server<j>.json`` (busy time per round, staleness,
+migrations, their timeline rows and, with ``LAB_REAL_SAVE_PARAMS``, the log of every push they
+applied).
 """
 
 from __future__ import annotations
@@ -315,9 +317,12 @@ def run(
     ranks = [json.loads((work / f"rank{w}.json").read_text()) for w in range(workers)]
     records = [json.loads((work / f"server{j}.json").read_text()) for j in range(servers)]
     first, last = window
-    ranks[0]["timeline"] = ranks[0]["timeline"] + [
-        row for r in records for row in r["timeline"] if first <= row[0] < last
+    ranks[0]["timeline"] = [
+        *(row for r in ranks for row in r["timeline"]),
+        *(row for r in records for row in r["timeline"] if first <= row[0] < last),
     ]
+    for r in ranks[1:]:
+        r["timeline"] = []  # in rank 0's now
     result = launch._results(spec, ranks, network)
     result.comm_priority, result.comm_priority_note = prio, prio_note
     result.servers_aggregate = [str(r.get("aggregate_priority", "")) for r in records]
@@ -933,10 +938,14 @@ def _work(ctx: Context) -> dict[str, Any]:
     stragglers = spec["cluster"].get("stragglers", [])
     first_recorded, end_recorded = job["timeline"]
     timeline: list[list[Any]] = []
+    # Every worker records; worker 0's resources keep the simulator's names (compute, uplink,
+    # downlink), the others' carry their number (w1.compute, ...), so that the workers' skew
+    # can be read from the run's own timeline.
+    prefix = "" if worker == 0 else f"w{worker}."
 
     def record(it: int, resource: str, op: str, layer: str, start: float, end: float, nbytes: int):
         if first_recorded <= it < end_recorded:
-            timeline.append([it, resource, op, layer, start, end, nbytes])
+            timeline.append([it, prefix + resource, op, layer, start, end, nbytes])
 
     controller = None
     if worker == 0 and job["controller"]:
@@ -946,7 +955,7 @@ def _work(ctx: Context) -> dict[str, Any]:
         model,
         binding,
         plan_from_json(job["plan"]),
-        record=record if worker == 0 else None,
+        record=record,
         controller=controller,
     )
     total = ctx.total

@@ -178,9 +178,7 @@ def test_a_launch_that_never_recorded_its_process_is_requeued(user, config, sett
     assert actions.reconcile()["requeued"] == 1
 
 
-def test_a_launch_whose_worker_died_before_recording_the_process_is_adopted(
-    user, config, settings
-):
+def test_a_launch_whose_worker_died_before_recording_the_process_is_adopted(user, config, settings):
     """The worker started the job, then was killed before it wrote the handle: the
     reconciler finds the job from its home and follows it; nothing is launched twice."""
     settings.LAUNCH_GRACE_S = 0.0

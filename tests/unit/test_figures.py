@@ -308,3 +308,16 @@ def test_runs_whose_series_carry_a_loss_get_a_convergence_figure(user, config):
     assert set(curves["system"]) == {"bytescheduler", "wfbp"} and set(curves["seed"]) == {0, 1}
     assert (curves["iteration"] >= 2).all()  # warm-up iterations left out
     assert (figures.figure_dir(experiment) / "convergence.png").exists()
+
+
+def test_timeline_rows_go_worker_by_worker_then_server_by_server():
+    """A real PS run records every worker: worker 0's rows keep the simulator's names, the
+    others' carry ``w<k>.``; the Gantt chart shows each worker's lanes together, then the
+    servers' (in, cpu, out) in number order."""
+    resources = ["ps10.in", "w1.uplink", "ps2.out", "downlink", "w1.compute", "ps2.in",
+                 "uplink", "compute", "ps2.cpu", "w2.compute"]  # fmt: skip
+
+    ordered = sorted(resources, key=figures._resource_rank)
+
+    assert ordered == ["compute", "uplink", "downlink", "w1.compute", "w1.uplink",
+                       "w2.compute", "ps2.in", "ps2.cpu", "ps2.out", "ps10.in"]  # fmt: skip
