@@ -541,16 +541,15 @@ _RESOURCE_ORDER = ("compute", "network", "uplink", "downlink", "ps")
 
 
 def _resource_rank(resource: str) -> tuple:
-    """Worker 0's compute first, then its network; then the other workers' (a real PS run's
-    ``w<k>.`` rows) in order; then each server (in, cpu, out) in order."""
-    other = re.fullmatch(r"w(\d+)\.(.*)", resource)
-    worker, base = (int(other[1]), other[2]) if other else (0, resource)
-    head = next((i for i, p in enumerate(_RESOURCE_ORDER) if base.startswith(p)), 99)
+    """The workers' lanes first, worker (group) by worker: compute, then its network (the PS
+    arena's ``compute[w1]``, ``uplink[w1]``, ...); then each server (in, cpu, out) in order."""
+    head = next((i for i, p in enumerate(_RESOURCE_ORDER) if resource.startswith(p)), 99)
     if head == _RESOURCE_ORDER.index("ps"):
-        number = re.search(r"\d+", base)
-        part = {"in": 0, "cpu": 1, "out": 2}.get(base.rsplit(".", 1)[-1], 0)
+        number = re.search(r"\d+", resource)
+        part = {"in": 0, "cpu": 1, "out": 2}.get(resource.rsplit(".", 1)[-1], 0)
         return (1, int(number.group()) if number else 0, part, resource)
-    return (0, worker, head, resource)
+    group = re.search(r"\[w(\d+)", resource)
+    return (0, int(group[1]) if group else 0, head, resource)
 
 
 def jct_frame(runs: list[Run]) -> pd.DataFrame:

@@ -83,10 +83,10 @@ migration round). Reconstruction: the switch-at-an-agreed-step protocol follows 
 co-author's MXNet fork (research/comm.md §5.2); the policy is ``PSLDController``'s.
 
 Records: workers write ``rank<w>.json`` as the all-reduce ranks do (``launch._results`` averages
-workers only), each with its timeline rows (worker 0's resources named as the simulator's, the
-others' prefixed ``w<k>.``); servers write ``server<j>.json`` (busy time per round, staleness,
-migrations, their timeline rows and, with ``LAB_REAL_SAVE_PARAMS``, the log of every push they
-applied).
+workers only), each with its timeline rows (``compute[w<k>]``, ``uplink[w<k>]``,
+``downlink[w<k>]``, as the simulator's twin names them); servers write ``server<j>.json`` (busy
+time per round, staleness, migrations, their timeline rows and, with ``LAB_REAL_SAVE_PARAMS``,
+the log of every push they applied).
 """
 
 from __future__ import annotations
@@ -938,14 +938,14 @@ def _work(ctx: Context) -> dict[str, Any]:
     stragglers = spec["cluster"].get("stragglers", [])
     first_recorded, end_recorded = job["timeline"]
     timeline: list[list[Any]] = []
-    # Every worker records; worker 0's resources keep the simulator's names (compute, uplink,
-    # downlink), the others' carry their number (w1.compute, ...), so that the workers' skew
-    # can be read from the run's own timeline.
-    prefix = "" if worker == 0 else f"w{worker}."
+    # Every worker records, so that the workers' skew can be read from the run's own timeline;
+    # its lanes are named as the simulator's twin names them (each worker a group of its own,
+    # ``cluster.pull_rendezvous``): compute[w1], uplink[w1], ...; one worker's plain compute, ...
+    lane = "" if ctx.workers == 1 else f"[w{worker}]"
 
     def record(it: int, resource: str, op: str, layer: str, start: float, end: float, nbytes: int):
         if first_recorded <= it < end_recorded:
-            timeline.append([it, prefix + resource, op, layer, start, end, nbytes])
+            timeline.append([it, resource + lane, op, layer, start, end, nbytes])
 
     controller = None
     if worker == 0 and job["controller"]:

@@ -311,13 +311,14 @@ def test_runs_whose_series_carry_a_loss_get_a_convergence_figure(user, config):
 
 
 def test_timeline_rows_go_worker_by_worker_then_server_by_server():
-    """A real PS run records every worker: worker 0's rows keep the simulator's names, the
-    others' carry ``w<k>.``; the Gantt chart shows each worker's lanes together, then the
-    servers' (in, cpu, out) in number order."""
-    resources = ["ps10.in", "w1.uplink", "ps2.out", "downlink", "w1.compute", "ps2.in",
-                 "uplink", "compute", "ps2.cpu", "w2.compute"]  # fmt: skip
+    """A real PS run and its twin name every worker's lanes (``compute[w1]``, ...); the Gantt
+    chart shows each worker's lanes together, then the servers' (in, cpu, out) in number
+    order. One worker's (or one group's) plain lanes come first."""
+    resources = ["ps10.in", "uplink[w1]", "ps2.out", "downlink[w0]", "compute[w1]", "ps2.in",
+                 "uplink[w0]", "compute[w0]", "ps2.cpu", "compute[w2-3]", "network"]  # fmt: skip
 
     ordered = sorted(resources, key=figures._resource_rank)
 
-    assert ordered == ["compute", "uplink", "downlink", "w1.compute", "w1.uplink",
-                       "w2.compute", "ps2.in", "ps2.cpu", "ps2.out", "ps10.in"]  # fmt: skip
+    assert ordered == ["compute[w0]", "network", "uplink[w0]", "downlink[w0]", "compute[w1]",
+                       "uplink[w1]", "compute[w2-3]", "ps2.in", "ps2.cpu", "ps2.out",
+                       "ps10.in"]  # fmt: skip
