@@ -1166,8 +1166,9 @@ def matched_specs(
     latency, busy or idle in the same sense, and ``split`` and ``engine`` there are the idle
     one, as the PS simulator has one latency and the PS transport is not the all-reduce
     engine; slow-down, aggregation rate and message CPU; the ranks' step noise as the
-    all-reduce twins; and ``cluster.pull_rendezvous``, the real transport's pulls, each holding
-    its server's sender and its worker's receiver), and both twins as many
+    all-reduce twins; and ``cluster.pull_rendezvous`` and ``push_rendezvous``, the real
+    transport's pulls and pushes, each holding its sender and its receiver), and both twins
+    as many
     server processes and machines as the probe had. On a shaped network, both arenas' twins
     have the NICs' token bucket (``cluster.link_burst_bytes``: the depth
     ``runners.real.testbed`` gives its shaper, in payload bytes; not fitted). An all-reduce
@@ -1267,8 +1268,9 @@ def matched_specs(
                 host_message_cpu_us=float(ps["host_message_cpu_us"]),
                 host_cpu_ns_per_byte=float(ps["host_cpu_ns_per_byte"]),
             )
-        # the real transport's pulls: a server's sender and a worker's receiver held together
+        # the real transport's pulls and pushes: a sender and a receiver held together
         sim["cluster"]["pull_rendezvous"] = True
+        sim["cluster"]["push_rendezvous"] = True
         _step_jitter(sim, _profile(model, label))
     else:
         sim["cluster"].update(
@@ -1714,6 +1716,7 @@ ABLATIONS = (
     "link_burst_bytes",
     "message_cpu_us",
     "pull_rendezvous",
+    "push_rendezvous",
     "server_agg_fixed_us",
     "host_cores",
 )

@@ -66,6 +66,7 @@ CLUSTER_KEYS = (
     "jitter_groups",
     "message_cpu_us",
     "pull_rendezvous",
+    "push_rendezvous",
     "host_cores",
     "host_message_cpu_us",
     "host_cpu_ns_per_byte",
@@ -363,6 +364,14 @@ class ExperimentForm(_ClusterArenaFields):
         help_text="a pull holds its server's sender and its worker's receiver together, one at "
         "a time on each, as the lab's real gloo transport (unticked: buffered sends, as "
         "ps-lite)",
+    )
+    cluster_push_rendezvous = forms.BooleanField(
+        label="pushes meet their receiver",
+        required=False,
+        initial=_DEFAULTS.push_rendezvous,
+        help_text="a push holds its worker's sender and its server's receiver together, one at "
+        "a time on each, as the lab's real gloo transport (unticked: cut-through, the worker "
+        "sends on while the server's NIC queues the push)",
     )
     cluster_host_cores = forms.IntegerField(
         label="host cores",

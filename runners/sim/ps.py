@@ -35,7 +35,10 @@ transport: gloo sends meet their receives), a pull goes from one server's sender
 worker's receiver at a time, both held for the longer of their NICs' times; a sender whose
 worker's receiver is busy waits, with the pulls behind it, and a receiver takes the waiting
 senders in the order they came; every worker is a group of its own (a reconstruction,
-labelled as such). Modelling choices:
+labelled as such). ``cluster.push_rendezvous`` does the same for pushes: a push holds one
+worker's sender and one server's receiver, a sender whose server's receiver is busy waits
+with the pushes behind it, and a receiver takes the waiting senders in the order they came
+(migrations first; a reconstruction, labelled as such). Modelling choices:
 store-and-forward at the aggregation, no TCP dynamics, one transfer at a time per NIC
 direction, one PS per server machine; an item that reaches an idle resource starts at once, so
 one that arrives at the very instant the resource frees may start before a higher-priority one
@@ -155,11 +158,11 @@ def run(spec: RunSpec, layers: tuple[LayerTimes, ...] | None = None) -> SimResul
     setup = compute_setup(spec, layers, link_groups=True)
     plan = registry.get(spec.system).build(spec.params).plan(build_problem(spec, setup))
     random_order = "random" in (plan.push_order, plan.pull_order)
-    # ``cluster.pull_rendezvous``: a pull goes to one worker's receiver, so each worker is a
-    # group of its own
-    jitter_groups = (
-        spec.cluster.workers if spec.cluster.pull_rendezvous else spec.cluster.jitter_groups
-    )
+    # ``cluster.pull_rendezvous`` (``push_rendezvous``): a pull goes to one worker's receiver
+    # (a push from one worker's sender), so each worker is a group of its own
+    c = spec.cluster
+    rendezvous = c.pull_rendezvous or c.push_rendezvous
+    jitter_groups = c.workers if rendezvous else c.jitter_groups
     groups, order_draw = simulated_groups(
         setup.groups, plan.order_groups if random_order else 1, jitter_groups
     )
@@ -209,6 +212,14 @@ class _PSJob(ComputeJob):
         self.rendezvous = c.pull_rendezvous
         if self.rendezvous and any(g.count != 1 for g in setup.groups):
             raise ValueError("cluster.pull_rendezvous needs one worker per group (``run``)")
+        self.push_rendezvous = c.push_rendezvous
+        if self.push_rendezvous and any(g.count != 1 for g in setup.groups):
+            raise ValueError("cluster.push_rendezvous needs one worker per group (``run``)")
+        # ``cluster.push_rendezvous``: per server, the workers' senders waiting for its
+        # receiver, in the order they offered (``offer_push``): (uplink, it, task, group)
+        self.push_offers: list[deque[tuple[_Station, int, int, int]]] = [
+            deque() for _ in range(n_servers)
+        ]
         # Per server, per iteration: NIC bandwidth factor and CPU slow-down.
         bw_factor = np.ones((n_servers, self.n_iter))
         cpu_factor = np.ones((n_servers, self.n_iter))
@@ -440,6 +451,7 @@ class _PSJob(ComputeJob):
         # group's receiver, in the order they offered (``offer_pull``)
         rendezvous = self.rendezvous
         offers: list[deque[tuple[_Station, int, int, int]]] = [deque() for _ in range(n_groups)]
+        push_rendezvous, push_offers = self.push_rendezvous, self.push_offers
 
         def bucket(st: _Station, now: float, nbytes: float, rate: float, latency: float) -> float:
             """``cluster.link_burst_bytes``: how long ``nbytes`` take on NIC ``st`` from
@@ -562,6 +574,9 @@ class _PSJob(ComputeJob):
                         heappop(q)
                     else:
                         entry[6] = i + 1
+            if push_rendezvous:
+                offer_push(st, it, task, g, server)
+                return
             now = loop.now
             slow = link_slow[g]
             if burst:
@@ -597,6 +612,50 @@ class _PSJob(ComputeJob):
             if st.queue:
                 st.pending = True
                 heappush(evq, (end, next(evseq), begin_up, (st,)))
+
+        def offer_push(up: _Station, it: int, task: int, g: int, server: int) -> None:
+            """``cluster.push_rendezvous``: group ``g``'s sender (``up``, idle) sends
+            ``task``'s push to server ``server`` now if the server's receiver is free, else
+            waits for it, taking nothing else meanwhile."""
+            si = s_in[server]
+            waiting = push_offers[server]
+            if not si.pending and si.free_at <= loop.now and not waiting:
+                start_push(up, si, it, task, g, server)
+                return
+            waiting.append((up, it, task, g))
+            up.free_at = float("inf")  # its queue waits (served when the push ends)
+            up.pending = True
+            if not si.pending:  # busy with an item that schedules nothing (a migration)
+                si.pending = True
+                heappush(evq, (si.free_at, next(evseq), begin_in, (si,)))
+
+        def start_push(up: _Station, si: _Station, it: int, task: int, g: int, server: int):
+            """A rendezvous push: the worker's sender and the server's receiver both held for
+            the longer of the two NICs' times (each through its token bucket)."""
+            now = loop.now
+            size = sizes[task]
+            slow = link_slow[g]
+            factor = 1.0 if slow is None or it >= len(slow) else slow[it]
+            if burst:
+                duration = max(
+                    bucket(up, now, size, bw_worker * factor, alpha),
+                    bucket(si, now, size, server_bw[server][it], 0.0),
+                )
+            else:
+                duration = max(alpha + size / (bw_worker * factor), size / server_bw[server][it])
+            end = now + duration
+            if msg_cpu and (busy[g] or bwd_next[g] >= 0):  # ``cluster.message_cpu_us``
+                cpu_debt[g] += msg_cpu
+            busy_s[server][it] += duration
+            if g == 0:
+                comm_up[it] += duration
+            if recorded[it]:
+                timeline.append((it, up.name, "push", labels[task], now, end, size))
+                timeline.append((it, si.name, "push", labels[task], now, end, size))
+            up.free_at = si.free_at = end
+            up.pending = si.pending = True
+            heappush(evq, (end, next(evseq), begin_up, (up,)))  # its next push, if any
+            heappush(evq, (end, next(evseq), arrived_end, (si, it, task, g, server)))
 
         def begin_down(
             st: _Station, it: int = -1, task: int = 0, g: int = 0, min_end: float = 0.0
@@ -643,6 +702,10 @@ class _PSJob(ComputeJob):
                 st.pending = False
                 q = st.queue
                 if not q:
+                    waiting = push_offers[st.server]
+                    if waiting:  # ``cluster.push_rendezvous``: the first sender waiting
+                        up, it, task, g = waiting.popleft()
+                        start_push(up, st, it, task, g, st.server)
                     return
                 if nic_fifo:
                     it, task, g, server, min_end = q.popleft()
@@ -868,6 +931,9 @@ class _PSJob(ComputeJob):
                 else:
                     _, _, _, it, task, g, server, min_end = heappop(q)
                 begin_in(st, it, task, g, server, min_end)
+            elif push_rendezvous and not st.pending and push_offers[st.server]:
+                up, it, task, g = push_offers[st.server].popleft()
+                start_push(up, st, it, task, g, st.server)
 
         def aggregated_end(st: _Station, it: int, task: int, g: int, server: int) -> None:
             """The server summed ``task``'s pushes (of one group in async mode, else all)."""
@@ -950,7 +1016,9 @@ class _PSJob(ComputeJob):
         self.busy_s[server][min(it, self.n_iter)] += end - now
         if self.tl_from <= it < self.tl_to:
             self.timeline.append((it, st.name, "migrate", "keys", now, end, size))
-        if st.queue:
+        # (``cluster.push_rendezvous``: the senders waiting for this server's receiver)
+        waiting = st.server >= 0 and st is self.s_in[st.server] and self.push_offers[st.server]
+        if st.queue or waiting:
             st.pending = True
             heappush(self._evq, (end, next(self._evseq), st.begin, (st,)))
 

@@ -259,9 +259,10 @@ def test_the_collective_fields_reach_all_reduce_runs_and_are_dropped_elsewhere(b
 def test_the_message_cpu_reaches_ps_runs_and_is_dropped_elsewhere(browser):
     """``message_cpu_us`` (PS arena): a PS experiment's runs get it; an all-reduce experiment
     ignores it (a hidden part of the form), and so do ``jitter_groups``,
-    ``pull_rendezvous``, ``server_agg_fixed_us`` and the host's fields."""
+    the rendezvous, ``server_agg_fixed_us`` and the host's fields."""
     fields = {"cluster_message_cpu_us": "350", "cluster_jitter_groups": "2",
-              "cluster_pull_rendezvous": "on", "cluster_server_agg_fixed_us": "40",
+              "cluster_pull_rendezvous": "on", "cluster_push_rendezvous": "on",
+              "cluster_server_agg_fixed_us": "40",
               "cluster_host_cores": "2", "cluster_host_message_cpu_us": "550",
               "cluster_host_cpu_ns_per_byte": "3.5"}  # fmt: skip
     ps = {**FORM, "system": "ps-default", "baselines": ["byteps"], "params": "{}", **fields}
@@ -269,13 +270,14 @@ def test_the_message_cpu_reaches_ps_runs_and_is_dropped_elsewhere(browser):
     cluster = Experiment.objects.get().runs.first().spec["cluster"]
     assert cluster["message_cpu_us"] == 350.0 and cluster["jitter_groups"] == 2
     assert cluster["pull_rendezvous"] is True and cluster["server_agg_fixed_us"] == 40.0
+    assert cluster["push_rendezvous"] is True
     assert (cluster["host_cores"], cluster["host_message_cpu_us"]) == (2, 550.0)
     assert cluster["host_cpu_ns_per_byte"] == 3.5
     allreduce = {**FORM, **fields}
     assert browser.post(reverse("experiment-new"), allreduce).status_code == 302
     run = Experiment.objects.order_by("-pk").first().runs.first()
     assert "message_cpu_us" not in run.spec["cluster"]
-    assert "pull_rendezvous" not in run.spec["cluster"]
+    assert not {"pull_rendezvous", "push_rendezvous"} & set(run.spec["cluster"])
     assert "server_agg_fixed_us" not in run.spec["cluster"]
     assert not {"host_cores", "host_message_cpu_us", "host_cpu_ns_per_byte"} & set(
         run.spec["cluster"]

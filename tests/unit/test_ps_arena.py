@@ -7,7 +7,7 @@ assertions were written; the assertions keep a margin around them."""
 
 import dataclasses
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -1229,6 +1229,87 @@ def test_a_rendezvous_pull_waits_for_the_worker_s_receiver_and_holds_its_server(
     assert [row[0] for row in job.synced if row[2] == 0] == [0, 1]  # both workers got task 0
 
 
+@pytest.mark.parametrize("rendezvous", [False, True])
+def test_a_rendezvous_push_waits_for_the_server_s_receiver_and_holds_its_sender(rendezvous):
+    """``push_rendezvous`` by hand, on the stations alone. Two workers, two servers, 1 MB
+    keys at 8 Gbit/s (1 MB/ms on every NIC), no latency. Worker 0 pushes key 0 to server 0
+    at 0: it holds both until 1 ms. Worker 1's push of key 0, offered at 0, waits for that
+    receiver (1-2 ms), and its push of key 1 to server 1, queued behind it, waits for worker
+    1's sender although server 1 is free: 2-3 ms. Cut-through (the default), worker 1's
+    uplink sends both at once (0-1, 1-2 ms) and server 0's NIC takes key 0 after worker 0's
+    (1-2 ms)."""
+    layers = tuple(LayerTimes(f"l{i}", 1.0, 1.0, MB) for i in range(3))  # no push for 1 s
+    spec = validate(raw_spec("tictac-tic", workers=2, ps=2, servers=2, bandwidth_gbps=8,
+                             latency_us=0, push_rendezvous=rendezvous))  # fmt: skip
+    setup, plan = plan_of(spec, layers)
+    setup = dataclasses.replace(setup, groups=ps_sim.split_groups(setup.groups, 2))
+    job = ps_sim._PSJob(setup, spec, plan)
+    job._assignment(0)
+    for g in (0, 1):
+        job._group_state(g, 0)
+    job._enqueue(job.uplink[0], 0, 0, (0, 0, 0, 0))  # key 0 from worker 0 to server 0
+    job._enqueue(job.uplink[1], 0, 0, (0, 0, 1, 0))  # key 0 from worker 1 to server 0
+    job._enqueue(job.uplink[1], 0, 0, (0, 1, 1, 1))  # key 1 from worker 1 to server 1
+    job.loop.run(until=0.010)
+    pushes = sorted((r, name, round(s * 1e3, 9), round(e * 1e3, 9))
+                    for _, r, op, name, s, e, _ in job.timeline if op == "push")  # fmt: skip
+    if rendezvous:
+        assert pushes == [
+            ("ps0.in", "l0", 0.0, 1.0),
+            ("ps0.in", "l0", 1.0, 2.0),
+            ("ps1.in", "l1", 2.0, 3.0),
+            ("uplink[w0]", "l0", 0.0, 1.0),
+            ("uplink[w1]", "l0", 1.0, 2.0),
+            ("uplink[w1]", "l1", 2.0, 3.0),
+        ]
+    else:
+        assert pushes == [
+            ("ps0.in", "l0", 0.0, 1.0),
+            ("ps0.in", "l0", 1.0, 2.0),
+            ("ps1.in", "l1", 1.0, 2.0),
+            ("uplink[w0]", "l0", 0.0, 1.0),
+            ("uplink[w1]", "l0", 0.0, 1.0),
+            ("uplink[w1]", "l1", 1.0, 2.0),
+        ]
+    # both pushes of key 0 are in at 2 ms: its round is aggregated then
+    aggregated = [s for _, r, op, name, s, *_ in job.timeline if op == "aggregate"]
+    assert [round(s * 1e3, 9) for s in aggregated][:1] == [2.0]
+
+
+@pytest.mark.parametrize("system", ["ps-default", "tictac-tic", "p3", "eager-ps", "psld"])
+def test_with_one_worker_and_one_server_a_rendezvous_push_is_the_cut_through_one(system):
+    """One worker, one server: the server's receiver takes only that worker's pushes, one at
+    a time either way, so both models give the same run (token bucket and CPU charges on)."""
+    kw = dict(workers=1, ps=1, servers=1, bandwidth_gbps=1, latency_us=300,
+              message_cpu_us=400, iterations=5)  # fmt: skip
+    _, cut = run(system, "vgg16-debug", **kw)
+    _, held = run(system, "vgg16-debug", push_rendezvous=True, **kw)
+    assert held.metrics["iteration_time_s"] == pytest.approx(
+        cut.metrics["iteration_time_s"], rel=1e-9
+    )
+
+
+def test_rendezvous_pushes_change_a_network_bound_run_and_are_the_ps_arena_s_field():
+    """Three workers pushing to two servers: the held senders change the run against
+    cut-through with the same groups (slower for ps-default here, whose random orders make
+    workers push different keys at once; not always slower: the servers take the pushes in
+    the order offered, not by priority, and that reorders the rounds); every worker is a
+    group of its own; the all-reduce arena refuses the field; left out, a PS spec's run key
+    is the one from before it."""
+    kw = dict(workers=3, ps=2, servers=2, bandwidth_gbps=0.5, iterations=8, jitter_groups=3)
+    _, cut = run("ps-default", "vgg16-debug", **kw)
+    spec, held = run("ps-default", "vgg16-debug", push_rendezvous=True, **kw)
+    assert held.metrics["iteration_time_s"] > cut.metrics["iteration_time_s"] * 1.05
+    assert [g.workers for g in held.groups] == [(0,), (1,), (2,)]
+    setup, plan = plan_of(spec)
+    with pytest.raises(ValueError, match="one worker per group"):
+        ps_sim._PSJob(setup, spec, plan)
+    with pytest.raises(SpecError, match="parameter-server arena only") as err:
+        validate(raw_spec("wfbp", push_rendezvous=True))
+    assert err.value.field == "cluster.push_rendezvous"
+    assert "push_rendezvous" not in validate(raw_spec("ps-default")).as_dict()["cluster"]
+
+
 @pytest.mark.parametrize("system", ["ps-default", "tictac-tic", "p3", "eager-ps"])
 def test_with_one_worker_a_rendezvous_pull_is_the_cut_through_one(system):
     """One worker: a server's pull goes to one receiver either way, and nothing else
@@ -1270,3 +1351,19 @@ def test_a_ps_run_takes_the_steps_noise_and_waits_for_its_slowest_worker():
     assert noisy[4].metrics["iteration_time_s"] > noisy[1].metrics["iteration_time_s"] * 1.15
     again = run("tictac-tic", workers=4, step_jitter_cv=0.0, **kw)[1]
     assert again.metrics["iteration_time_s"] == base
+
+
+def test_psld_migrates_keys_under_rendezvous_pushes_and_pulls():
+    """Migrations share a server's receiver with the held pushes (they go first): a PSLD run
+    with both rendezvous moves keys and still ends every iteration (no sender left waiting),
+    and its per-worker timelines hold every push."""
+    slow_nic = [{"server": 0, "bandwidth_factor": 0.3}]
+    kw = dict(PSLD, workers=2, push_rendezvous=True, pull_rendezvous=True, ps_stragglers=slow_nic)
+    spec = validate(raw_spec("psld", **kw))
+    psld = ps_sim.run(spec)
+    m = psld.metrics
+    assert m["ps_migrated_bytes"] > 0 and m["psld_changes"] > 0
+    assert len(measured_series(spec, psld)) == spec.iterations
+    pushes = Counter(r for _, r, op, *_ in psld.timeline if op == "push")
+    assert pushes["uplink[w0]"] == pushes["uplink[w1]"] > 0
+    assert sum(n for r, n in pushes.items() if r.endswith(".in")) == 2 * pushes["uplink[w0]"]
