@@ -924,7 +924,7 @@ def _ints(payload: torch.Tensor) -> list[int]:
 
 def _work(ctx: Context) -> dict[str, Any]:
     """A worker process: train, return its ``rank<w>.json`` record."""
-    from .worker import Straggle, _evaluate, slowdown
+    from .worker import Straggle, _evaluate, settle_gc, slowdown
 
     job, spec, train = ctx.job, ctx.spec, ctx.job["train"]
     worker = ctx.me
@@ -959,6 +959,7 @@ def _work(ctx: Context) -> dict[str, Any]:
         controller=controller,
     )
     total = ctx.total
+    settle_gc()
     dist.barrier()
     with priority.of_job(ctx.job["train"]):  # the transport's threads
         ps.start()
@@ -1336,8 +1337,11 @@ class PSServer:
 
 def _serve(ctx: Context, job_dir: Path) -> dict[str, Any]:
     """A server process: serve until the workers stop; return its ``server<j>.json``."""
+    from .worker import settle_gc
+
     _, binding = _model(ctx)
     server = PSServer(ctx, binding, plan_from_json(ctx.job["plan"]))
+    settle_gc()
     dist.barrier()
     server.serve()
     if ctx.job.get("save_params"):
