@@ -437,6 +437,11 @@ def main(argv: list[str]) -> int:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     global _PRIORITY
     _PRIORITY = job.get("comm_priority", "normal")
+    # as a real run's ranks before their timed loop: no full collection of torch's heap
+    # inside a probe (``worker.settle_gc``)
+    from .worker import settle_gc
+
+    settle_gc()
     if "horovod_cpu" in job:  # under the real Horovod, not torch.distributed
         rank, out = _horovod_cpu(work, **job["horovod_cpu"])
         if rank == 0:
