@@ -613,6 +613,21 @@ class _PSJob(ComputeJob):
                 st.pending = True
                 heappush(evq, (end, next(evseq), begin_up, (st,)))
 
+        def held_s(
+            wst: _Station, sst: _Station, now: float, it: int, size: int, g: int, server: int
+        ) -> float:
+            """A rendezvous transfer's time from ``now``: the longer of the worker's NIC's
+            (``wst``: group ``g``'s, after the latency) and server ``server``'s (``sst``),
+            each through its token bucket."""
+            slow = link_slow[g]
+            rate = bw_worker if slow is None or it >= len(slow) else bw_worker * slow[it]
+            if burst:
+                return max(
+                    bucket(wst, now, size, rate, alpha),
+                    bucket(sst, now, size, server_bw[server][it], 0.0),
+                )
+            return max(alpha + size / rate, size / server_bw[server][it])
+
         def offer_push(up: _Station, it: int, task: int, g: int, server: int) -> None:
             """``cluster.push_rendezvous``: group ``g``'s sender (``up``, idle) sends
             ``task``'s push to server ``server`` now if the server's receiver is free, else
@@ -634,15 +649,7 @@ class _PSJob(ComputeJob):
             the longer of the two NICs' times (each through its token bucket)."""
             now = loop.now
             size = sizes[task]
-            slow = link_slow[g]
-            factor = 1.0 if slow is None or it >= len(slow) else slow[it]
-            if burst:
-                duration = max(
-                    bucket(up, now, size, bw_worker * factor, alpha),
-                    bucket(si, now, size, server_bw[server][it], 0.0),
-                )
-            else:
-                duration = max(alpha + size / (bw_worker * factor), size / server_bw[server][it])
+            duration = held_s(up, si, now, it, size, g, server)
             end = now + duration
             if msg_cpu and (busy[g] or bwd_next[g] >= 0):  # ``cluster.message_cpu_us``
                 cpu_debt[g] += msg_cpu
@@ -825,15 +832,7 @@ class _PSJob(ComputeJob):
             the longer of the two NICs' times (each through its token bucket)."""
             now = loop.now
             size = sizes[task]
-            slow = link_slow[g]
-            factor = 1.0 if slow is None or it >= len(slow) else slow[it]
-            if burst:
-                duration = max(
-                    bucket(so, now, size, server_bw[server][it], 0.0),
-                    bucket(dl, now, size, bw_worker * factor, alpha),
-                )
-            else:
-                duration = max(size / server_bw[server][it], alpha + size / (bw_worker * factor))
+            duration = held_s(dl, so, now, it, size, g, server)
             end = now + duration
             if msg_cpu and (busy[g] or bwd_next[g] >= 0):  # ``cluster.message_cpu_us``
                 cpu_debt[g] += msg_cpu
