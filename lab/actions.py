@@ -717,6 +717,8 @@ def reconcile() -> dict[str, int]:
             found = executor.find(run.pk, run.home)
             if found:
                 Run.objects.filter(pk=run.pk, state=Run.RUNNING).update(handle=found)
+                log.warning("run %s: its job %s had started without its handle recorded; "
+                            "adopted", run.pk, found)  # fmt: skip
                 handle = found
             elif run.started_at and timezone.now() - run.started_at > grace:
                 counts["requeued"] += _requeue_or_fail(run, "launch did not complete")

@@ -178,7 +178,9 @@ def test_a_launch_that_never_recorded_its_process_is_requeued(user, config, sett
     assert actions.reconcile()["requeued"] == 1
 
 
-def test_a_launch_whose_worker_died_before_recording_the_process_is_adopted(user, config, settings):
+def test_a_launch_whose_worker_died_before_recording_the_process_is_adopted(
+    user, config, settings, caplog
+):
     """The worker started the job, then was killed before it wrote the handle: the
     reconciler finds the job from its home and follows it; nothing is launched twice."""
     settings.LAUNCH_GRACE_S = 0.0
@@ -195,6 +197,7 @@ def test_a_launch_whose_worker_died_before_recording_the_process_is_adopted(user
     assert actions.reconcile()["requeued"] == 0
     run.refresh_from_db()
     assert run.handle == local.format_handle(started) or run.state == Run.SUCCEEDED
+    assert f"run {run.pk}: its job" in caplog.text and "adopted" in caplog.text
     finish_all(experiment)
     run.refresh_from_db()
     assert (run.state, run.attempt) == (Run.SUCCEEDED, 1)
