@@ -931,8 +931,7 @@ class _PSJob(ComputeJob):
                     _, _, _, it, task, g, server, min_end = heappop(q)
                 begin_in(st, it, task, g, server, min_end)
             elif push_rendezvous and not st.pending and push_offers[st.server]:
-                up, it, task, g = push_offers[st.server].popleft()
-                start_push(up, st, it, task, g, st.server)
+                begin_in(st)  # the first sender waiting for this receiver
 
         def aggregated_end(st: _Station, it: int, task: int, g: int, server: int) -> None:
             """The server summed ``task``'s pushes (of one group in async mode, else all)."""
