@@ -506,7 +506,7 @@ _PS_METHOD_BEFORE_HOST = _PS_METHOD_SUM_ONLY.replace(
     + " (server_agg_fixed_us + n x S / server_agg_gbps)",
 )
 PS_HOST_MARKER = "the host's CPU per message"
-PS_METHOD = (
+_PS_METHOD_THREE_CPU = (
     _PS_METHOD_BEFORE_HOST
     + "; "
     + PS_HOST_MARKER
@@ -515,6 +515,11 @@ PS_METHOD = (
     "pushes and the servers' from their first push, a line through the two sizes' medians "
     "(host_message_cpu_us + S x host_cpu_ns_per_byte; the simulator's cluster.host_cores "
     "floor, runners.real.probe.ps_message_cpu)"
+)
+PS_CPU_ROUNDS = 5  # the host's CPU per message: 3 probes' medians moved 2x between calibrations
+PS_CPU_MARKER = f"the message CPU the median of {PS_CPU_ROUNDS} probes, each stored"
+PS_METHOD = _PS_METHOD_THREE_CPU.replace(
+    f"the message CPU among them: the median of {PS_ROUNDS} probes", PS_CPU_MARKER
 )
 
 
@@ -527,16 +532,19 @@ def _probe_ps(
     comm_priority: str = "normal",
     servers: int = PS_SERVERS,
     rounds: int = PS_ROUNDS,
+    cpu_rounds: int = PS_CPU_ROUNDS,
 ) -> dict[str, Any]:
     """The PS arena's measurements at one network (``ps`` of a calibration's network): the
     transport's (``probe.ps_overlap``) each the median of ``rounds`` probes taken in rounds
     over the models, as the all-reduce arena's overlap entries (``_probe_overlap``); the
     message CPU the median of ``rounds`` probes too (one calibration's single probe was 422
-    µs, the next's 717 on the same machine). The aggregation: ``probe.aggregation_fit``
-    through the medians over every probe of its two rounds (after 1 MiB and 4 KiB pushes),
-    both stored beside the fit. The host's CPU per message: ``probe.host_cpu_fit`` through
-    the medians of the message CPU's probes (4 KiB) and of as many with 64 KiB messages,
-    both stored beside the fit too."""
+    µs, the next's 717 on the same machine), of ``cpu_rounds`` probes (the host's CPU per
+    message moved 2x between two calibrations' medians of 3). The aggregation:
+    ``probe.aggregation_fit`` through the medians over every probe of its two rounds (after
+    1 MiB and 4 KiB pushes), both stored beside the fit. The host's CPU per message:
+    ``probe.host_cpu_fit`` through the medians of the message CPU's probes (4 KiB) and of as
+    many with 64 KiB messages, both stored beside the fit too; every message-CPU probe's own
+    value is stored (``*_probes_us``): how far one probe is from the next."""
     from .real import probe
 
     taken = _in_rounds(
@@ -558,8 +566,8 @@ def _probe_ps(
     round_small = statistics.median(m.agg_round_small_s for model in models for m in taken[model])
     fixed_s, agg_bytes_per_s = probe.aggregation_fit(round_big, round_small, workers)
     cpus, host_small, host_big = [], [], []
-    for k in range(rounds):
-        say(f"  PS arena: a message's CPU beside {servers} server processes ({k + 1}/{rounds})")
+    for k in range(cpu_rounds):
+        say(f"  PS arena: a message's CPU beside {servers} server processes ({k + 1}/{cpu_rounds})")
         for width, hosts in ((probe.PS_CPU_WIDTH, host_small), (probe.PS_CPU_BIG_WIDTH, host_big)):
             with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
                 cost = probe.ps_message_cpu(
@@ -583,6 +591,10 @@ def _probe_ps(
         "host_cpu_ns_per_byte": round(host_per_byte_s * 1e9, 4),
         "host_cpu_small_us": round(small_s * 1e6, 3),  # 4 KiB messages
         "host_cpu_big_us": round(big_s * 1e6, 3),  # 64 KiB
+        # every probe, in the order taken
+        "message_cpu_probes_us": [round(x * 1e6, 3) for x in cpus],
+        "host_cpu_small_probes_us": [round(x * 1e6, 3) for x in host_small],
+        "host_cpu_big_probes_us": [round(x * 1e6, 3) for x in host_big],
     }
 
 
@@ -805,7 +817,7 @@ def calibrate_ps(
         progress,
         measure,
         PS_METHOD,
-        PS_HOST_MARKER,  # older PS texts replaced
+        PS_CPU_MARKER,  # older PS texts replaced
         "ps_date",
         superseded=(
             _PS_METHOD_BEFORE_CPU,
@@ -813,6 +825,7 @@ def calibrate_ps(
             _PS_METHOD_CPU_ONCE,
             _PS_METHOD_SUM_ONLY,
             _PS_METHOD_BEFORE_HOST,
+            _PS_METHOD_THREE_CPU,
         ),
         slowdowns=("ps",),
     )
@@ -1819,6 +1832,13 @@ def _row(
         # the cores its processes used (ranks and servers) on this one machine, whose cores
         # they share; the simulator gives each a machine of its own
         row["real_cpu_cores"] = statistics.median(r.metrics["cpu_cores"] for r in runs)
+        # the host's CPU work per iteration, every process together, beside the twin's
+        # (a PS twin on one host: ``cluster.host_cores``): whether its CPU model holds
+        row["real_host_cpu_s"] = statistics.median(
+            r.metrics["cpu_cores"] * r.metrics["iteration_time_s"] for r in runs
+        )
+    if "host_cpu_s" in sim.metrics:
+        row["sim_host_cpu_s"] = sim.metrics["host_cpu_s"]
     if all("machine_steal_pct" in r.metrics for r in runs):  # the hypervisor's share
         row["real_steal_pct"] = statistics.median(r.metrics["machine_steal_pct"] for r in runs)
     return row
@@ -1945,6 +1965,9 @@ def report(
         "target_verdict": target_verdict(mape, interval, len(configs)),
         # the real runs' processes share this machine's cores (``real_cpu_cores`` per row)
         "machine_cores": usable_cpus(),
+        # the twin's host CPU work per iteration against the real runs' (PS twins on one
+        # host; ``host_cpu_error``; None: no row has both)
+        "host_cpu_error_pct": host_cpu_error(configs),
         # the CPU time a hypervisor took from this machine during the real runs (median over
         # configurations of each one's median; the largest): a contended host's runs are slow
         "steal_pct": statistics.median(steals) if steals else None,
@@ -1966,6 +1989,27 @@ def report(
         "configs": configs,
         "speedups": speedups,
     }
+
+
+def host_cpu_error(configs: list[dict[str, Any]]) -> dict[str, float] | None:
+    """How far the twins' host CPU work per iteration (``sim_host_cpu_s``: the compute and
+    the messages' CPU that ``cluster.host_cores`` spreads over the cores) is from the real
+    runs' (``real_host_cpu_s``: the cores their processes used times their iteration time),
+    in % of the real: the median and the range over the rows that have both; None if none
+    has. A check of the CPU model on its own: a twin can be right on time and wrong here,
+    or the reverse."""
+    errors = [
+        _signed_pct(c["sim_host_cpu_s"], c["real_host_cpu_s"])
+        for c in configs
+        if c.get("sim_host_cpu_s") is not None and c.get("real_host_cpu_s")
+    ]
+    if not errors:
+        return None
+    return {"median": statistics.median(errors), "min": min(errors), "max": max(errors)}
+
+
+def _signed_pct(predicted: float, measured: float) -> float:
+    return 100.0 * (predicted - measured) / measured
 
 
 def drift_line(result: dict[str, Any]) -> str:
@@ -2040,10 +2084,12 @@ def format_report(result: dict[str, Any]) -> str:
     with_cores = cores is not None and any("real_cpu_cores" in c for c in result["configs"])
     # each step's compute, real and simulated: where an error lies, compute or communication
     with_compute = any("real_compute_s" in c for c in result["configs"])
+    with_host = any("sim_host_cpu_s" in c for c in result["configs"])
     lines = [
         f"{'system':18} {'workload':18} {'network':12} {'real ms':>9} {'sim ms':>9} {'error':>7}"
         + (f" {'compute real/sim':>16}" if with_compute else "")
         + (f" {'cores used':>10}" if with_cores else "")
+        + (f" {'host CPU real/sim':>17}" if with_host else "")
     ]
     for c in result["configs"]:
         line = (
@@ -2058,8 +2104,19 @@ def format_report(result: dict[str, Any]) -> str:
                 else "-"
             )
             line += f" {compute:>16}"
-        if with_cores and "real_cpu_cores" in c:
-            line += f" {c['real_cpu_cores']:6.2f} of {cores}"
+        if with_cores:
+            line += (
+                f" {c['real_cpu_cores']:6.2f} of {cores}"
+                if "real_cpu_cores" in c
+                else f" {'-':>10}"
+            )
+        if with_host:
+            host = (
+                f"{c['real_host_cpu_s'] * 1e3:.1f} / {c['sim_host_cpu_s'] * 1e3:.1f}"
+                if "real_host_cpu_s" in c and "sim_host_cpu_s" in c
+                else "-"
+            )
+            line += f" {host:>17}"
         lines.append(line)
     if with_compute:
         lines.append(
@@ -2071,6 +2128,19 @@ def format_report(result: dict[str, Any]) -> str:
         lines.append(
             "(cores used: the real run's processes, ranks and servers, on this machine's "
             f"{cores} cores; the simulator gives each process a machine of its own)"
+        )
+    host_error = result.get("host_cpu_error_pct")
+    if with_host:
+        lines.append(
+            "(host CPU real/sim: the CPU time per iteration in ms of every process together, "
+            "the real runs' (cores used times their iteration time) and the twin's "
+            "(cluster.host_cores' work: the compute and each message's host CPU)"
+            + (
+                "; the twin's against the real's: {median:+.1f}%, median ({min:+.1f} to "
+                "{max:+.1f}%))".format(**host_error)
+                if host_error
+                else ")"
+            )
         )
     lines.append("")
     intervals = result.get("per_system_mape_ci_pct", {})  # reports from before it: none

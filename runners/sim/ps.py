@@ -295,6 +295,7 @@ class _PSJob(ComputeJob):
         # Per group and iteration: when the group's last push left its uplink (see
         # ``straggler_times``); written once per group and iteration, off the per-event path.
         self.push_done = [[0.0] * self.n_iter for _ in setup.groups]
+        self.host_cores = c.host_cores
         self.host_floor = self._host_floor(c)
         self._evq, self._evseq = self.loop.raw()
         self._bind()
@@ -1108,7 +1109,11 @@ class _PSJob(ComputeJob):
             extra["max_staleness"] = (tau_max, "updates")
             extra["mean_lr_scale"] = (float(np.mean(scales)), "")
         if self.host_floor is not None:  # ``cluster.host_cores``
-            extra["host_cpu_floor_s"] = (float(np.median(self.host_floor[measured])), "s")
+            floor = float(np.median(self.host_floor[measured]))
+            extra["host_cpu_floor_s"] = (floor, "s")
+            # the host's CPU work per iteration, every process together (a real run's
+            # ``cpu_cores`` times its iteration time measures the same)
+            extra["host_cpu_s"] = (floor * self.host_cores, "s")
         controller = self.plan.controller
         if controller is not None:
             extra["psld_changes"] = (float(controller.changes), "changes")

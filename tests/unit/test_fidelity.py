@@ -332,6 +332,12 @@ def test_a_ps_system_without_the_ps_measurement_says_what_to_run():
         fidelity.matched_specs("tictac-tic", "vgg16-debug", 1.0, TESTBED)
 
 
+# The message CPU's 5 probes at one network (median: the first), and their host CPU's, the
+# small and the big width's in turn (each width's median: the first).
+CPU_SWING = [1.0, 2.5, 0.4, 3.0, 0.9]
+HOST_SWING = [1.0, 1.5, 0.5, 1.0, 1.5, 0.5, 0.8, 1.2, 1.2, 0.8]
+
+
 def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkeypatch):
     monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
     doc = {**TESTBED, "method": "m", "profiles": {"vgg16-debug": "vgg16-debug@cpu"}}
@@ -355,8 +361,8 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
             agg_round_small_s=(100e-6 + 2 * 4 * probe.PS_SMALL_ELEMENTS / 4e9) * f,
         )
 
-    cpu_swing = iter([1.0, 2.5, 0.4] * 2)  # the message CPU's probes: the median the middle
-    host_swing = iter([1.0, 1.5, 0.5] * 4)  # and their host CPU, per width
+    cpu_swing = iter(CPU_SWING * 2)  # the message CPU's probes: the median the middle
+    host_swing = iter(HOST_SWING * 2)  # and their host CPU, per width
 
     def fake_message_cpu(workers, servers, nominal, work, threads, comm_priority, width):
         seen.append(("message", workers, servers, nominal, width))
@@ -372,17 +378,26 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
     (tmp_path / "cpu.json").write_text(json.dumps(doc))
     assert cli.main(["calibrate", "--label", "cpu", "--ps-only", "--json"]) == 0
     servers = fidelity.PS_SERVERS
-    assert fidelity.PS_ROUNDS == 3
+    assert (fidelity.PS_ROUNDS, fidelity.PS_CPU_ROUNDS) == (3, 5)
     small, big = probe.PS_CPU_WIDTH, probe.PS_CPU_BIG_WIDTH
     assert (small, big) == (32, 128)
     assert seen == [
         *[("vgg16-debug", 2, servers, None)] * 3,
-        *[("message", 2, servers, None, small), ("message", 2, servers, None, big)] * 3,
+        *[("message", 2, servers, None, small), ("message", 2, servers, None, big)] * 5,
         *[("vgg16-debug", 2, servers, 1.0)] * 3,
-        *[("message", 2, servers, 1.0, small), ("message", 2, servers, 1.0, big)] * 3,
+        *[("message", 2, servers, 1.0, small), ("message", 2, servers, 1.0, big)] * 5,
     ]
     stored = json.loads((tmp_path / "cpu.json").read_text())
     loop, shaped = stored["network"]
+    # every probe kept, in the order taken (the fake's swings)
+    assert shaped["ps"].pop("message_cpu_probes_us") == pytest.approx([400 * f for f in CPU_SWING])
+    small_probes, big_probes = HOST_SWING[::2], HOST_SWING[1::2]
+    assert shaped["ps"].pop("host_cpu_small_probes_us") == pytest.approx(
+        [508.192 * f for f in small_probes]
+    )
+    assert shaped["ps"].pop("host_cpu_big_probes_us") == pytest.approx(
+        [631.072 * f for f in big_probes]
+    )
     assert shaped["ps"] == {
         "servers": servers,
         "overlap_slowdown": {"vgg16-debug": 0.5},
@@ -411,11 +426,12 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
         fidelity._PS_METHOD_CPU_ONCE,
         fidelity._PS_METHOD_SUM_ONLY,  # the aggregation as the sum of one push alone
         fidelity._PS_METHOD_BEFORE_HOST,  # without the host's CPU per message
+        fidelity._PS_METHOD_THREE_CPU,  # the message CPU the median of 3, not stored
     ):
         stored["method"] = f"m; {older}"
         (tmp_path / "cpu.json").write_text(json.dumps(stored))
-        swing, cpu_swing = iter([1.0, 3.0, 0.5] * 2), iter([1.0, 2.5, 0.4] * 2)
-        host_swing = iter([1.0, 1.5, 0.5] * 4)
+        swing, cpu_swing = iter([1.0, 3.0, 0.5] * 2), iter(CPU_SWING * 2)
+        host_swing = iter(HOST_SWING * 2)
         assert cli.main(["calibrate", "--label", "cpu", "--ps-only", "--json"]) == 0
         method = json.loads((tmp_path / "cpu.json").read_text())["method"]
         assert method == f"m; {fidelity.PS_METHOD}"
@@ -854,6 +870,44 @@ def _row(system, real, sim, gbps=1.0, workload="vgg16-debug"):
         "sim_iteration_s": sim,
         "ape_pct": 100 * abs(sim - real) / real,
     }
+
+
+def test_the_host_cpu_check_sets_each_twin_s_cpu_work_beside_the_real_runs():
+    """A PS row: the real runs' host CPU per iteration (cores used times iteration time, the
+    median over runs) beside the twin's ``host_cpu_s``; the report's error is the median and
+    range of the signed errors, and its text shows both columns. Rows without a twin's host
+    (the all-reduce arena) are left out of it."""
+    from types import SimpleNamespace
+
+    def run(t, cores):
+        metrics = {"iteration_time_s": t, "iteration_time_median_s": t, "compute_time_s": 0.01,
+                   "cpu_cores": cores}  # fmt: skip
+        return SimpleNamespace(metrics=metrics, network=SimpleNamespace(kind="shaped"))
+
+    runs = [run(0.040, 1.5), run(0.050, 1.6), run(0.030, 1.9)]  # 60, 80 and 57 ms of CPU
+    twin = SimpleNamespace(metrics={"iteration_time_s": 0.04, "compute_time_s": 0.01,
+                                    "host_cpu_s": 0.072})  # fmt: skip
+    row = fidelity._row("ps-default", "vgg16-debug", 1.0, runs, twin)
+    assert row["real_host_cpu_s"] == pytest.approx(0.060)
+    assert row["sim_host_cpu_s"] == 0.072
+    plain = SimpleNamespace(metrics={"iteration_time_s": 0.04, "compute_time_s": 0.01})
+    other = fidelity._row("wfbp", "vgg16-debug", 1.0, runs, plain)
+    assert "sim_host_cpu_s" not in other and other["real_host_cpu_s"] == pytest.approx(0.060)
+    rows = [
+        {**_row("ps-default", 0.04, 0.04), "real_host_cpu_s": 0.060, "sim_host_cpu_s": 0.072},
+        {**_row("p3", 0.04, 0.04), "real_host_cpu_s": 0.100, "sim_host_cpu_s": 0.090},
+        {**_row("tictac-tic", 0.04, 0.04), "real_host_cpu_s": 0.050, "sim_host_cpu_s": 0.055},
+        {**_row("wfbp", 0.04, 0.04), "real_host_cpu_s": 0.050},  # no twin host: left out
+    ]
+    out = fidelity.report(rows, "unit")
+    assert out["host_cpu_error_pct"] == pytest.approx({"median": 10.0, "min": -10.0, "max": 20.0})
+    text = fidelity.format_report(out)
+    assert "host CPU real/sim" in text.splitlines()[0]
+    assert "60.0 / 72.0" in text.splitlines()[1]
+    assert text.splitlines()[4].rstrip().endswith("-")  # the all-reduce row has no twin's
+    assert "the twin's against the real's: +10.0%, median (-10.0 to +20.0%)" in text
+    assert fidelity.report(rows[3:], "unit")["host_cpu_error_pct"] is None
+    assert "host CPU" not in fidelity.format_report(fidelity.report(rows[3:], "unit"))
 
 
 def test_the_report_averages_errors_and_computes_speedups():
