@@ -983,12 +983,28 @@ def _results(spec: RunSpec, ranks: list[dict[str, Any]], network: Network) -> Re
     for key, value in (evaluation or {}).items():
         metrics[key] = value
         units[key] = "" if key != "eval_accuracy" else "fraction"
-    timeline = next((r["timeline"] for r in ranks if r["timeline"]), [])
-    if timeline:
-        origin = min(row[4] for row in timeline)
-        timeline = sorted(
-            [[row[0], row[1], row[2], row[3], row[4] - origin, row[5] - origin, row[6]]
-             for row in timeline],
-            key=lambda row: (row[4], row[1]),
-        )  # fmt: skip
-    return RealResult(metrics, units, series, timeline, network, ranks)
+    return RealResult(metrics, units, series, merged_timeline(ranks), network, ranks)
+
+
+def merged_timeline(ranks: list[dict[str, Any]]) -> list[list[Any]]:
+    """Every rank's timeline rows on one time axis that starts at the earliest row, sorted by
+    start. A rank's ``clock`` (its boot id and its ``perf_counter`` as it left the barrier
+    before its timed loop) puts it on rank 0's: a rank on the same machine (the same boot id)
+    reads the same clock and keeps its times; one elsewhere, or whose boot id is unknown, is
+    shifted so that it left the barrier when rank 0 did (within the barrier's own skew).
+    Ranks without a clock (the PS arena's, merged into rank 0's timeline on one machine)
+    keep their times."""
+    ref = next((r.get("clock") for r in ranks if r.get("rank") == 0), None)
+    rows: list[list[Any]] = []
+    for r in ranks:
+        clock, shift = r.get("clock"), 0.0
+        if ref and clock and (ref["boot_id"] is None or clock["boot_id"] != ref["boot_id"]):
+            shift = ref["barrier_s"] - clock["barrier_s"]
+        rows.extend([*row[:4], row[4] + shift, row[5] + shift, row[6]] for row in r["timeline"])
+    if not rows:
+        return []
+    origin = min(row[4] for row in rows)
+    return sorted(
+        ([*row[:4], row[4] - origin, row[5] - origin, row[6]] for row in rows),
+        key=lambda row: (row[4], row[1]),
+    )

@@ -2,7 +2,7 @@
 
 Reads ``JOB_DIR/job.json`` (written by ``runners.real.launch``: the resolved spec, the plan, the
 training options), trains, and writes ``JOB_DIR/rank<R>.json`` (per-iteration times, losses,
-communication statistics, rank 0's timeline) and, when asked, ``params<R>.pt``. Rank 0 prints
+communication statistics, its timeline) and, when asked, ``params<R>.pt``. Rank 0 prints
 ``progress <done> <total>`` lines on stdout for the launcher's progress bar.
 """
 
@@ -267,10 +267,13 @@ def _train(
     stragglers = spec["cluster"].get("stragglers", [])
     first_recorded, end_recorded = job["timeline"]
     timeline: list[list[Any]] = []
+    # Every rank records its own lanes, named per worker as the PS arena's are (``compute[w1]``,
+    # ``network[w1]``; one rank: plain), on its clock (``clock`` below aligns them).
+    lane = "" if world == 1 else f"[w{worker}]"
 
     def record(it: int, resource: str, op: str, layer: str, start: float, end: float, nbytes: int):
-        if rank == 0 and first_recorded <= it < end_recorded:
-            timeline.append([it, resource, op, layer, start, end, nbytes])
+        if first_recorded <= it < end_recorded:
+            timeline.append([it, resource + lane, op, layer, start, end, nbytes])
 
     total = int(spec["warmup_iterations"]) + int(spec["iterations"])
     lr, momentum = float(train["lr"]), float(train["momentum"])
@@ -294,6 +297,7 @@ def _train(
     iterations = []
     settle_gc()
     _barrier(own)
+    clock = {"boot_id": boot_id(), "barrier_s": time.perf_counter()}  # ``merged_timeline``
     for it in range(total):
         straggle.factor = slowdown(stragglers, worker, it)
         inputs, targets = next(batches)
@@ -340,6 +344,7 @@ def _train(
         "world": world,
         "iterations": iterations,
         "timeline": timeline,
+        "clock": clock,
         "negotiated": bool(engine is not None and engine.negotiate),
         "threads": threads,  # per priority (runners.real.priority)
         "compute_priority": priority.current(),
@@ -429,6 +434,16 @@ def settle_gc() -> None:
     the loop has allocated since. The collector stays on (cycles are still freed)."""
     gc.collect()
     gc.freeze()
+
+
+def boot_id() -> str | None:
+    """This machine's boot id (``/proc/sys/kernel/random/boot_id``): processes that report
+    the same one read one ``time.perf_counter`` clock (the kernel's monotonic clock, which
+    containers share with their host); None where it cannot be read."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
 
 
 def _barrier(framework: str | None) -> None:

@@ -152,7 +152,9 @@ def test_exact_schedulers_match_single_process_sgd(system, params, tmp_path, mon
     assert all(s["loss"] > 0 for s in series)
     if system not in ("ddp", "horovod"):  # our engine: its plan's collectives are on the timeline
         rows = (tmp_path / "run" / "timeline.csv").read_text().splitlines()
-        assert any(",network," in row for row in rows)
+        lanes = {row["resource"] for row in csv.DictReader(rows)}
+        # every rank's lanes, named per worker
+        assert lanes == {"compute[w0]", "network[w0]", "compute[w1]", "network[w1]"}, lanes
         for row in csv.DictReader(rows):  # the Gantt chart refuses anything else
             assert float(row["end_s"]) >= float(row["start_s"]), row
         assert metrics["comm_time_s"] > 0

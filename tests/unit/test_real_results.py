@@ -170,3 +170,33 @@ def test_the_ranks_cpu_time_is_the_steady_iterations_mean_and_its_cores():
     del ranks[1]["iterations"][2]["cpu_s"]  # a record without it (older worker): none
     result = launch._results(_spec(len(times)), ranks, launch.Network("loopback"))
     assert "cpu_time_s" not in result.metrics
+
+
+def _clocked(rank: int, boot: str | None, barrier_s: float, rows: list[list]) -> dict:
+    return {"rank": rank, "clock": {"boot_id": boot, "barrier_s": barrier_s}, "timeline": rows}
+
+
+def test_every_rank_s_timeline_is_merged_on_rank_0_s_clock():
+    """Ranks on rank 0's machine (its boot id) keep their times, whatever their barrier
+    reading; a rank elsewhere, or with an unknown boot id, is shifted so that it left the
+    barrier when rank 0 did; the merged rows start at 0, sorted by start."""
+    zero = _clocked(0, "a", 100.0, [[0, "compute[w0]", "forward", "l", 100.5, 100.7, 0]])
+    same = _clocked(1, "a", 100.2, [[0, "compute[w1]", "forward", "l", 100.4, 100.6, 0]])
+    rows = launch.merged_timeline([zero, same])
+    assert rows == [
+        [0, "compute[w1]", "forward", "l", 0.0, pytest.approx(0.2), 0],
+        [0, "compute[w0]", "forward", "l", pytest.approx(0.1), pytest.approx(0.3), 0],
+    ]
+    # another machine's clock: 5000 s apart, its barrier 0.05 s before its row
+    away = _clocked(1, "b", 5000.0, [[0, "network[w1]", "allreduce", "l", 5000.05, 5000.9, 8]])
+    unknown = {**away, "clock": {"boot_id": None, "barrier_s": 5000.0}}
+    for other in (away, unknown):
+        rows = launch.merged_timeline([zero, other])
+        assert [row[1] for row in rows] == ["network[w1]", "compute[w0]"]
+        assert rows[0][4:6] == [0.0, pytest.approx(0.85)]
+        assert rows[1][4:6] == [pytest.approx(0.45), pytest.approx(0.65)]
+    # no clocks (the PS arena's, all in rank 0's record): the times as they are
+    plain = [{"rank": 0, "timeline": [[1, "uplink", "push", "l", 3.0, 4.0, 9]]},
+             {"rank": 1, "timeline": [[1, "ps0.in", "push", "l", 3.5, 4.0, 9]]}]  # fmt: skip
+    assert [row[4] for row in launch.merged_timeline(plain)] == [0.0, 0.5]
+    assert launch.merged_timeline([{"rank": 0, "timeline": []}]) == []
