@@ -537,9 +537,9 @@ def _probe_ps(
     """The PS arena's measurements at one network (``ps`` of a calibration's network): the
     transport's (``probe.ps_overlap``) each the median of ``rounds`` probes taken in rounds
     over the models, as the all-reduce arena's overlap entries (``_probe_overlap``); the
-    message CPU the median of ``rounds`` probes too (one calibration's single probe was 422
-    µs, the next's 717 on the same machine), of ``cpu_rounds`` probes (the host's CPU per
-    message moved 2x between two calibrations' medians of 3). The aggregation:
+    message CPU the median of ``cpu_rounds`` probes (one calibration's single probe was 422
+    µs, the next's 717 on the same machine; the host's CPU per message moved 2x between two
+    calibrations' medians of 3). The aggregation:
     ``probe.aggregation_fit`` through the medians over every probe of its two rounds (after
     1 MiB and 4 KiB pushes), both stored beside the fit. The host's CPU per message:
     ``probe.host_cpu_fit`` through the medians of the message CPU's probes (4 KiB) and of as
