@@ -119,14 +119,17 @@ ENDED = -1  # start ticks of a handle found after its run ended: never matches a
 def find(home: Path) -> Handle | None:
     """The run started in ``home``: its session leader while it runs (pid and start time,
     checked against the wrapper's command line, so that a reused pid is not taken for it),
-    a handle that is never alive once it has gone, None if no run was started there."""
+    a handle that is never alive once it has ended (its exit code written, as ``poll``
+    judges it, even if the wrapper has not exited yet) or gone, None if no run was started
+    there."""
     home = Path(home).resolve()
     try:
         pid = int((home / PID).read_text().strip())
     except (OSError, ValueError):
         return None
     ticks = _start_ticks(pid)
-    if ticks is not None and _is_wrapper_of(pid, home):
+    ended = (home / EXIT_CODE).exists()  # the wrapper's last act: it exits next
+    if ticks is not None and not ended and _is_wrapper_of(pid, home):
         return Handle(pid=pid, start_ticks=ticks)
     # Gone: ``poll`` of this handle reads the exit code, or says "lost" if there is none.
     return Handle(pid=pid, start_ticks=ENDED)

@@ -237,6 +237,20 @@ def test_find_gives_a_never_alive_handle_once_the_run_has_ended(tmp_path, launch
     assert local.poll(home, found) == local.Status("exited", 0)
 
 
+def test_find_takes_a_run_whose_exit_code_is_written_as_ended(tmp_path, launched):
+    """The wrapper writes the exit code as its last act and exits just after: in between,
+    ``find`` says the run has ended, as ``poll`` does (CI once found the wrapper still alive
+    there). Here the wrapper stays alive with an exit code written beside it."""
+    home = home_with(tmp_path, ENDLESS)
+    handle = launched(home)
+    wait_for(lambda: (home / local.PID).exists(), "the wrapper to record its pid")
+    assert local.find(home) == handle
+    (home / local.EXIT_CODE).write_text("0\n")
+
+    assert local.find(home) == local.Handle(pid=handle.pid, start_ticks=local.ENDED)
+    assert local._alive(handle), "the wrapper itself still runs"
+
+
 def test_find_of_a_killed_run_polls_as_lost(tmp_path, launched):
     home = home_with(tmp_path, ENDLESS)
     handle = launched(home)
