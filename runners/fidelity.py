@@ -1743,7 +1743,7 @@ def _scaled_twin(sim: RunSpec, scale: float) -> RunSpec:
 
 def _ape(predicted: float, measured: float) -> float:
     """The absolute percentage error of a prediction."""
-    return 100.0 * abs(predicted - measured) / measured
+    return abs(_signed_pct(predicted, measured))
 
 
 def _mape_of(rows: list[dict[str, Any]], predicted: str) -> float:
@@ -2009,6 +2009,7 @@ def host_cpu_error(configs: list[dict[str, Any]]) -> dict[str, float] | None:
 
 
 def _signed_pct(predicted: float, measured: float) -> float:
+    """A prediction's error in % of the measured value, with its sign (``_ape``: its size)."""
     return 100.0 * (predicted - measured) / measured
 
 

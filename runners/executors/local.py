@@ -127,9 +127,9 @@ def find(home: Path) -> Handle | None:
         pid = int((home / PID).read_text().strip())
     except (OSError, ValueError):
         return None
-    ticks = _start_ticks(pid)
     ended = (home / EXIT_CODE).exists()  # the wrapper's last act: it exits next
-    if ticks is not None and not ended and _is_wrapper_of(pid, home):
+    ticks = None if ended else _start_ticks(pid)
+    if ticks is not None and _is_wrapper_of(pid, home):
         return Handle(pid=pid, start_ticks=ticks)
     # Gone: ``poll`` of this handle reads the exit code, or says "lost" if there is none.
     return Handle(pid=pid, start_ticks=ENDED)
