@@ -1837,8 +1837,17 @@ def _row(
         row["real_host_cpu_s"] = statistics.median(
             r.metrics["cpu_cores"] * r.metrics["iteration_time_s"] for r in runs
         )
+    if all("machine_busy_cores" in r.metrics for r in runs):  # runs from before: none
+        # the cores the machine kept busy over the steady iterations, every process on it:
+        # beside ``real_cpu_cores``, what the run left idle
+        row["real_machine_busy_cores"] = statistics.median(
+            r.metrics["machine_busy_cores"] for r in runs
+        )
     if "host_cpu_s" in sim.metrics:
         row["sim_host_cpu_s"] = sim.metrics["host_cpu_s"]
+        # the cores the twin's host work keeps busy: all of ``cluster.host_cores`` where its
+        # iteration is the host's floor
+        row["sim_cpu_cores"] = sim.metrics["host_cpu_s"] / predicted if predicted > 0 else None
     if all("machine_steal_pct" in r.metrics for r in runs):  # the hypervisor's share
         row["real_steal_pct"] = statistics.median(r.metrics["machine_steal_pct"] for r in runs)
     return row
@@ -1968,6 +1977,9 @@ def report(
         # the twin's host CPU work per iteration against the real runs' (PS twins on one
         # host; ``host_cpu_error``; None: no row has both)
         "host_cpu_error_pct": host_cpu_error(configs),
+        # the machine's busy cores during the real runs against the twins' (rows with both;
+        # ``cores_busy``; None: none has)
+        "cores_busy": cores_busy(configs),
         # the CPU time a hypervisor took from this machine during the real runs (median over
         # configurations of each one's median; the largest): a contended host's runs are slow
         "steal_pct": statistics.median(steals) if steals else None,
@@ -2006,6 +2018,28 @@ def host_cpu_error(configs: list[dict[str, Any]]) -> dict[str, float] | None:
     if not errors:
         return None
     return {"median": statistics.median(errors), "min": min(errors), "max": max(errors)}
+
+
+def cores_busy(configs: list[dict[str, Any]]) -> dict[str, float] | None:
+    """The machine's cores the real runs kept busy (``real_machine_busy_cores``: every
+    process on it, over the steady iterations) beside those the twins' host work keeps busy
+    (``sim_cpu_cores``: ``cluster.host_cores``' work over the twin's iteration), the medians
+    over the rows that have both, and the largest gap (the twin's less the real's); None if
+    none has. Where a twin's iteration is the host's floor it keeps every core busy: a real
+    run that leaves some idle (its processes waiting on each other or on the network) is then
+    slower than its twin by as much."""
+    pairs = [
+        (c["real_machine_busy_cores"], c["sim_cpu_cores"])
+        for c in configs
+        if c.get("real_machine_busy_cores") is not None and c.get("sim_cpu_cores") is not None
+    ]
+    if not pairs:
+        return None
+    return {
+        "real": statistics.median(real for real, _ in pairs),
+        "sim": statistics.median(sim for _, sim in pairs),
+        "max_gap": max(sim - real for real, sim in pairs),
+    }
 
 
 def _signed_pct(predicted: float, measured: float) -> float:
@@ -2089,7 +2123,7 @@ def format_report(result: dict[str, Any]) -> str:
     lines = [
         f"{'system':18} {'workload':18} {'network':12} {'real ms':>9} {'sim ms':>9} {'error':>7}"
         + (f" {'compute real/sim':>16}" if with_compute else "")
-        + (f" {'cores used':>10}" if with_cores else "")
+        + (f" {'cores used real/sim':>22}" if with_cores else "")
         + (f" {'host CPU real/sim':>17}" if with_host else "")
     ]
     for c in result["configs"]:
@@ -2106,11 +2140,12 @@ def format_report(result: dict[str, Any]) -> str:
             )
             line += f" {compute:>16}"
         if with_cores:
-            line += (
-                f" {c['real_cpu_cores']:6.2f} of {cores}"
-                if "real_cpu_cores" in c
-                else f" {'-':>10}"
-            )
+            used = f"{c['real_cpu_cores']:.2f}" if "real_cpu_cores" in c else "-"
+            if c.get("real_machine_busy_cores") is not None:
+                used += f" ({c['real_machine_busy_cores']:.2f})"
+            if c.get("sim_cpu_cores") is not None:
+                used += f" / {c['sim_cpu_cores']:.2f}"
+            line += f" {used + f' of {cores}':>22}"
         if with_host:
             host = (
                 f"{c['real_host_cpu_s'] * 1e3:.1f} / {c['sim_host_cpu_s'] * 1e3:.1f}"
@@ -2128,7 +2163,18 @@ def format_report(result: dict[str, Any]) -> str:
     if with_cores:
         lines.append(
             "(cores used: the real run's processes, ranks and servers, on this machine's "
-            f"{cores} cores; the simulator gives each process a machine of its own)"
+            f"{cores} cores, in brackets the cores the machine kept busy over the steady "
+            "iterations, every process on it; after the slash a PS twin's, its host CPU work "
+            "over its iteration (cluster.host_cores); elsewhere the simulator gives each "
+            "process a machine of its own)"
+        )
+    busy = result.get("cores_busy")
+    if busy:
+        lines.append(
+            f"the real runs kept a median {busy['real']:.2f} of the machine's cores busy, the "
+            f"twins' host work {busy['sim']:.2f} (at most {busy['max_gap']:+.2f} more than "
+            "the real): a twin whose iteration is its host's floor packs the work on every "
+            "core, while the real processes also wait on each other and on the network"
         )
     host_error = result.get("host_cpu_error_pct")
     if with_host:

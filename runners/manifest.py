@@ -52,6 +52,31 @@ def cpu_ticks(stat: str = "/proc/stat") -> tuple[int, int] | None:
     return ticks[7], sum(ticks)
 
 
+def busy_ticks(stat: str = "/proc/stat") -> tuple[int, int, int] | None:
+    """(busy, total, cpus): the clock ticks every CPU of this machine spent busy (user, nice,
+    system, irq, softirq: anything but idle, iowait and steal) and in all since boot, from
+    the ``cpu`` line of ``stat``, and the CPUs it counts (its ``cpuN`` lines: the whole
+    machine's, not only those this process may use); ``None`` where it cannot be read."""
+    try:
+        with open(stat) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    fields = lines[0].split() if lines else []
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    user, nice, system, idle, iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
+    cpus = sum(1 for line in lines[1:] if line.startswith("cpu") and line[3:4].isdigit())
+    busy = user + nice + system + irq + softirq
+    return busy, busy + idle + iowait + steal, max(cpus, 1)
+
+
+def busy_cores(busy: int, total: int, cpus: int) -> float | None:
+    """The machine's cores kept busy over an interval whose ``busy_ticks`` deltas are
+    ``busy`` of ``total`` (``cpus`` CPUs); ``None`` for an interval with no tick."""
+    return cpus * busy / total if total > 0 else None
+
+
 def steal_pct(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
     """The share of the machine's CPU time a hypervisor took between two ``cpu_ticks``."""
     if before is None or after is None or after[1] <= before[1]:

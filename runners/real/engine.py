@@ -230,9 +230,11 @@ def iteration_row(
     loss: torch.Tensor,
     warmup: bool,
     cpu_begin: float | None = None,
+    machine_begin: tuple[int, int, int] | None = None,
 ) -> dict[str, Any]:
     """A rank's record of iteration ``it`` (``times``: forward start, backward start, end;
-    ``cpu_begin``: the process's CPU time, ``time.process_time()``, at ``begin``)."""
+    ``cpu_begin``: the process's CPU time, ``time.process_time()``, at ``begin``;
+    ``machine_begin``: the machine's ``busy_ticks`` then, on the rank that reads them)."""
     forward_start, backward_start, end = times
     row = {
         "iteration": it,
@@ -244,6 +246,8 @@ def iteration_row(
     }
     if cpu_begin is not None:
         row["cpu_begin"] = cpu_begin
+    if machine_begin is not None:
+        row["machine_begin"] = machine_begin
     return row
 
 
@@ -252,11 +256,15 @@ def set_iteration_times(
     finished: float,
     stats: Callable[[int], dict[str, float]] | None = None,
     cpu_finished: float | None = None,
+    machine_finished: tuple[int, int, int] | None = None,
 ) -> None:
     """An iteration lasts from its begin to the next one's (the last: to ``finished``); with
     ``stats``, each row also gets the executor's per-iteration statistics. Rows with a
     ``cpu_begin`` get ``cpu_s``: the CPU time the process (every thread of it: compute,
-    communication, gloo's) used over the same interval (the last: to ``cpu_finished``)."""
+    communication, gloo's) used over the same interval (the last: to ``cpu_finished``).
+    Rows with a ``machine_begin`` get ``machine_ticks``: ``[busy, total, cpus]``, the
+    machine's busy and total clock ticks over the same interval (the last: to
+    ``machine_finished``; ``runners.manifest.busy_ticks``), every process's on it."""
     for i, row in enumerate(iterations):
         nxt = iterations[i + 1] if i + 1 < len(iterations) else None
         row["iteration_time_s"] = (finished if nxt is None else nxt["begin"]) - row["begin"]
@@ -267,6 +275,14 @@ def set_iteration_times(
         cpu_end = cpu_finished if nxt is None else nxt.get("cpu_begin")
         if cpu_begin is not None and cpu_end is not None:
             row["cpu_s"] = cpu_end - cpu_begin
+        machine_begin = row.pop("machine_begin", None)
+        machine_end = machine_finished if nxt is None else nxt.get("machine_begin")
+        if machine_begin is not None and machine_end is not None:
+            row["machine_ticks"] = [
+                machine_end[0] - machine_begin[0],
+                machine_end[1] - machine_begin[1],
+                machine_begin[2],
+            ]
 
 
 def write_record(job_dir: Path, name: str, rank: int, result: dict[str, Any]) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 
 import workloads
 
-from ..manifest import cpu_ticks, steal_pct, usable_cpus
+from ..manifest import busy_cores, cpu_ticks, steal_pct, usable_cpus
 from ..policies.allreduce import CommPlan
 from ..spec import RealOptions, RunSpec, SpecError
 from . import priority
@@ -979,6 +979,19 @@ def _results(spec: RunSpec, ranks: list[dict[str, Any]], network: Network) -> Re
         metrics["cpu_cores_per_rank"] = metrics["cpu_time_s"] / mean if mean > 0 else math.nan
         metrics["cpu_cores"] = len(ranks) * metrics["cpu_cores_per_rank"]  # the PS: + servers'
         units.update(cpu_time_s="s", cpu_cores_per_rank="cores", cpu_cores="cores")
+    steady_its = {s["iteration"] for s in steady}
+    ticks = [
+        row["machine_ticks"]
+        for row in ranks[0]["iterations"]
+        if row["iteration"] in steady_its and "machine_ticks" in row
+    ]
+    if ticks and len(ticks) == len(steady_its):
+        # The cores rank 0's machine kept busy over the steady iterations, every process on
+        # it (the run's and any other): beside ``cpu_cores``, what the run left idle.
+        busy = busy_cores(sum(t[0] for t in ticks), sum(t[1] for t in ticks), ticks[0][2])
+        if busy is not None:
+            metrics["machine_busy_cores"] = busy
+            units["machine_busy_cores"] = "cores"
     evaluation = next((r["eval"] for r in ranks if "eval" in r), None)
     for key, value in (evaluation or {}).items():
         metrics[key] = value

@@ -701,6 +701,8 @@ def test_a_grid_runs_its_real_runs_for_real_and_records_the_device(tmp_path):
             "real": device,
         }
     assert by_mode["real"]["cpu_cores"] > 0 and math.isnan(by_mode["sim"]["cpu_cores"])
+    # rank 0's machine: its busy cores over the steady iterations, every process on it
+    assert 0 < by_mode["real"]["machine_busy_cores"] <= (os.cpu_count() or 1)
     assert by_mode["real"]["iteration_time_s"] > 0
     assert list(table.columns).index("device") == list(table.columns).index("mode") + 1
     again = grid.run_grid(g, tmp_path / "out", jobs=1, progress=False, resume=True)

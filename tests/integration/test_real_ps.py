@@ -121,6 +121,9 @@ def test_sync_ps_systems_match_single_process_sgd(system, params, tmp_path, monk
     assert metrics["cpu_time_s"] > 0 and metrics["server_cpu_cores"] > 0
     # the hypervisor's share of the machine while it ran, in the run directory (Linux)
     assert 0 <= metrics["machine_steal_pct"] <= 100 and summary["units"]["machine_steal_pct"] == "%"
+    # the cores the machine kept busy over the steady iterations: some, at most all of them
+    assert 0 < metrics["machine_busy_cores"] <= (os.cpu_count() or 1)
+    assert summary["units"]["machine_busy_cores"] == "cores"
     series = [json.loads(line) for line in (out / "metrics.jsonl").open()]
     assert [s["iteration"] for s in series] == list(range(4))
     rows = (out / "timeline.csv").read_text().splitlines()

@@ -910,6 +910,52 @@ def test_the_host_cpu_check_sets_each_twin_s_cpu_work_beside_the_real_runs():
     assert "host CPU" not in fidelity.format_report(fidelity.report(rows[3:], "unit"))
 
 
+def test_the_busy_cores_check_sets_the_machine_s_beside_the_twin_s():
+    """A row: the machine's busy cores over the real runs (the median) and the cores a PS
+    twin's host work keeps busy (its host CPU over its iteration); the report has their
+    medians and the largest gap, the table both, and a line in the text; rows without both
+    (older runs, the all-reduce arena) are left out of it."""
+    from types import SimpleNamespace
+
+    def run(t, busy):
+        metrics = {"iteration_time_s": t, "iteration_time_median_s": t, "compute_time_s": 0.01,
+                   "cpu_cores": busy - 0.05, "machine_busy_cores": busy}  # fmt: skip
+        return SimpleNamespace(metrics=metrics, network=SimpleNamespace(kind="shaped"))
+
+    runs = [run(0.045, 1.70), run(0.050, 1.80), run(0.040, 1.75)]
+    twin = SimpleNamespace(metrics={"iteration_time_s": 0.04, "compute_time_s": 0.01,
+                                    "host_cpu_s": 0.078})  # fmt: skip
+    row = fidelity._row("ps-default", "vgg16-debug", 0.25, runs, twin)
+    assert row["real_machine_busy_cores"] == pytest.approx(1.75)
+    assert row["sim_cpu_cores"] == pytest.approx(1.95)
+    plain = SimpleNamespace(metrics={"iteration_time_s": 0.04, "compute_time_s": 0.01})
+    other = fidelity._row("wfbp", "vgg16-debug", 1.0, runs, plain)
+    assert "sim_cpu_cores" not in other and other["real_machine_busy_cores"] == 1.75
+    del runs[0].metrics["machine_busy_cores"]  # a run from before it was measured: none
+    assert "real_machine_busy_cores" not in fidelity._row("p3", "vgg16-debug", 1.0, runs, twin)
+    rows = [
+        {**_row("ps-default", 0.05, 0.04), "real_cpu_cores": 1.7,
+         "real_machine_busy_cores": 1.75, "sim_cpu_cores": 1.95},
+        {**_row("p3", 0.05, 0.04), "real_cpu_cores": 1.8,
+         "real_machine_busy_cores": 1.9, "sim_cpu_cores": 2.0},
+        {**_row("tictac-tic", 0.05, 0.04), "real_cpu_cores": 1.8,
+         "real_machine_busy_cores": 1.85, "sim_cpu_cores": 1.9},
+        {**_row("wfbp", 0.05, 0.04), "real_cpu_cores": 1.8, "real_machine_busy_cores": 1.8},
+    ]  # fmt: skip
+    out = fidelity.report(rows, "unit")
+    assert out["cores_busy"] == pytest.approx({"real": 1.85, "sim": 1.95, "max_gap": 0.2})
+    text = fidelity.format_report(out)
+    assert "cores used real/sim" in text.splitlines()[0]
+    assert "1.70 (1.75) / 1.95 of " in text.splitlines()[1]
+    assert "1.80 (1.80) of " in text.splitlines()[4]  # no twin's host: the real's alone
+    assert (
+        "the real runs kept a median 1.85 of the machine's cores busy, the twins' host "
+        "work 1.95 (at most +0.20 more" in " ".join(text.split())
+    )
+    assert fidelity.report(rows[3:], "unit")["cores_busy"] is None
+    assert "kept a median" not in fidelity.format_report(fidelity.report(rows[3:], "unit"))
+
+
 def test_the_report_averages_errors_and_computes_speedups():
     rows = [
         _row("wfbp", 0.040, 0.036),  # 10 %

@@ -172,6 +172,60 @@ def test_the_ranks_cpu_time_is_the_steady_iterations_mean_and_its_cores():
     assert "cpu_time_s" not in result.metrics
 
 
+def test_each_iteration_s_machine_ticks_run_from_its_begin_to_the_next():
+    """``set_iteration_times`` turns the machine's busy and total ticks at each row's begin
+    into the interval's (the last: to the ticks at the end), with the machine's CPUs."""
+    from runners.real.engine import iteration_row, set_iteration_times
+
+    loss = __import__("torch").tensor(1.0)
+    marks = [(100, 200, 2), (130, 240, 2), (190, 300, 2)]
+    rows = [iteration_row(i, 0.1 * i, (0.1 * i,) * 3, loss, False, None, marks[i])
+            for i in range(3)]  # fmt: skip
+    set_iteration_times(rows, 0.3, machine_finished=(200, 320, 2))
+    assert [row["machine_ticks"] for row in rows] == [[30, 40, 2], [60, 60, 2], [10, 20, 2]]
+    assert not any("machine_begin" in row for row in rows)
+    plain = [iteration_row(0, 0.0, (0.0, 0.0, 0.0), loss, False)]
+    set_iteration_times(plain, 0.1, machine_finished=(1, 2, 2))
+    assert "machine_ticks" not in plain[0]
+
+
+def test_the_machine_s_busy_cores_are_rank_0_s_over_the_steady_iterations():
+    """The cores rank 0's machine kept busy: its busy ticks over its total across the steady
+    iterations (the warm-up and the last left out, as the timing metrics), times its CPUs;
+    other ranks' rows (none on a real run) are not read; none without every steady row's."""
+    times = [0.020, 0.022, 0.021, 0.023]
+    ranks = [_rank(times, drain=0.05), _rank(times, drain=0.05)]
+    busy = {0: 1, 1: 30, 2: 35, 3: 20, 4: 2}  # per iteration, of 40 ticks
+    for row in ranks[0]["iterations"]:
+        row["machine_ticks"] = [busy[row["iteration"]], 40, 2]
+    result = launch._results(_spec(len(times)), ranks, launch.Network("loopback"))
+    assert result.metrics["machine_busy_cores"] == pytest.approx(2 * (30 + 35 + 20) / 120)
+    assert result.units["machine_busy_cores"] == "cores"
+    for row in ranks[1]["iterations"]:  # another rank's (its machine's) is not rank 0's
+        row["machine_ticks"] = [40, 40, 2]
+    again = launch._results(_spec(len(times)), ranks, launch.Network("loopback"))
+    assert again.metrics["machine_busy_cores"] == result.metrics["machine_busy_cores"]
+    del ranks[0]["iterations"][2]["machine_ticks"]  # a steady row without it: none
+    result = launch._results(_spec(len(times)), ranks, launch.Network("loopback"))
+    assert "machine_busy_cores" not in result.metrics
+
+
+def test_busy_ticks_reads_the_machine_s_busy_and_total_ticks_and_its_cpus(tmp_path):
+    from runners.manifest import busy_cores, busy_ticks
+
+    stat = tmp_path / "stat"
+    stat.write_text(
+        "cpu  100 5 20 300 7 1 2 3 0 0\n"
+        "cpu0 50 2 10 150 3 1 1 2 0 0\ncpu1 50 3 10 150 4 0 1 1 0 0\nintr 1 2\n"
+    )
+    assert busy_ticks(str(stat)) == (100 + 5 + 20 + 1 + 2, 128 + 300 + 7 + 3, 2)
+    assert busy_cores(30, 40, 2) == pytest.approx(1.5)
+    assert busy_cores(0, 0, 2) is None
+    stat.write_text("nonsense\n")
+    assert busy_ticks(str(stat)) is None
+    assert busy_ticks(str(tmp_path / "missing")) is None
+
+
 def _clocked(rank: int, boot: str | None, barrier_s: float, rows: list[list]) -> dict:
     return {"rank": rank, "clock": {"boot_id": boot, "barrier_s": barrier_s}, "timeline": rows}
 
