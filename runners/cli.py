@@ -8,7 +8,7 @@
     python -m runners calibrate [--label L] [--models M,..] [--bandwidths G,..] [--workers N]
                                 [--threads T] [--repeats R] [--comm-priority auto|realtime|normal]
                                 [--split-only | --ps-only | --overlap-only | --horovod-only
-                                 | --compute-only]
+                                 | --compute-only] [--ps-cpu-probes N]
     python -m runners fidelity [--label L] [--systems S,..] [--models M,..] [--bandwidths G,..]
                                [--iterations I] [--repeats R] [--latency busy|idle|split|engine]
                                [--no-compute-check] [--check-each-run] [--json]
@@ -183,6 +183,15 @@ def _parser() -> argparse.ArgumentParser:
         help="only measure the compute profiles of an existing calibration's models again "
         "(a few seconds per model), keeping its network measurements: what fidelity's "
         "compute check asks for when this machine's speed has moved since it was calibrated",
+    )
+    p.add_argument(
+        "--ps-cpu-probes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the PS arena's message-CPU probes per network, whose median the calibration "
+        f"keeps (default {fidelity.PS_CPU_ROUNDS}; one probe to the next moves up to 75%%; "
+        "fewer are quicker, two launches each); with a whole calibration or --ps-only",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_calibrate)
@@ -501,6 +510,18 @@ def _calibrate(args: argparse.Namespace) -> int:
             )
         if args.comm_priority == "realtime" and (why := priority.why_not_realtime()):
             raise SpecError("--comm-priority", f"realtime is not permitted here ({why})")
+        cpu_rounds = fidelity.PS_CPU_ROUNDS if args.ps_cpu_probes is None else args.ps_cpu_probes
+        if not 1 <= cpu_rounds <= fidelity.PS_CPU_ROUNDS_MAX:
+            raise SpecError(
+                "--ps-cpu-probes",
+                f"must be between 1 and {fidelity.PS_CPU_ROUNDS_MAX} (got {cpu_rounds})",
+            )
+        if args.ps_cpu_probes is not None and asked and asked != ["ps"]:
+            raise SpecError(
+                "--ps-cpu-probes",
+                f"the PS arena's probes: with a whole calibration or --ps-only, not with "
+                f"--{asked[0]}-only",
+            )
     except SpecError as err:
         print(f"invalid arguments: {err}", file=sys.stderr)
         return 2
@@ -512,7 +533,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     if asked:
         add = {
             "split": fidelity.calibrate_split,
-            "ps": fidelity.calibrate_ps,
+            "ps": functools.partial(fidelity.calibrate_ps, cpu_rounds=cpu_rounds),
             "overlap": fidelity.calibrate_overlap,
             "horovod": fidelity.calibrate_horovod,
             "compute": functools.partial(fidelity.calibrate_compute, repeats=args.repeats),
@@ -538,6 +559,7 @@ def _calibrate(args: argparse.Namespace) -> int:
             args.repeats,
             progress=say,
             comm_priority=args.comm_priority or "auto",
+            ps_cpu_rounds=cpu_rounds,
         )
     except RuntimeError as err:  # CalibrationError, the testbed, or a probe's ranks failing
         print(f"calibration failed: {err}", file=sys.stderr)

@@ -158,11 +158,14 @@ def calibrate(
     repeats: int = PROFILE_REPEATS,
     progress: Callable[[str], None] | None = None,
     comm_priority: str = "auto",
+    ps_cpu_rounds: int | None = None,
 ) -> dict[str, Any]:
     """Measure compute and network on this machine; write the profiles and the testbed file.
     ``comm_priority``: the communication threads' in the network probes
     (``runners.real.priority``; resolved here, recorded, and given to the real runs that
-    ``fidelity`` matches with the calibration)."""
+    ``fidelity`` matches with the calibration). ``ps_cpu_rounds``: the PS arena's message
+    CPU probes per network (``_probe_ps``; ``calibrate --ps-cpu-probes``; None: its
+    default, ``PS_CPU_ROUNDS``)."""
     from .real import priority
     from .real import testbed as tb
 
@@ -189,7 +192,8 @@ def calibrate(
         rows, alpha, bandwidth, remeasured = _probe_network(workers, nominal, threads, say, prio)
         split_rows, rs_cost, ag_cost = _probe_split(workers, nominal, threads, say, prio)
         overlap = _probe_overlap(models, workers, nominal, threads, say, prio)
-        ps_entry = _probe_ps(models, workers, nominal, threads, say, prio)
+        rounds = PS_CPU_ROUNDS if ps_cpu_rounds is None else ps_cpu_rounds
+        ps_entry = _probe_ps(models, workers, nominal, threads, say, prio, cpu_rounds=rounds)
         own = {}
         if horovod:
             try:
@@ -517,10 +521,18 @@ _PS_METHOD_THREE_CPU = (
     "floor, runners.real.probe.ps_message_cpu)"
 )
 PS_CPU_ROUNDS = 5  # the host's CPU per message: 3 probes' medians moved 2x between calibrations
-PS_CPU_MARKER = f"the message CPU the median of {PS_CPU_ROUNDS} probes, each stored"
+_PS_METHOD_FIVE_CPU = _PS_METHOD_THREE_CPU.replace(
+    f"the message CPU among them: the median of {PS_ROUNDS} probes",
+    "the message CPU the median of 5 probes, each stored",
+)
+PS_CPU_MARKER = (
+    f"the message CPU the median of its probes ({PS_CPU_ROUNDS} unless calibrate "
+    "--ps-cpu-probes said otherwise), each stored (message_cpu_probes_us)"
+)
 PS_METHOD = _PS_METHOD_THREE_CPU.replace(
     f"the message CPU among them: the median of {PS_ROUNDS} probes", PS_CPU_MARKER
 )
+PS_CPU_ROUNDS_MAX = 50  # calibrate --ps-cpu-probes' bound: two launches a probe, per network
 
 
 def _probe_ps(
@@ -801,16 +813,20 @@ def calibrate_split(
 
 
 def calibrate_ps(
-    label: str = DEFAULT_LABEL, progress: Callable[[str], None] | None = None
+    label: str = DEFAULT_LABEL,
+    progress: Callable[[str], None] | None = None,
+    cpu_rounds: int = PS_CPU_ROUNDS,
 ) -> dict[str, Any]:
     """Add the PS arena's measurements to calibration ``label`` (at each of its networks, for
     each of its models), leaving its other measurements as they are (``calibrate
-    --ps-only``)."""
+    --ps-only``); ``cpu_rounds``: the message CPU's probes per network (``--ps-cpu-probes``)."""
 
     def measure(
         point: dict[str, Any], workers: int, threads: int, models: Any, say: Any, prio: str
     ) -> None:
-        point["ps"] = _probe_ps(models, workers, point["nominal_gbps"], threads, say, prio)
+        point["ps"] = _probe_ps(
+            models, workers, point["nominal_gbps"], threads, say, prio, cpu_rounds=cpu_rounds
+        )
 
     return _add_to_calibration(
         label,
@@ -826,6 +842,7 @@ def calibrate_ps(
             _PS_METHOD_SUM_ONLY,
             _PS_METHOD_BEFORE_HOST,
             _PS_METHOD_THREE_CPU,
+            _PS_METHOD_FIVE_CPU,
         ),
         slowdowns=("ps",),
     )

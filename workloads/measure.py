@@ -9,6 +9,7 @@ Imports torch; `workloads` itself does not.
 """
 
 import datetime
+import gc
 import os
 import platform
 import re
@@ -36,6 +37,9 @@ METHOD = (
     "uniform token ids) on the device; per step: gradients set to None, forward, loss = sum "
     "over the model's outputs of mean(output), backward; no optimizer step. warmup steps "
     "first, then repeats timed steps; each layer's time is the median over the timed steps. "
+    "Before the timed steps the garbage collector collects once and freezes what survives "
+    "(gc.freeze, as the real runs' processes do before their timed loop: a full collection "
+    "then scans only what the steps allocate), unfrozen after the measurement. "
     "Timestamps: time.perf_counter after torch.cuda.synchronize() (CUDA) at every event. "
     "Forward: a forward hook at the end of each parameter-owning module's call; a layer's "
     "fwd_s is the time from the previous such event (or the start of the forward pass) to "
@@ -122,7 +126,9 @@ def measure_layers(
 ) -> dict[str, Any]:
     """Time `warmup` + `repeats` training steps of `model` on `batch` (see METHOD).
     `before_timed`, if given, is called once between the warm-up and the timed steps (a barrier
-    with other measuring processes: `file_barrier`).
+    with other measuring processes: `file_barrier`), after the garbage collector is settled
+    (one collection, then ``gc.freeze``, as the real runs' processes before their timed loop;
+    unfrozen when the measurement ends).
 
     layer_names: the parameter-owning modules to report, by qualified name, in the order
     wanted (the analytic profile's). The model and batch must be on the same device; the
@@ -194,10 +200,15 @@ def measure_layers(
                 buf.mul_(0.9).add_(p.grad)
             p.add_(buf, alpha=-1e-9)
 
+    frozen = False
     try:
         for step in range(warmup + repeats):
-            if step == warmup and before_timed is not None:
-                before_timed()
+            if step == warmup:
+                gc.collect()  # as the real runs' processes settle it (worker.settle_gc)
+                gc.freeze()
+                frozen = True
+                if before_timed is not None:
+                    before_timed()
             model.zero_grad(set_to_none=True)
             state.update(fwd=[0.0] * n, bwd=[0.0] * n, called=[False] * n, last=None)
             state["cursor"] = start = now()
@@ -239,6 +250,8 @@ def measure_layers(
                 upd_runs.append(upd)
             del output, loss
     finally:
+        if frozen:
+            gc.unfreeze()  # back to the collector's generations (the caller may live on)
         for handle in handles:
             handle.remove()
         model.zero_grad(set_to_none=True)

@@ -34,7 +34,8 @@ def label():
 def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
     require_root("the emulated network")
     argv = ["calibrate", "--label", label, "--models", MODEL, "--bandwidths", "0.5"]
-    assert cli.main([*argv, "--repeats", "3", "--json"]) == 0
+    # 3 message-CPU probes a network, not the default 5: the test's time, not the figures
+    assert cli.main([*argv, "--repeats", "3", "--ps-cpu-probes", "3", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     testbed = fidelity.load_testbed(label)
     loop, shaped = testbed["network"]
@@ -74,6 +75,7 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
         # what a message's threads take from a backward: measured, a CPU time (with spare
         # cores it may be none; the simulator's PS twins get it)
         assert 0 <= ps["message_cpu_us"] < 1e6
+        assert len(ps["message_cpu_probes_us"]) == 3  # --ps-cpu-probes, each kept
         # and what a message costs the host, every process together: its threads, the
         # server's and the kernel's take CPU time whatever the cores (more for 64 KiB)
         assert ps["host_cpu_small_us"] > 10 and ps["host_cpu_big_us"] > 10

@@ -427,6 +427,7 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
         fidelity._PS_METHOD_SUM_ONLY,  # the aggregation as the sum of one push alone
         fidelity._PS_METHOD_BEFORE_HOST,  # without the host's CPU per message
         fidelity._PS_METHOD_THREE_CPU,  # the message CPU the median of 3, not stored
+        fidelity._PS_METHOD_FIVE_CPU,  # of 5, stored, the count in the text
     ):
         stored["method"] = f"m; {older}"
         (tmp_path / "cpu.json").write_text(json.dumps(stored))
@@ -435,6 +436,18 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
         assert cli.main(["calibrate", "--label", "cpu", "--ps-only", "--json"]) == 0
         method = json.loads((tmp_path / "cpu.json").read_text())["method"]
         assert method == f"m; {fidelity.PS_METHOD}"
+    # --ps-cpu-probes: as many message-CPU probes per network, each kept; the same text
+    seen.clear()
+    swing, cpu_swing = iter([1.0, 3.0, 0.5] * 2), iter(CPU_SWING * 2)
+    host_swing = iter(HOST_SWING * 2)
+    argv = ["calibrate", "--label", "cpu", "--ps-only", "--json"]
+    assert cli.main([*argv, "--ps-cpu-probes", "2"]) == 0
+    assert [s[-1] for s in seen if s[0] == "message"] == [small, big] * 4
+    fewer = json.loads((tmp_path / "cpu.json").read_text())
+    assert fewer["network"][1]["ps"]["message_cpu_probes_us"] == pytest.approx(
+        [400 * f for f in CPU_SWING[2:4]]
+    )
+    assert fewer["method"] == f"m; {fidelity.PS_METHOD}"
     _, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, stored, latency="busy")
     assert validate(sim).cluster.latency_us == 4000.0
     assert validate(sim).cluster.message_cpu_us == 400.0
@@ -731,7 +744,7 @@ def test_calibrate_keeps_the_rest_when_horovod_s_probe_fails(tmp_path, monkeypat
         "_probe_overlap",
         lambda *a: {k: v for k, v in point.items() if isinstance(v, dict)},
     )
-    monkeypatch.setattr(fidelity, "_probe_ps", lambda *a: {})
+    monkeypatch.setattr(fidelity, "_probe_ps", lambda *a, **k: {})
 
     def broken(*args):
         raise RuntimeError("Horovod's ranks failed: Segmentation fault")
@@ -762,6 +775,15 @@ def test_calibrate_keeps_the_rest_when_horovod_s_probe_fails(tmp_path, monkeypat
 def test_calibrate_refuses_both_only_flags(capsys):
     assert cli.main(["calibrate", "--split-only", "--ps-only"]) == 2
     assert "choose one" in capsys.readouterr().err
+
+
+def test_calibrate_refuses_ps_cpu_probes_out_of_range_or_without_the_ps_arena(capsys):
+    for n in ("0", str(fidelity.PS_CPU_ROUNDS_MAX + 1)):
+        assert cli.main(["calibrate", "--ps-only", "--ps-cpu-probes", n]) == 2
+        err = capsys.readouterr().err
+        assert f"--ps-cpu-probes: must be between 1 and {fidelity.PS_CPU_ROUNDS_MAX}" in err
+    assert cli.main(["calibrate", "--compute-only", "--ps-cpu-probes", "3"]) == 2
+    assert "not with --compute-only" in capsys.readouterr().err
 
 
 def test_calibrate_compute_only_measures_the_profiles_again_and_keeps_the_network(

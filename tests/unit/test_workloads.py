@@ -746,6 +746,33 @@ def test_the_timed_steps_start_after_the_warm_up_at_the_barrier(tmp_path):
     assert events == ["warm-up 1/2", "warm-up 2/2", "barrier", "repeat 1/2", "repeat 2/2"]
 
 
+def test_the_collector_is_settled_before_the_timed_steps_and_unfrozen_after():
+    """As the real runs' processes before their timed loop: one collection, then what
+    survives frozen (a full collection in a timed step scans only what the steps allocate);
+    unfrozen after, also when the measurement fails."""
+    import gc
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+    frozen: list[int] = []
+    assert gc.get_freeze_count() == 0
+    measure.measure_layers(model, ["0", "1"], torch.randn(3, 4), repeats=1, warmup=1,
+                           before_timed=lambda: frozen.append(gc.get_freeze_count()))  # fmt: skip
+    assert frozen and frozen[0] > 0
+    assert gc.get_freeze_count() == 0
+
+    class Unused(nn.Module):  # a named layer its forward never calls: fails after the freeze
+        def __init__(self) -> None:
+            super().__init__()
+            self.used, self.unused = nn.Linear(4, 2), nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.used(x)
+
+    with pytest.raises(ValueError, match="never called unused"):
+        measure.measure_layers(Unused(), ["used", "unused"], torch.randn(3, 4), 1, warmup=0)
+    assert gc.get_freeze_count() == 0
+
+
 def test_the_file_barrier_waits_for_every_party_and_says_who_never_came(tmp_path):
     barrier = tmp_path / "b"
     barrier.mkdir()
