@@ -82,7 +82,7 @@ import numpy as np
 import workloads
 
 from . import registry
-from .fidelity_journal import Journal, fingerprint
+from .fidelity_journal import Journal, fingerprint, profiles_fingerprint
 from .manifest import usable_cpus
 from .spec import SLOWDOWN_MAX, SPLIT_COST_MAX, CommCluster, RunSpec, SpecError, validate
 
@@ -1336,6 +1336,16 @@ def matched_specs(
     return real, sim
 
 
+def _profile_paths(testbed: dict[str, Any]) -> list[Path]:
+    """The files of a calibration's measured compute profiles (its ``profiles``: model to
+    ``<model>@<label>``), in its models' order."""
+    paths = []
+    for model, ref in testbed.get("profiles", {}).items():
+        name, _, label = str(ref).partition("@")
+        paths.append(workloads.measured_path(name or model, label, workloads.MEASURED_DIR))
+    return paths
+
+
 def _host_cores(testbed: dict[str, Any]) -> int:
     """The cores a PS twin's processes share (``cluster.host_cores``): those the calibration's
     ranks could use (its ``host``), this machine's for a calibration without them."""
@@ -1507,7 +1517,13 @@ def fidelity(
     steps = _run_check_steps(models, label) if check_runs else {}
     book = None
     if journal is not None:
-        book = Journal(journal, label, resume, fingerprint(testbed_path(label)))
+        book = Journal(
+            journal,
+            label,
+            resume,
+            fingerprint(testbed_path(label)),
+            profiles_fingerprint(_profile_paths(testbed)),
+        )
     if book is not None and resume:
         say(f"resuming from {book.path}: it holds {book.runs} real run(s)")
         if book.calibration_changed:

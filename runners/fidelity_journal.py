@@ -8,9 +8,11 @@ only what it lacks.
 
 **Format.** JSON lines, one object per line:
 
-- a header: ``{"fidelity_journal": VERSION, "label": ..., "calibration": ...}``, the last
-  a fingerprint of the calibration's file when the set started (``fingerprint``; journals
-  from before it have none);
+- a header: ``{"fidelity_journal": VERSION, "label": ..., "calibration": ...,
+  "profiles": ...}``, fingerprints of the calibration's file and of its measured compute
+  profiles' files when the set started (``fingerprint``, ``profiles_fingerprint``; journals
+  from before them have none: ``calibrate --compute-only`` on the day of the calibration
+  changes the profiles and may leave the file as it was);
 - one ``{"run": {...}}`` per real run: its round, system, workload and nominal bandwidth, the
   real spec it ran (as ``fidelity.matched_specs`` wrote it), its metrics, its network's kind,
   its wall time and the failed attempts before it;
@@ -74,6 +76,20 @@ def fingerprint(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
 
 
+def profiles_fingerprint(paths: Sequence[Path]) -> str:
+    """12 hex digits of the SHA-256 of measured profiles' files, each file's name and bytes in
+    the order given (a missing one as missing): which compute a journal's runs were scored
+    against ("" for no paths)."""
+    if not paths:
+        return ""
+    digest = hashlib.sha256()
+    for path in map(Path, paths):
+        digest.update(path.name.encode() + b"\0")
+        digest.update(path.read_bytes() if path.is_file() else b"missing")
+        digest.update(b"\0")
+    return digest.hexdigest()[:12]
+
+
 def _gbps(nominal: float | None) -> float | None:
     return None if nominal is None else float(nominal)
 
@@ -107,10 +123,13 @@ class Journal:
     is another calibration's); otherwise start a new one. An existing file is kept as
     ``<path>.prev``, so one set started by mistake without ``--resume`` loses nothing."""
 
-    def __init__(self, path: Path, label: str, resume: bool, calibration: str = "") -> None:
+    def __init__(
+        self, path: Path, label: str, resume: bool, calibration: str = "", profiles: str = ""
+    ) -> None:
         self.path = Path(path)
         self.label = label
         self.calibration = calibration  # the calibration's fingerprint now ("": not known)
+        self.profiles = profiles  # its measured profiles' (``profiles_fingerprint``)
         # resumed: the journal's runs were made against another version of the calibration
         # (False where either fingerprint is unknown)
         self.calibration_changed = False
@@ -125,7 +144,7 @@ class Journal:
             if self.path.exists():
                 self.path.replace(self.path.with_name(self.path.name + ".prev"))
             self._append({"fidelity_journal": VERSION, "label": label,
-                          "calibration": calibration})  # fmt: skip
+                          "calibration": calibration, "profiles": profiles})  # fmt: skip
 
     @property
     def runs(self) -> int:
@@ -204,7 +223,11 @@ class Journal:
                 f"'{self.label}': pass --label {entry.get('label')} or run without --resume",
             )
         then = entry.get("calibration") or ""
-        self.calibration_changed = bool(then and self.calibration and then != self.calibration)
+        profiles = entry.get("profiles") or ""  # journals from before it: the file's alone
+        self.calibration_changed = bool(
+            (then and self.calibration and then != self.calibration)
+            or (profiles and self.profiles and profiles != self.profiles)
+        )
 
     def _append(self, entry: dict[str, Any]) -> None:
         line = json.dumps(entry) + "\n"

@@ -92,7 +92,8 @@ def test_a_set_stopped_by_a_failing_configuration_goes_on_from_its_journal(fakes
         "fidelity_journal": fidelity_journal.VERSION,
         "label": "cpu",
         "calibration": "",
-    }  # no calibration file here: no fingerprint
+        "profiles": "",
+    }  # no calibration file here, no profiles named: no fingerprints
     kept = [entry["run"] for entry in lines if "run" in entry]
     assert [(r["round"], r["system"]) for r in kept] == [(0, "wfbp"), (0, "horovod"), (1, "wfbp")]
     assert [r["metrics"]["iteration_time_s"] for r in kept] == pytest.approx([0.030, 0.031, 0.032])
@@ -171,6 +172,41 @@ def test_a_resumed_set_says_when_its_calibration_was_measured_again(fakes, tmp_p
     assert "from the calibration as it is now, measured again since these runs" in (
         fidelity.format_report(again)
     )
+
+
+def test_a_resumed_set_says_when_the_compute_was_measured_again(fakes, tmp_path, monkeypatch):
+    """``calibrate --compute-only`` on the calibration's own day rewrites the measured
+    profiles and may leave the calibration's file as it was: the journal's header keeps the
+    profiles' fingerprint too, and a resumed set says the calibration changed when they
+    did. A journal from before the profiles' fingerprint is judged on the file alone."""
+    import workloads
+
+    monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
+    monkeypatch.setattr(workloads, "MEASURED_DIR", tmp_path)
+    doc = {**TESTBED, "profiles": {"vgg16-debug": "vgg16-debug@cpu"}}
+    monkeypatch.setattr(fidelity, "load_testbed", lambda label: doc)
+    (tmp_path / "cpu.json").write_text(json.dumps(doc))
+    profile = tmp_path / "vgg16-debug@cpu.json"
+    profile.write_text('{"step": 1}')
+    path = tmp_path / "j.jsonl"
+    fakes.use(FakeRuns())
+    _set(path, repeats=1)
+    header = json.loads(path.read_text().splitlines()[0])
+    assert header["profiles"] == fidelity_journal.profiles_fingerprint([profile]) != ""
+    fakes.use(FakeRuns())
+    assert _set(path, resume=True, repeats=1)["journal"]["calibration_changed"] is False
+    profile.write_text('{"step": 2}')  # measured again; the calibration's file unchanged
+    fakes.use(FakeRuns())
+    again = _set(path, resume=True, repeats=1)
+    assert again["journal"]["calibration_changed"] is True
+    lines = path.read_text().splitlines()  # a journal from before the profiles' fingerprint
+    old = {k: v for k, v in json.loads(lines[0]).items() if k != "profiles"}
+    path.write_text("\n".join([json.dumps(old), *lines[1:]]) + "\n")
+    fakes.use(FakeRuns())
+    assert _set(path, resume=True, repeats=1)["journal"]["calibration_changed"] is False
+    assert fidelity_journal.profiles_fingerprint([]) == ""
+    missing = fidelity_journal.profiles_fingerprint([tmp_path / "gone.json"])
+    assert missing != fidelity_journal.profiles_fingerprint([profile])
 
 
 def test_a_journal_run_made_with_another_real_spec_is_not_reused(fakes, tmp_path):
