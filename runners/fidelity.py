@@ -181,6 +181,7 @@ def calibrate(
     if not horovod:
         say("Horovod: not installed here (`make horovod`): its own CPU cost is not measured")
     written = _measure_models(models, label, workers, threads, repeats, say)
+    cpu_rounds = PS_CPU_ROUNDS if ps_cpu_rounds is None else ps_cpu_rounds
     network = []
     points: list[float | None] = [None]
     if tb.can_shape() is None:
@@ -192,8 +193,7 @@ def calibrate(
         rows, alpha, bandwidth, remeasured = _probe_network(workers, nominal, threads, say, prio)
         split_rows, rs_cost, ag_cost = _probe_split(workers, nominal, threads, say, prio)
         overlap = _probe_overlap(models, workers, nominal, threads, say, prio)
-        rounds = PS_CPU_ROUNDS if ps_cpu_rounds is None else ps_cpu_rounds
-        ps_entry = _probe_ps(models, workers, nominal, threads, say, prio, cpu_rounds=rounds)
+        ps_entry = _probe_ps(models, workers, nominal, threads, say, prio, cpu_rounds=cpu_rounds)
         own = {}
         if horovod:
             try:

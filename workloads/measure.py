@@ -128,7 +128,7 @@ def measure_layers(
     `before_timed`, if given, is called once between the warm-up and the timed steps (a barrier
     with other measuring processes: `file_barrier`), after the garbage collector is settled
     (one collection, then ``gc.freeze``, as the real runs' processes before their timed loop;
-    unfrozen when the measurement ends).
+    unfrozen when the measurement ends, unless the caller had frozen it already).
 
     layer_names: the parameter-owning modules to report, by qualified name, in the order
     wanted (the analytic profile's). The model and batch must be on the same device; the
@@ -205,8 +205,8 @@ def measure_layers(
         for step in range(warmup + repeats):
             if step == warmup:
                 gc.collect()  # as the real runs' processes settle it (worker.settle_gc)
+                frozen = gc.get_freeze_count() == 0  # a caller's own freeze: left to it
                 gc.freeze()
-                frozen = True
                 if before_timed is not None:
                     before_timed()
             model.zero_grad(set_to_none=True)

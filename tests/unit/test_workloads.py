@@ -771,6 +771,12 @@ def test_the_collector_is_settled_before_the_timed_steps_and_unfrozen_after():
     with pytest.raises(ValueError, match="never called unused"):
         measure.measure_layers(Unused(), ["used", "unused"], torch.randn(3, 4), 1, warmup=0)
     assert gc.get_freeze_count() == 0
+    gc.freeze()  # a caller that froze its heap itself: its freeze is left to it
+    try:
+        measure.measure_layers(model, ["0", "1"], torch.randn(3, 4), repeats=1, warmup=1)
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
 
 
 def test_the_file_barrier_waits_for_every_party_and_says_who_never_came(tmp_path):
