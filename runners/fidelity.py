@@ -117,6 +117,8 @@ MAPE_CI_SEED = 0
 # the median of 3 outvotes one such run where the mean of 2 takes half of it.
 DEFAULT_REPEATS = 3
 PROFILE_REPEATS = 50  # calibrate: timed steps per layer profile
+PS_CPU_ROUNDS = 5  # the host's CPU per message: 3 probes' medians moved 2x between calibrations
+PS_CPU_ROUNDS_MAX = 50  # calibrate --ps-cpu-probes' bound: two launches a probe, per network
 SPLIT_COSTS = ("reduce_scatter_cost", "all_gather_cost")
 
 
@@ -158,14 +160,13 @@ def calibrate(
     repeats: int = PROFILE_REPEATS,
     progress: Callable[[str], None] | None = None,
     comm_priority: str = "auto",
-    ps_cpu_rounds: int | None = None,
+    ps_cpu_rounds: int = PS_CPU_ROUNDS,
 ) -> dict[str, Any]:
     """Measure compute and network on this machine; write the profiles and the testbed file.
     ``comm_priority``: the communication threads' in the network probes
     (``runners.real.priority``; resolved here, recorded, and given to the real runs that
     ``fidelity`` matches with the calibration). ``ps_cpu_rounds``: the PS arena's message
-    CPU probes per network (``_probe_ps``; ``calibrate --ps-cpu-probes``; None: its
-    default, ``PS_CPU_ROUNDS``)."""
+    CPU probes per network (``_probe_ps``; ``calibrate --ps-cpu-probes``)."""
     from .real import priority
     from .real import testbed as tb
 
@@ -181,7 +182,6 @@ def calibrate(
     if not horovod:
         say("Horovod: not installed here (`make horovod`): its own CPU cost is not measured")
     written = _measure_models(models, label, workers, threads, repeats, say)
-    cpu_rounds = PS_CPU_ROUNDS if ps_cpu_rounds is None else ps_cpu_rounds
     network = []
     points: list[float | None] = [None]
     if tb.can_shape() is None:
@@ -193,7 +193,7 @@ def calibrate(
         rows, alpha, bandwidth, remeasured = _probe_network(workers, nominal, threads, say, prio)
         split_rows, rs_cost, ag_cost = _probe_split(workers, nominal, threads, say, prio)
         overlap = _probe_overlap(models, workers, nominal, threads, say, prio)
-        ps_entry = _probe_ps(models, workers, nominal, threads, say, prio, cpu_rounds=cpu_rounds)
+        ps_entry = _probe_ps(models, workers, nominal, threads, say, prio, cpu_rounds=ps_cpu_rounds)
         own = {}
         if horovod:
             try:
@@ -520,7 +520,6 @@ _PS_METHOD_THREE_CPU = (
     "(host_message_cpu_us + S x host_cpu_ns_per_byte; the simulator's cluster.host_cores "
     "floor, runners.real.probe.ps_message_cpu)"
 )
-PS_CPU_ROUNDS = 5  # the host's CPU per message: 3 probes' medians moved 2x between calibrations
 _PS_METHOD_FIVE_CPU = _PS_METHOD_THREE_CPU.replace(
     f"the message CPU among them: the median of {PS_ROUNDS} probes",
     "the message CPU the median of 5 probes, each stored",
@@ -532,7 +531,6 @@ PS_CPU_MARKER = (
 PS_METHOD = _PS_METHOD_THREE_CPU.replace(
     f"the message CPU among them: the median of {PS_ROUNDS} probes", PS_CPU_MARKER
 )
-PS_CPU_ROUNDS_MAX = 50  # calibrate --ps-cpu-probes' bound: two launches a probe, per network
 
 
 def _probe_ps(
@@ -1336,16 +1334,6 @@ def matched_specs(
     return real, sim
 
 
-def _profile_paths(testbed: dict[str, Any]) -> list[Path]:
-    """The files of a calibration's measured compute profiles (its ``profiles``: model to
-    ``<model>@<label>``), in its models' order."""
-    paths = []
-    for model, ref in testbed.get("profiles", {}).items():
-        name, _, label = str(ref).partition("@")
-        paths.append(workloads.measured_path(name or model, label, workloads.MEASURED_DIR))
-    return paths
-
-
 def _host_cores(testbed: dict[str, Any]) -> int:
     """The cores a PS twin's processes share (``cluster.host_cores``): those the calibration's
     ranks could use (its ``host``), this machine's for a calibration without them."""
@@ -1522,7 +1510,13 @@ def fidelity(
             label,
             resume,
             fingerprint(testbed_path(label)),
-            profiles_fingerprint(_profile_paths(testbed)),
+            # the files the twins' profiles are read from (``_profile``), in its models' order
+            profiles_fingerprint(
+                [
+                    workloads.measured_path(model, label, workloads.MEASURED_DIR)
+                    for model in testbed.get("profiles", ())
+                ]
+            ),
         )
     if book is not None and resume:
         say(f"resuming from {book.path}: it holds {book.runs} real run(s)")

@@ -42,14 +42,20 @@ def cpu_ticks(stat: str = "/proc/stat") -> tuple[int, int] | None:
     while this virtual machine had work for that CPU."""
     try:
         with open(stat) as f:
-            fields = f.readline().split()
+            ticks = _cpu_line(f.readline())
     except OSError:
         return None
+    return None if ticks is None else (ticks[7], sum(ticks))
+
+
+def _cpu_line(line: str) -> list[int] | None:
+    """The eight clock-tick counts of ``/proc/stat``'s ``cpu`` line (user nice system idle
+    iowait irq softirq steal; guest and guest_nice are inside user and nice); ``None`` for
+    another line."""
+    fields = line.split()
     if len(fields) < 9 or fields[0] != "cpu":
         return None
-    # user nice system idle iowait irq softirq steal [guest guest_nice: inside user, nice]
-    ticks = [int(v) for v in fields[1:9]]
-    return ticks[7], sum(ticks)
+    return [int(v) for v in fields[1:9]]
 
 
 def busy_ticks(stat: str = "/proc/stat") -> tuple[int, int, int] | None:
@@ -62,10 +68,10 @@ def busy_ticks(stat: str = "/proc/stat") -> tuple[int, int, int] | None:
             lines = f.read().splitlines()
     except OSError:
         return None
-    fields = lines[0].split() if lines else []
-    if len(fields) < 9 or fields[0] != "cpu":
+    ticks = _cpu_line(lines[0]) if lines else None
+    if ticks is None:
         return None
-    user, nice, system, idle, iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
+    user, nice, system, idle, iowait, irq, softirq, steal = ticks
     cpus = sum(1 for line in lines[1:] if line.startswith("cpu") and line[3:4].isdigit())
     busy = user + nice + system + irq + softirq
     return busy, busy + idle + iowait + steal, max(cpus, 1)
