@@ -253,6 +253,22 @@ class CommCluster:
     neither PSLD's migrations nor the servers' idle loops, and spreads the work evenly over
     the cores.
 
+    ``host_cpu_model`` (PS arena, with ``host_cores``): how the host's cores are shared.
+    ``floor`` (the default): the work-conserving floor above. ``fair`` and
+    ``messages-first``: processor sharing, op by op, instead of the floor. Each worker that
+    computes wants one core; each message (each push and each pull of every worker) is a
+    CPU task of ``host_message_cpu_us + S * host_cpu_ns_per_byte`` that starts with its
+    transfer and wants one core until its work is done. While they want more than the
+    ``host_cores``, ``fair`` gives each the same share; ``messages-first`` serves the
+    messages first (at most one core each) and the computing workers share what is left (the
+    communication threads at realtime priority, as the calibration's ``comm_priority``
+    ``realtime``). A compute op then ends when its work is done at the speed it was given,
+    and a machine can idle while the workers wait for their pulls (the floor packs the work
+    on every core). Neither ``message_cpu_us`` nor ``overlap_slowdown`` may be set with them:
+    the shared cores are what slows the compute beside the messages. A reconstruction,
+    labelled as such: a message's CPU does not delay its transfer, its work is one thread's
+    (at most one core), and PSLD's migrations and the servers' idle loops take no CPU.
+
     ``compute_scale``: every compute op (forward, backward, optimizer update) takes this many
     times its profile's time: a machine whose speed has moved since its profile was measured,
     or a what-if for a slower (> 1) or faster (< 1) device. 1 (the default): the profile's
@@ -297,6 +313,7 @@ class CommCluster:
     host_cores: int = 0  # PS arena: the cores every process shares (0: a machine each)
     host_message_cpu_us: float = 0.0  # PS arena: host CPU per message besides its bytes'
     host_cpu_ns_per_byte: float = 0.0  # PS arena: host CPU per byte of a message
+    host_cpu_model: str = "floor"  # PS arena: how the host's cores are shared (see above)
 
 
 NETWORKS = ("auto", "shaped", "loopback")
@@ -401,6 +418,7 @@ SPLIT_COST_MAX = 4.0  # reduce_scatter_cost / all_gather_cost: of an all-reduce,
 SLOWDOWN_MAX = 100.0
 COMPUTE_SCALE_MAX = 1000.0  # ``cluster.compute_scale``: the bound only stops typos
 OVERLAP_MODELS = ("start", "integrated")  # ``cluster.overlap_model``
+HOST_CPU_MODELS = ("floor", "fair", "messages-first")  # ``cluster.host_cpu_model``
 
 # Cluster fields the all-reduce arena alone uses (other arenas refuse them unless default).
 ALLREDUCE_ONLY_FIELDS = (
@@ -428,6 +446,7 @@ PS_ONLY_FIELDS = (
     "host_cores",
     "host_message_cpu_us",
     "host_cpu_ns_per_byte",
+    "host_cpu_model",
 )
 # The arena each arena-only cluster field belongs to; ARENA_NAMES, how errors name it.
 FIELD_ARENA = {
@@ -448,6 +467,7 @@ _OMITTED_AT_DEFAULT = {
     "host_cores": CommCluster.host_cores,
     "host_message_cpu_us": CommCluster.host_message_cpu_us,
     "host_cpu_ns_per_byte": CommCluster.host_cpu_ns_per_byte,
+    "host_cpu_model": CommCluster.host_cpu_model,
     "reduce_scatter_cost": CommCluster.reduce_scatter_cost,
     "all_gather_cost": CommCluster.all_gather_cost,
     "cpu_collectives": CommCluster.cpu_collectives,
@@ -648,6 +668,14 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         lambda v: 0 <= v <= 1e6,
         "a number >= 0 (nanoseconds of the host's CPU each byte of a PS message takes; with "
         "cluster.host_cores)",
+    ),
+    "host_cpu_model": (
+        str,
+        lambda v: v in HOST_CPU_MODELS,
+        f"{' or '.join(HOST_CPU_MODELS)} (PS arena, with cluster.host_cores: floor = each "
+        "iteration at least the host's CPU work over its cores; fair / messages-first = the "
+        "compute and each message's CPU share the cores as they run, equally or the "
+        "messages first)",
     ),
     "jitter_groups": (
         int,
@@ -937,6 +965,21 @@ def _cluster(raw: Any) -> CommCluster:
                     f"cluster.{key}",
                     "needs cluster.host_cores (the host's cores the CPU time is spread over; "
                     f"0 = every process on a machine of its own, no host CPU) (got {raw[key]!r})",
+                )
+    model = values.get("host_cpu_model", CommCluster.host_cpu_model)
+    if model != "floor":
+        if not values.get("host_cores"):
+            raise SpecError(
+                "cluster.host_cpu_model",
+                f"{model} needs cluster.host_cores (the cores the compute and the messages share)",
+            )
+        for key in ("message_cpu_us", "overlap_slowdown"):
+            if values.get(key):
+                raise SpecError(
+                    f"cluster.{key}",
+                    f"must be 0 with cluster.host_cpu_model {model}: the shared cores already "
+                    f"slow the compute while messages run (got {raw[key]!r}; use "
+                    "host_cpu_model floor to combine them)",
                 )
     gpu = values.get("gpu", CommCluster.gpu)
     if values.get("optimizer_update") and not gpu.startswith("measured:"):

@@ -34,6 +34,11 @@ _OVERLAP_LABELS = {  # ``cluster.overlap_model``'s choices, as the form says the
     "start": "when an op starts, for its whole length",
     "integrated": "integrated over the op, while the network is busy or idle",
 }
+_HOST_CPU_LABELS = {  # ``cluster.host_cpu_model``'s choices, as the form says them
+    "floor": "each iteration at least the host's CPU work over its cores",
+    "fair": "shared op by op, every computing worker and message alike",
+    "messages-first": "shared op by op, the messages first (realtime communication threads)",
+}
 _REAL = run_spec.RealOptions()
 REAL_KEYS = (
     "network", "dataset", "lr", "momentum", "implementation", "gpus", "gpu_model", "nodes",
@@ -70,6 +75,7 @@ CLUSTER_KEYS = (
     "host_cores",
     "host_message_cpu_us",
     "host_cpu_ns_per_byte",
+    "host_cpu_model",
 )
 # Cluster fields one arena alone uses (the spec refuses them elsewhere unless default): key ->
 # its arena.
@@ -397,6 +403,15 @@ class ExperimentForm(_ClusterArenaFields):
         initial=_DEFAULTS.host_cpu_ns_per_byte,
         help_text="the host's CPU time each byte of a push or pull takes (needs host cores)",
     )
+    cluster_host_cpu_model = forms.ChoiceField(
+        label="host cores shared",
+        required=False,
+        choices=[(model, _HOST_CPU_LABELS[model]) for model in run_spec.HOST_CPU_MODELS],
+        initial=_DEFAULTS.host_cpu_model,
+        help_text="how the workers' compute and the messages' CPU share the host cores (needs "
+        "host cores; shared: leave message CPU and the compute slow-down at 0, the sharing "
+        "slows the compute)",
+    )
     trace_generator = forms.ChoiceField(
         label="trace generator",
         initial=_TRACE.generator,
@@ -560,6 +575,9 @@ class ExperimentForm(_ClusterArenaFields):
 
     def clean_cluster_overlap_model(self) -> str | None:
         return self.cleaned_data.get("cluster_overlap_model") or None  # empty: the default
+
+    def clean_cluster_host_cpu_model(self) -> str | None:
+        return self.cleaned_data.get("cluster_host_cpu_model") or None  # empty: the default
 
     def clean_cluster_stragglers(self) -> list[dict[str, Any]]:
         return _stragglers(

@@ -430,7 +430,8 @@ class ComputeJob:
                 rate = rate_of(g)
                 running[g] = _Op(duration, now, rate, (g, it, op, layer, now))
                 op_token[g] += 1
-                heappush(evq, (now + duration / rate, next(evseq), op_end, (g, op_token[g])))
+                if rate > 0.0:  # (0: the PS arena's shared cores give it none for now)
+                    heappush(evq, (now + duration / rate, next(evseq), op_end, (g, op_token[g])))
                 return
             if gamma or idle_gamma:
                 duration *= 1.0 + (gamma if network_busy(g) else idle_gamma)

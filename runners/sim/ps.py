@@ -38,7 +38,12 @@ senders in the order they came; every worker is a group of its own (a reconstruc
 labelled as such). ``cluster.push_rendezvous`` does the same for pushes: a push holds one
 worker's sender and one server's receiver, a sender whose server's receiver is busy waits
 with the pushes behind it, and a receiver takes the waiting senders in the order they came
-(migrations first; a reconstruction, labelled as such). Modelling choices:
+(migrations first; a reconstruction, labelled as such). With ``cluster.host_cores`` every
+process shares one host: by default (``cluster.host_cpu_model`` ``floor``) each iteration of a
+worker lasts at least the host's CPU work over its cores; ``fair`` and ``messages-first``
+share the cores op by op instead (``runners.sim.hostcpu``: the computing workers and each
+message's CPU, the compute ops re-timed at the speed they get; a reconstruction, labelled as
+such). Modelling choices:
 store-and-forward at the aggregation, no TCP dynamics, one transfer at a time per NIC
 direction, one PS per server machine; an item that reaches an idle resource starts at once, so
 one that arrives at the very instant the resource frees may start before a higher-priority one
@@ -64,9 +69,10 @@ import numpy as np
 from .. import registry
 from ..policies.allreduce import Layer
 from ..policies.ps import PSPlan, PSProblem, lr_scale
-from ..spec import CommCluster, RunSpec
+from ..spec import RunSpec
 from .allreduce import compute_setup
 from .engine import ComputeJob, ComputeSetup, LayerTimes, SimResult, WorkerGroup
+from .hostcpu import SharedCores
 
 
 class _Station:
@@ -296,26 +302,37 @@ class _PSJob(ComputeJob):
         # ``straggler_times``); written once per group and iteration, off the per-event path.
         self.push_done = [[0.0] * self.n_iter for _ in setup.groups]
         self.host_cores = c.host_cores
-        self.host_floor = self._host_floor(c)
+        # ``cluster.host_cores``: each message's host CPU (``host_message_cpu_us + S *
+        # host_cpu_ns_per_byte``), per task
+        self.message_work = [
+            c.host_message_cpu_us * 1e-6 + size * c.host_cpu_ns_per_byte * 1e-9
+            for size in self.sizes
+        ]
+        self.host_work = self._host_work() if c.host_cores else None
+        self.host_floor: list[float] | None = None
+        self.shared: SharedCores | None = None
+        if c.host_cores and c.host_cpu_model == "floor":
+            self.host_floor = [w / c.host_cores for w in self.host_work]  # type: ignore[union-attr]
+        elif c.host_cores:  # ``cluster.host_cpu_model`` fair or messages-first
+            self.shared = SharedCores(self, c.host_cores, c.host_cpu_model == "messages-first")
+            # the compute ops progress at the shared cores' speed (``overlap_integrated``'s
+            # machinery), re-timed whenever a group starts or ends an op
+            self.integrated = True
+            self.batch_forward = False
+            self.compute_watch = self.shared.changed
+            self._rate = lambda g: self.shared.compute_rate  # type: ignore[method-assign,union-attr]
+            self._bind_compute()
         self._evq, self._evseq = self.loop.raw()
         self._bind()
 
-    def _host_floor(self, c: CommCluster) -> list[float] | None:
-        """``cluster.host_cores``: per iteration, the host's CPU work over its cores (every
-        worker's compute ops, then ``host_message_cpu_us + S * host_cpu_ns_per_byte`` for each
-        push and each pull of every worker), the shortest a worker's iteration may take; None
-        without a host."""
-        if not c.host_cores:
-            return None
-        per_worker = sum(
-            2 * (c.host_message_cpu_us * 1e-6 + size * c.host_cpu_ns_per_byte * 1e-9)
-            for size in self.sizes
-        )
-        comm = self.workers * per_worker
+    def _host_work(self) -> list[float]:
+        """``cluster.host_cores``: per iteration, the host's CPU work: every worker's compute
+        ops, then each message's (``message_work``) for each push and each pull of every
+        worker. The floor spreads it over the cores, the shared cores run it as it comes."""
+        comm = self.workers * 2 * sum(self.message_work)
         counts = [g.count for g in self.setup.groups]
         return [
-            (sum(n * sum(d[it]) for n, d in zip(counts, self.durations, strict=True)) + comm)
-            / c.host_cores
+            sum(n * sum(d[it]) for n, d in zip(counts, self.durations, strict=True)) + comm
             for it in range(self.n_iter)
         ]
 
@@ -447,6 +464,7 @@ class _PSJob(ComputeJob):
 
         burst = self.burst
         msg_cpu = self.cpu_per_message
+        shared, message_work = self.shared, self.message_work
         cpu_debt, bwd_next = self.cpu_debt, self.bwd_next
         # ``cluster.pull_rendezvous``: per group, the servers whose sender waits for the
         # group's receiver, in the order they offered (``offer_pull``)
@@ -589,6 +607,9 @@ class _PSJob(ComputeJob):
                 end = now + alpha + sizes[task] / (bw_worker * slow[it])
             if msg_cpu and (busy[g] or bwd_next[g] >= 0):  # ``cluster.message_cpu_us``
                 cpu_debt[g] += msg_cpu
+            if shared is not None:  # ``cluster.host_cpu_model``: its CPU on the shared cores
+                for _ in range(group_size[g]):
+                    shared.add(message_work[task])
             # Cut-through: the server's NIC may start receiving now (enqueue, inlined).
             si = s_in[server]
             if si.pending or si.free_at > now:
@@ -654,6 +675,9 @@ class _PSJob(ComputeJob):
             end = now + duration
             if msg_cpu and (busy[g] or bwd_next[g] >= 0):  # ``cluster.message_cpu_us``
                 cpu_debt[g] += msg_cpu
+            if shared is not None:  # ``cluster.host_cpu_model``: its CPU on the shared cores
+                for _ in range(group_size[g]):
+                    shared.add(message_work[task])
             busy_s[server][it] += duration
             if g == 0:
                 comm_up[it] += duration
@@ -688,6 +712,9 @@ class _PSJob(ComputeJob):
                 end = now + alpha + sizes[task] / (bw_worker * slow[it])
             if msg_cpu and (busy[g] or bwd_next[g] >= 0):  # ``cluster.message_cpu_us``
                 cpu_debt[g] += msg_cpu
+            if shared is not None:  # ``cluster.host_cpu_model``: its CPU on the shared cores
+                for _ in range(group_size[g]):
+                    shared.add(message_work[task])
             if end < min_end:
                 end = min_end
             if g == 0:
@@ -837,6 +864,9 @@ class _PSJob(ComputeJob):
             end = now + duration
             if msg_cpu and (busy[g] or bwd_next[g] >= 0):  # ``cluster.message_cpu_us``
                 cpu_debt[g] += msg_cpu
+            if shared is not None:  # ``cluster.host_cpu_model``: its CPU on the shared cores
+                for _ in range(group_size[g]):
+                    shared.add(message_work[task])
             busy_s[server][it] += duration
             if g == 0:
                 comm_down[it] += duration
@@ -1108,12 +1138,13 @@ class _PSJob(ComputeJob):
             extra["mean_staleness"] = (float(stale.mean()), "updates")
             extra["max_staleness"] = (tau_max, "updates")
             extra["mean_lr_scale"] = (float(np.mean(scales)), "")
-        if self.host_floor is not None:  # ``cluster.host_cores``
-            floor = float(np.median(self.host_floor[measured]))
-            extra["host_cpu_floor_s"] = (floor, "s")
+        if self.host_work is not None:  # ``cluster.host_cores``
             # the host's CPU work per iteration, every process together (a real run's
             # ``cpu_cores`` times its iteration time measures the same)
-            extra["host_cpu_s"] = (floor * self.host_cores, "s")
+            work = float(np.median(self.host_work[measured]))
+            extra["host_cpu_s"] = (work, "s")
+            if self.host_floor is not None:
+                extra["host_cpu_floor_s"] = (work / self.host_cores, "s")
         controller = self.plan.controller
         if controller is not None:
             extra["psld_changes"] = (float(controller.changes), "changes")

@@ -285,6 +285,21 @@ def test_the_message_cpu_reaches_ps_runs_and_is_dropped_elsewhere(browser):
     assert run.spec["cluster"].get("jitter_groups", 1) == 1
 
 
+def test_the_shared_host_cores_reach_ps_runs_and_a_clash_is_named(browser):
+    """``host_cpu_model`` (PS arena): a PS experiment's runs get the cores shared; with the
+    message CPU charged as well, the form names the field that clashes."""
+    fields = {"cluster_host_cores": "2", "cluster_host_message_cpu_us": "550",
+              "cluster_host_cpu_model": "messages-first"}  # fmt: skip
+    ps = {**FORM, "system": "ps-default", "baselines": ["byteps"], "params": "{}", **fields}
+    assert browser.post(reverse("experiment-new"), ps).status_code == 302
+    cluster = Experiment.objects.get().runs.first().spec["cluster"]
+    assert (cluster["host_cores"], cluster["host_cpu_model"]) == (2, "messages-first")
+    clash = browser.post(reverse("experiment-new"), {**ps, "cluster_message_cpu_us": "350"})
+    assert clash.status_code == 200
+    assert "must be 0 with cluster.host_cpu_model messages-first" in clash.content.decode()
+    assert Experiment.objects.count() == 1
+
+
 def test_the_form_preselects_the_baselines_of_the_systems_arena(browser):
     form = browser.get(reverse("experiment-new")).context["form"]
     system = registry.get(form.initial["system"])

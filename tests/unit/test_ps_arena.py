@@ -573,6 +573,78 @@ def test_the_host_fields_are_the_ps_arena_s_and_need_the_cores():
     assert not {"host_cores", "host_message_cpu_us", "host_cpu_ns_per_byte"} & set(cluster)
 
 
+TWO_LAYERS = (LayerTimes("a", 0.010, 0.020, MB), LayerTimes("b", 0.010, 0.020, MB, (0,)))
+HAND = dict(workers=1, ps=1, servers=1, bandwidth_gbps=8, server_agg_gbps=8, latency_us=0)
+
+
+@pytest.mark.parametrize(("model", "backward_a_end_ms"), [("fair", 61.5), ("messages-first", 63.0)])
+def test_shared_cores_slow_the_compute_while_messages_want_more_than_the_cores_by_hand(
+    model, backward_a_end_ms
+):
+    """``host_cpu_model`` fair / messages-first by hand, on the message CPU's two 1 MB layers,
+    2 cores, 5 ms of host CPU per message. Iteration 0: the forward and b's backward alone
+    (0-40 ms). a's backward starts at 40 with b's push (a 5 ms task): 2 wants, 2 cores, full
+    speed. At 42 b's pull starts (another 5 ms): 3 wants. fair: each 2/3 until the push's
+    task ends at 46.5 (3 ms left at 2/3), a's backward then 15 ms left at full speed: 61.5.
+    messages-first: the two tasks take both cores, a's backward stops until the push's ends
+    at 45, then runs at full speed beside the pull's: 18 ms left, 63."""
+    _, result = run_layers(
+        "tictac-tic", TWO_LAYERS, **HAND, iterations=4, host_cores=2,
+        host_message_cpu_us=5000, host_cpu_model=model,
+    )  # fmt: skip
+    ops = {(name, op): (s, e) for i, r, op, name, s, e, _ in result.timeline
+           if i == 0 and r == "compute"}  # fmt: skip
+    assert ops[("b", "backward")] == pytest.approx((0.020, 0.040), rel=1e-9)
+    assert ops[("a", "backward")] == pytest.approx((0.040, backward_a_end_ms / 1e3), rel=1e-9)
+    assert "host_cpu_floor_s" not in result.metrics  # no floor: the cores are shared
+    assert result.metrics["host_cpu_s"] == pytest.approx(0.060 + 4 * 0.005, rel=1e-9)
+
+
+@pytest.mark.parametrize("model", ["fair", "messages-first"])
+def test_shared_cores_that_never_idle_give_the_floor_s_iteration(model):
+    """One core that always has work (the worker's compute or a message's CPU, 5 ms each):
+    every iteration takes exactly the host's work, 60 ms of compute and 4 messages, as the
+    floor says; the sharing changes only who waits."""
+    _, result = run_layers(
+        "tictac-tic", TWO_LAYERS, **HAND, iterations=6, host_cores=1,
+        host_message_cpu_us=5000, host_cpu_model=model,
+    )  # fmt: skip
+    times = measured_series(None, result)
+    assert times == pytest.approx([0.080] * len(times), rel=1e-9)
+
+
+def test_shared_cores_idle_while_the_workers_wait_where_the_floor_packs_them():
+    """A real workload on a 2-core host whose network sets the pace: the floor's twin says the
+    cores are all busy only where its iteration is the floor; shared cores leave them idle while
+    the workers wait for their pulls (under 2 cores busy), and slow the compute where the
+    messages' CPU meets it (a longer iteration than without a host)."""
+    kw = dict(workers=2, ps=2, servers=2, bandwidth_gbps=1, latency_us=0, iterations=6, warmup=2,
+              host_cores=2, host_message_cpu_us=600, host_cpu_ns_per_byte=5.0)  # fmt: skip
+    free = run("ps-default", "vgg16", **{k: v for k, v in kw.items() if not k.startswith("host")})
+    for model in ("fair", "messages-first"):
+        _, shared = run("ps-default", "vgg16", host_cpu_model=model, **kw)
+        it = shared.metrics["iteration_time_s"]
+        assert it > free[1].metrics["iteration_time_s"]
+        assert shared.metrics["host_cpu_s"] / it < 2.0, "the cores idle at times"
+
+
+def test_shared_cores_need_the_host_and_replace_the_other_cpu_charges():
+    with pytest.raises(SpecError, match="needs cluster.host_cores") as err:
+        validate(raw_spec("ps-default", host_cpu_model="fair"))
+    assert err.value.field == "cluster.host_cpu_model"
+    for field in ("message_cpu_us", "overlap_slowdown"):
+        with pytest.raises(SpecError, match="must be 0 with cluster.host_cpu_model") as err:
+            validate(raw_spec("ps-default", host_cores=2, host_cpu_model="fair", **{field: 1.0}))
+        assert err.value.field == f"cluster.{field}"
+    with pytest.raises(SpecError, match="floor or fair or messages-first") as err:
+        validate(raw_spec("ps-default", host_cores=2, host_cpu_model="greedy"))
+    assert err.value.field == "cluster.host_cpu_model"
+    with pytest.raises(SpecError, match="parameter-server arena only"):
+        validate(raw_spec("wfbp", host_cores=2, host_cpu_model="fair"))
+    floor = validate(raw_spec("ps-default", host_cores=2)).as_dict()["cluster"]
+    assert "host_cpu_model" not in floor  # the default is left out: run keys stay the same
+
+
 def test_a_key_migration_passes_at_the_rate_and_keeps_the_bucket_s_clock():
     """PSLD's migrations do not use the bucket, and the bucket does not fill while one sends
     at the rate: a server NIC whose bucket was empty at 0, at 8 Gbit/s (1 MB/ms), migrating
