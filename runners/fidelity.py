@@ -1499,6 +1499,8 @@ def fidelity(
         validate(matched_specs(s, m, b, testbed, iterations, latency, idle_loop=True)[1])
         for m, b, s in plan
     ]
+    # with the host's cores shared op by op (``mape_with``'s ``shared_cores``; PS twins alone)
+    shared = [shared_cores_twin(sim, testbed) for _, _, sim in checked]
     for _, real_spec, _ in checked:
         launch.preflight(real_spec)
     raw_reals = [r for _, (r, _) in pairs]
@@ -1610,6 +1612,12 @@ def fidelity(
                 if idle_twins[k] != sim_spec:  # its prediction with Horovod's idle loop
                     twin = _twin(real_spec, idle_twins[k])
                     row["sim_idle_loop_s"] = twin.metrics["iteration_time_s"]
+                if shared[k] is not None:  # a PS twin with its host's cores shared op by op
+                    metrics = _twin(real_spec, shared[k]).metrics
+                    row["sim_shared_cores_s"] = metrics["iteration_time_s"]
+                    row["sim_shared_cpu_cores"] = (
+                        metrics["host_cpu_s"] / metrics["iteration_time_s"]
+                    )
                 configs.append(row)
                 if on_config is not None:
                     on_config(row)
@@ -1676,6 +1684,26 @@ def fidelity(
             _run_checked(row, real_spec, sim, run_checks[k], steps[row["workload"]][0])
         if all("sim_run_checked_s" in row for row in configs):  # else the text says why
             with_["run_checked"] = _mape_of(configs, "sim_run_checked_s")
+    if any(twin is not None for twin in shared):  # PS twins on one host: its cores shared
+        for k, (real_spec, twin, row) in enumerate(zip(real_specs, shared, configs, strict=True)):
+            if twin is not None and check_runs:  # at each run's speed, as ``run_checked``
+                step = steps[row["workload"]][0]
+                times = _run_checked_times(real_spec, twin, run_checks[k], step)
+                if times is not None:
+                    row["sim_shared_cores_run_checked_s"] = statistics.median(times)
+        with_["shared_cores"] = statistics.fmean(
+            _ape(row.get("sim_shared_cores_s", row["sim_iteration_s"]), row["real_iteration_s"])
+            for row in configs
+        )
+        twins = [row for row in configs if "sim_shared_cores_s" in row]
+        if "run_checked" in with_ and all("sim_shared_cores_run_checked_s" in r for r in twins):
+            with_["shared_cores_run_checked"] = statistics.fmean(
+                _ape(
+                    row.get("sim_shared_cores_run_checked_s", row["sim_run_checked_s"]),
+                    row["real_iteration_s"],
+                )
+                for row in configs
+            )
     priority = testbed.get("comm_priority", "normal")
     result = report(
         configs,
@@ -1725,17 +1753,41 @@ def _run_checked(
     its checks over the calibration's ``step``) and ``sim_run_checked_s``, their median (the
     real time is the runs' median)."""
     row["run_checks_s"] = checks
+    twins = _run_checked_times(real_spec, sim, checks, step)
+    if twins is None:
+        return
+    row["sim_run_checked_runs_s"] = twins
+    row["sim_run_checked_s"] = statistics.median(twins)
+
+
+def _run_checked_times(
+    real_spec: RunSpec, sim: RunSpec, checks: list[list[float | None] | None], step: float
+) -> list[float] | None:
+    """(``check_runs``.) Each run's twin's iteration time, ``sim`` given the geometric mean of
+    the run's checks over the calibration's ``step``; None unless every run has both."""
     both = [(c[0], c[1]) for c in checks if c and len(c) == 2 and c[0] and c[1]]
     if len(both) < len(checks):
-        return
-    twins = [
+        return None
+    return [
         _twin(real_spec, _scaled_twin(sim, math.sqrt(before * after) / step)).metrics[
             "iteration_time_s"
         ]
         for before, after in both
     ]
-    row["sim_run_checked_runs_s"] = twins
-    row["sim_run_checked_s"] = statistics.median(twins)
+
+
+def shared_cores_twin(sim: RunSpec, testbed: dict[str, Any]) -> RunSpec | None:
+    """A PS twin on one host (``cluster.host_cores``) with its cores shared op by op instead
+    of the floor (``cluster.host_cpu_model``: ``messages-first`` where the calibration's
+    communication threads ran at realtime priority, as the real runs' do, else ``fair``), the
+    shared cores replacing the twin's message CPU and slow-down (``fidelity`` scores it as
+    ``mape_with``'s ``shared_cores``); None for any other twin."""
+    c = sim.cluster
+    if sim.arena != "ps" or not c.host_cores or c.host_cpu_model != "floor":
+        return None
+    model = "messages-first" if testbed.get("comm_priority") == "realtime" else "fair"
+    cluster = dataclasses.replace(c, host_cpu_model=model, message_cpu_us=0.0, overlap_slowdown=0.0)
+    return dataclasses.replace(sim, cluster=cluster)
 
 
 # The systems the report's speedups are over, where the set has them: the all-reduce arena's
@@ -2133,6 +2185,7 @@ def _per_system(result: dict[str, Any], predicted: str) -> str:
     return ", ".join(
         f"{system} {_mape_of([c for c in rows if c['system'] == system], predicted):.1f}%"
         for system in result["per_system_mape_pct"]
+        if any(c["system"] == system for c in rows)
     )
 
 
@@ -2271,7 +2324,24 @@ def format_report(result: dict[str, Any]) -> str:
             "the same real runs, each run's twin given its model's compute as timed just "
             f"before and after it: run_checked {with_['run_checked']:.1f}% ({systems})"
         )
-    elif any("run_checks_s" in c for c in result["configs"]):  # asked for, not complete
+    if "shared_cores" in with_:
+        shared = [c for c in result["configs"] if "sim_shared_cores_s" in c]
+        checked = with_.get("shared_cores_run_checked")
+        cores = [c["sim_shared_cpu_cores"] for c in shared]
+        busy_real = [c["real_machine_busy_cores"] for c in shared
+                     if c.get("real_machine_busy_cores") is not None]  # fmt: skip
+        lines.append(
+            "the same real runs, the PS twins with the host's cores shared op by op instead of "
+            "the floor (cluster.host_cpu_model: the messages first where the communication "
+            "threads ran at realtime priority, else fair): shared_cores "
+            f"{with_['shared_cores']:.1f}%"
+            + (f", run_checked {checked:.1f}%" if checked is not None else "")
+            + f" ({_per_system({**result, 'configs': shared}, 'sim_shared_cores_s')}); their "
+            f"cores busy a median "
+            f"{statistics.median(cores):.2f}"
+            + (f" against the machine's {statistics.median(busy_real):.2f}" if busy_real else "")
+        )
+    if "run_checked" not in with_ and any("run_checks_s" in c for c in result["configs"]):
         lines.append(
             "each run's compute check: not scored, as some runs have no check before and "
             "after them (a failed check, or runs read back from a journal made without "

@@ -1365,6 +1365,83 @@ def test_repeated_real_runs_go_in_rounds_and_their_median_is_scored(monkeypatch)
     assert result["steal_max_pct"] == pytest.approx(0.5)
 
 
+HOST_PS_POINT = {  # a PS point with the host's CPU per message
+    "servers": 2,
+    "overlap_slowdown": {"vgg16-debug": 0.5},
+    "latency_busy_us": {"vgg16-debug": 900.0},
+    "latency_idle_us": {"vgg16-debug": 400.0},
+    "server_agg_gbps": 32.0,
+    "server_agg_fixed_us": 100.0,
+    "message_cpu_us": 400.0,
+    "host_message_cpu_us": 500.0,
+    "host_cpu_ns_per_byte": 2.0,
+}
+
+
+@pytest.mark.parametrize(
+    ("priority", "model"), [("realtime", "messages-first"), ("normal", "fair")]
+)
+def test_the_ps_twins_are_also_scored_with_the_host_s_cores_shared(monkeypatch, priority, model):
+    """``mape_with``'s ``shared_cores``: the same real runs against PS twins whose host cores
+    are shared op by op (the messages first where the calibration's communication threads ran
+    at realtime priority), the twins' message CPU and slow-down left to the sharing; with each
+    run checked, also at each run's speed; their cores busy beside the machine's in the text.
+    The all-reduce rows keep their own twin in it."""
+    from types import SimpleNamespace
+
+    from runners.real import launch
+
+    network = [TESTBED["network"][0], {**TESTBED["network"][1], "ps": HOST_PS_POINT}]
+    testbed = {**TESTBED, "network": network, "comm_priority": priority,
+               "host": {"usable_cpus": 2}}  # fmt: skip
+    monkeypatch.setattr(fidelity, "load_testbed", lambda label: testbed)
+    monkeypatch.setattr(fidelity, "check_priority", lambda testbed: None)
+    monkeypatch.setattr(launch, "preflight", lambda spec: None)
+    monkeypatch.setattr(fidelity, "calibrated_step", lambda model, label: (0.010, 5))
+    monkeypatch.setattr(fidelity, "step_now_s", lambda *args: 0.012)  # 1.2 x the calibration's
+
+    def fake_run(spec, work):
+        metrics = {"iteration_time_s": 0.050, "iteration_time_median_s": 0.050,
+                   "compute_time_s": 0.01, "machine_busy_cores": 1.7}  # fmt: skip
+        return SimpleNamespace(metrics=metrics, units={}, network=SimpleNamespace(kind="shaped"))
+
+    twins = []
+
+    def fake_twin(real_spec, sim_spec):
+        c = sim_spec.cluster
+        twins.append((sim_spec.system, c.host_cpu_model, c.message_cpu_us, c.overlap_slowdown))
+        t = (0.045 if c.host_cpu_model != "floor" else 0.040) * c.compute_scale
+        metrics = {"iteration_time_s": t, "compute_time_s": 0.01}
+        if c.host_cores:
+            metrics["host_cpu_s"] = 0.9 * 2 * t  # 1.8 cores busy
+        return SimpleNamespace(metrics=metrics)
+
+    monkeypatch.setattr(launch, "run", fake_run)
+    monkeypatch.setattr(fidelity, "_twin", fake_twin)
+    printed = []
+    result = fidelity.fidelity(
+        "cpu", ("ps-default", "wfbp"), ("vgg16-debug",), (1.0,), 5, repeats=1, check_runs=True,
+        on_config=lambda row: printed.append(dict(row)),
+    )  # fmt: skip
+    # in the row printed as its runs finish (the run-checked ones need every run's checks)
+    assert printed[0]["sim_shared_cores_s"] == 0.045
+    assert "sim_shared_cores_run_checked_s" not in printed[0]
+    assert ("ps-default", model, 0.0, 0.0) in twins
+    assert ("ps-default", "floor", 400.0, 0.5) in twins  # the report's own twin keeps them
+    assert not any(system == "wfbp" and m != "floor" for system, m, _, _ in twins)
+    ps, wfbp = result["configs"]
+    assert ps["sim_shared_cores_s"] == 0.045 and "sim_shared_cores_s" not in wfbp
+    assert ps["sim_shared_cpu_cores"] == pytest.approx(1.8)
+    assert ps["sim_shared_cores_run_checked_s"] == pytest.approx(0.045 * 1.2)
+    # ps-default 10 % off (45 against 50 ms), wfbp scored with its own twin (40 ms: 20 %)
+    assert result["mape_with"]["shared_cores"] == pytest.approx(15.0)
+    # at each run's speed: 54 ms (8 %) and wfbp's run-checked twin, 48 ms (4 %)
+    assert result["mape_with"]["shared_cores_run_checked"] == pytest.approx(6.0)
+    text = " ".join(fidelity.format_report(result).split())
+    assert "shared_cores 15.0%, run_checked 6.0% (ps-default 10.0%)" in text
+    assert "their cores busy a median 1.80 against the machine's 1.70" in text
+
+
 def _run_of_40_ms(spec, work):
     """A fake real run (``launch.run``): 40 ms an iteration, 10 ms of it computing."""
     from types import SimpleNamespace
