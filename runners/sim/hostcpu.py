@@ -62,12 +62,19 @@ class SharedCores:
         share = min(1.0, cores / wants) if wants else 1.0
         return share, share
 
-    def add(self, work: float) -> None:
-        """A message starts now with ``work`` seconds of CPU."""
+    def add(self, work: float, count: int = 1) -> None:
+        """``count`` messages start now, each with ``work`` seconds of CPU (a group's
+        workers')."""
         self._advance()
         if work > 0.0:
-            heappush(self.tasks, self.v + work)
+            for _ in range(count):
+                heappush(self.tasks, self.v + work)
         self.changed(advanced=True)
+
+    def rate(self, g: int) -> float:
+        """Group ``g``'s compute speed now, as a share of its own (``ComputeJob._rate``):
+        every computing worker's is the same."""
+        return self.compute_rate
 
     def changed(self, advanced: bool = False) -> None:
         """The wants changed now: new speeds, the running compute ops and the next message

@@ -320,7 +320,7 @@ class _PSJob(ComputeJob):
             self.integrated = True
             self.batch_forward = False
             self.compute_watch = self.shared.changed
-            self._rate = lambda g: self.shared.compute_rate  # type: ignore[method-assign,union-attr]
+            self._rate = self.shared.rate  # type: ignore[method-assign]
             self._bind_compute()
         self._evq, self._evseq = self.loop.raw()
         self._bind()
@@ -608,8 +608,7 @@ class _PSJob(ComputeJob):
             if msg_cpu and (busy[g] or bwd_next[g] >= 0):  # ``cluster.message_cpu_us``
                 cpu_debt[g] += msg_cpu
             if shared is not None:  # ``cluster.host_cpu_model``: its CPU on the shared cores
-                for _ in range(group_size[g]):
-                    shared.add(message_work[task])
+                shared.add(message_work[task], group_size[g])
             # Cut-through: the server's NIC may start receiving now (enqueue, inlined).
             si = s_in[server]
             if si.pending or si.free_at > now:
@@ -676,8 +675,7 @@ class _PSJob(ComputeJob):
             if msg_cpu and (busy[g] or bwd_next[g] >= 0):  # ``cluster.message_cpu_us``
                 cpu_debt[g] += msg_cpu
             if shared is not None:  # ``cluster.host_cpu_model``: its CPU on the shared cores
-                for _ in range(group_size[g]):
-                    shared.add(message_work[task])
+                shared.add(message_work[task], group_size[g])
             busy_s[server][it] += duration
             if g == 0:
                 comm_up[it] += duration
@@ -713,8 +711,7 @@ class _PSJob(ComputeJob):
             if msg_cpu and (busy[g] or bwd_next[g] >= 0):  # ``cluster.message_cpu_us``
                 cpu_debt[g] += msg_cpu
             if shared is not None:  # ``cluster.host_cpu_model``: its CPU on the shared cores
-                for _ in range(group_size[g]):
-                    shared.add(message_work[task])
+                shared.add(message_work[task], group_size[g])
             if end < min_end:
                 end = min_end
             if g == 0:
@@ -865,8 +862,7 @@ class _PSJob(ComputeJob):
             if msg_cpu and (busy[g] or bwd_next[g] >= 0):  # ``cluster.message_cpu_us``
                 cpu_debt[g] += msg_cpu
             if shared is not None:  # ``cluster.host_cpu_model``: its CPU on the shared cores
-                for _ in range(group_size[g]):
-                    shared.add(message_work[task])
+                shared.add(message_work[task], group_size[g])
             busy_s[server][it] += duration
             if g == 0:
                 comm_down[it] += duration
