@@ -2337,8 +2337,7 @@ def format_report(result: dict[str, Any]) -> str:
             f"{with_['shared_cores']:.1f}%"
             + (f", run_checked {checked:.1f}%" if checked is not None else "")
             + f" ({_per_system({**result, 'configs': shared}, 'sim_shared_cores_s')}); their "
-            f"cores busy a median "
-            f"{statistics.median(cores):.2f}"
+            f"cores busy a median {statistics.median(cores):.2f}"
             + (f" against the machine's {statistics.median(busy_real):.2f}" if busy_real else "")
         )
     if "run_checked" not in with_ and any("run_checks_s" in c for c in result["configs"]):
