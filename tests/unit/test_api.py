@@ -230,6 +230,27 @@ def test_the_ps_only_cluster_fields_are_refused_for_an_all_reduce_system(client,
     assert "parameter-server arena only" in response.json()["errors"][f"cluster.{key}"][0]
 
 
+def test_the_shared_host_cores_are_taken_and_a_clash_is_refused_naming_the_field(client, token):
+    """``host_cpu_model`` (PS arena): the runs get it; beside the message CPU it charges
+    already, a 400 naming ``cluster.message_cpu_us``, and no experiment is made."""
+    body = {**BODY, "system": "ps-default", "baselines": ["byteps"], "params": {}}
+    body["cluster"] = {"workers": 4, "host_cores": 2, "host_cpu_model": "fair"}
+    response = post(client, "/api/experiments/", body, token)
+    assert response.status_code == 201, response.json()
+    assert Run.objects.filter(system="ps-default").first().spec["cluster"]["host_cpu_model"] == (
+        "fair"
+    )
+    made = Run.objects.count()
+    body["cluster"] = {**body["cluster"], "message_cpu_us": 350.0}
+    response = post(client, "/api/experiments/", body, token)
+    assert response.status_code == 400
+    assert (
+        "must be 0 with cluster.host_cpu_model fair"
+        in (response.json()["errors"]["cluster.message_cpu_us"][0])
+    )
+    assert Run.objects.count() == made
+
+
 def test_a_cluster_arena_experiment_runs_its_entries_on_the_given_trace(client, token):
     response = post(client, "/api/experiments/", CLUSTER_BODY, token)
     assert response.status_code == 201, response.json()
