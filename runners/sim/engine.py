@@ -549,6 +549,8 @@ class ComputeJob:
         return 1.0 / (1.0 + (self.gamma if self.network_busy(g) else self.idle_gamma))
 
     def _retime(self) -> None:
+        """Every running op on at its group's ``_rate`` from now, where that changed (an op
+        given no speed waits, without an end, for the next re-timing)."""
         self.retime_due = False
         now = self.loop.now
         for g, op in enumerate(self.running):
@@ -560,7 +562,8 @@ class ComputeJob:
             op.left = max(0.0, op.left - (now - op.since) * op.rate)
             op.since, op.rate = now, rate
             self.op_token[g] += 1
-            self.loop.after(op.left / rate, self._op_end, g, self.op_token[g])
+            if rate > 0.0:  # (0: the PS arena's shared cores give it none for now)
+                self.loop.after(op.left / rate, self._op_end, g, self.op_token[g])
 
     def charge_cpu(self, negotiation: bool = False) -> None:
         """A collective starts: each group computing now loses ``collective_cpu_s`` of its

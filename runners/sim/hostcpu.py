@@ -85,7 +85,7 @@ class SharedCores:
         self.msg_rate = msg
         if compute != self.compute_rate:
             self.compute_rate = compute
-            self._retime_compute()
+            self.job._retime()  # the running ops on at the new speed (``rate``)
         self.token += 1
         if self.tasks:
             due = self.loop.now + max(0.0, self.tasks[0] - self.v) / msg
@@ -104,17 +104,3 @@ class SharedCores:
         while tasks and tasks[0] <= self.v + _EPS:
             heappop(tasks)
         self.changed(advanced=True)
-
-    def _retime_compute(self) -> None:
-        """Every running compute op on at ``compute_rate`` from now (none while it is 0)."""
-        job = self.job
-        now = self.loop.now
-        rate = self.compute_rate
-        for g, op in enumerate(job.running):
-            if op is None:
-                continue
-            op.left = max(0.0, op.left - (now - op.since) * op.rate)
-            op.since, op.rate = now, rate
-            job.op_token[g] += 1
-            if rate > 0.0:
-                self.loop.at(now + op.left / rate, job._op_end, g, job.op_token[g])
