@@ -46,7 +46,8 @@ class SharedCores:
         self.v_at = 0.0  # ... as of then
         self.msg_rate = 1.0
         self.compute_rate = 1.0
-        self.token = 0  # the pending message end event's (older ones are stale)
+        self.token = 0  # the pending message end event's (older ones are stale) ...
+        self.due: float | None = None  # ... and when it is due (None: none pending)
 
     def rates(self) -> tuple[float, float]:
         """(a message's speed, a computing worker's), in cores, for the wants now."""
@@ -86,10 +87,12 @@ class SharedCores:
         if compute != self.compute_rate:
             self.compute_rate = compute
             self.job._retime()  # the running ops on at the new speed (``rate``)
-        self.token += 1
-        if self.tasks:
-            due = self.loop.now + max(0.0, self.tasks[0] - self.v) / msg
-            self.loop.at(due, self._message_end, self.token)
+        due = self.loop.now + max(0.0, self.tasks[0] - self.v) / msg if self.tasks else None
+        if due != self.due:  # a compute op's start or end alone leaves the pending end as it is
+            self.token += 1
+            self.due = due
+            if due is not None:
+                self.loop.at(due, self._message_end, self.token)
 
     def _advance(self) -> None:
         now = self.loop.now
@@ -99,6 +102,7 @@ class SharedCores:
     def _message_end(self, token: int) -> None:
         if token != self.token:
             return
+        self.due = None
         self._advance()
         tasks = self.tasks
         while tasks and tasks[0] <= self.v + _EPS:
