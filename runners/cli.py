@@ -12,6 +12,7 @@
     python -m runners fidelity [--label L] [--systems S,..] [--models M,..] [--bandwidths G,..]
                                [--iterations I] [--repeats R] [--latency busy|idle|split|engine]
                                [--no-compute-check] [--check-each-run] [--json]
+    python -m runners twin RUN_DIR [--label L] [--json]
 
 ``grid`` expands a sweep (systems x workloads x cluster/params/spec axes x seeds, see
 ``runners.grid``), validates every run, runs them in parallel and writes DIR/results.csv (one row
@@ -267,7 +268,49 @@ def _parser() -> argparse.ArgumentParser:
         help="one JSON line per configuration, then the report (mape_pct, configs, ...)",
     )
     p.set_defaults(func=_fidelity)
+    p = sub.add_parser(
+        "twin",
+        help="the simulator's prediction of a finished real run (its fidelity twin), beside it",
+    )
+    p.add_argument("run_dir", type=Path, help="a finished real run's directory")
+    p.add_argument(
+        "--label", default=None, help="the calibration to use (default: the newest covering it)"
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(func=_twin)
     return parser
+
+
+def _twin(args: argparse.Namespace) -> int:
+    """A real run beside its twin: exit 2 for a directory that is not a finished real run or
+    a run no calibration covers (the message says what to measure)."""
+    from . import twin
+
+    try:
+        summary, prediction = twin.predict_run_dir(args.run_dir, args.label)
+    except twin.NoTwin as err:
+        print(f"run_dir: no twin for {args.run_dir}: {err}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as err:
+        print(f"run_dir: {err}", file=sys.stderr)
+        return 2
+    real = float(summary["metrics"]["iteration_time_s"])
+    error = 100.0 * (prediction.iteration_time_s - real) / real
+    run = summary.get("run", {})
+    if args.json:
+        print(json.dumps({
+            "system": run.get("system"), "workload": run.get("workload"),
+            "real_iteration_s": real, "sim_iteration_s": prediction.iteration_time_s,
+            "error_pct": error, "calibration": prediction.label,
+            "calibration_date": prediction.date, "twin_spec": prediction.spec,
+        }))  # fmt: skip
+        return 0
+    print(
+        f"{run.get('system')} on {run.get('workload')}: real {real * 1e3:.1f} ms, simulated "
+        f"{prediction.iteration_time_s * 1e3:.1f} ms ({error:+.1f} %), the twin of calibration "
+        f"'{prediction.label}' ({prediction.date})"
+    )
+    return 0
 
 
 def _list(args: argparse.Namespace) -> int:

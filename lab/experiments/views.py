@@ -21,7 +21,7 @@ from lab.experiments.forms import (
     straggler_text,
 )
 from lab.experiments.models import Experiment
-from lab.reports import export, figures, paper
+from lab.reports import export, figures, paper, realsim
 from lab.runs.models import Run
 from runners import rundir
 
@@ -183,6 +183,9 @@ def _live_context(experiment: Experiment) -> dict[str, object]:
         "metric_headers": [header for _, header, _ in columns]
         + (["network", "device"] if experiment.mode == "real" else []),
         "active": status in Run.ACTIVE or not settled,
+        "twin_notes": realsim.page_notes(figures.figure_dir(experiment))
+        if experiment.mode == "real"
+        else [],
     }
 
 
@@ -253,6 +256,18 @@ def _figures(experiment: Experiment) -> tuple[list[dict[str, object]], bool]:
                 "stem": stem,
                 "csv": csv,
                 "alt": f"{what}: {', '.join(experiment.entries)}",
+                "version": png.stat().st_mtime_ns,
+            }
+        )
+    png = figures.figure_dir(experiment) / f"{realsim.STEM}.png"
+    if png.exists():
+        out.append(
+            {
+                "metric": realsim.STEM,
+                "stem": realsim.STEM,
+                "csv": realsim.CSV,
+                "alt": "real runs beside the simulator's prediction: "
+                + ", ".join(experiment.entries),
                 "version": png.stat().st_mtime_ns,
             }
         )

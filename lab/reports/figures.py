@@ -32,7 +32,7 @@ from django.db.models import Count, Max
 from matplotlib.figure import Figure
 
 from lab.experiments.models import Experiment
-from lab.reports import plots, stats
+from lab.reports import plots, realsim, stats
 from lab.results.models import Measurement
 from lab.runs.models import CONDITION_KEYS, Run, condition_of, condition_text
 
@@ -112,6 +112,8 @@ FILES = frozenset(
     | {f"{stem(m)}.{fmt}" for stem in STEMS for m in METRICS for fmt in FORMATS}
     | {f"{stem}.{fmt}" for stem in DETAIL_FIGURES for fmt in FORMATS}
     | {csv for csv, _ in DETAIL_FIGURES.values()}
+    | {realsim.CSV}
+    | {f"{realsim.STEM}.{fmt}" for fmt in FORMATS}
 )
 
 
@@ -440,6 +442,7 @@ def render(experiment: Experiment) -> list[Path]:
             paths += save(figure, directory, figure_stem(metric))
         paths += _render_speedups(experiment, frame, directory)
         paths += _render_details(experiment, directory)
+        paths += realsim.render(experiment, directory, save, atomic_write)
         atomic_write(directory / FINGERPRINT, lambda tmp: Path(tmp).write_text(fingerprint))
     return paths
 

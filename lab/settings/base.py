@@ -12,6 +12,9 @@ from lab import env
 BASE_DIR = env.BASE_DIR
 VAR_DIR = env.path("LAB_VAR_DIR", BASE_DIR / "var")
 RESULTS_DIR = env.path("LAB_RESULTS_DIR", BASE_DIR / "results")
+# The calibration real runs' twins come from (lab.reports.realsim); unset: the newest covering
+# each run (python -m runners twin).
+TWIN_CALIBRATION = env.text("LAB_TWIN_CALIBRATION")
 
 SECRET_KEY = env.required(
     "DJANGO_SECRET_KEY", "`make run` writes one to .env; in production set it yourself"

@@ -133,10 +133,13 @@ def test_a_real_run_runs_alone_on_the_machine(user, config, client):
     real_run.refresh_from_db()
     assert real_run.state == Run.SUCCEEDED, (real_run.home / "process.log").read_text()[-3000:]
     assert real_run.measurements.filter(metric="final_loss").exists()
+    actions.render_figures(real.pk)  # the task a finished run queues
     client.force_login(user)
     page = client.get(f"/experiments/{real.pk}/").content.decode()
     assert "<th>network</th>" in page and "<td>loopback" in page
     # where it trained: this machine's CPU (real.device auto; no GPU was given to the run)
     assert "<th>device</th>" in page and "<td>cpu</td>" in page
     assert "final loss" in page
+    # beside it the simulator's prediction (its twin) or why it has none on this machine
+    assert "real-vs-sim.png" in page or "No simulator prediction beside these real" in page
     finish_all(rerun)

@@ -1,0 +1,212 @@
+"""The simulator's prediction of a finished real run: its *twin*, as ``fidelity`` builds it.
+
+A real run has a twin where a calibration (``python -m runners calibrate``, a testbed file in
+``workloads/profiles/testbeds``) measured its configuration: the same model, network (shaped at
+the same nominal bandwidth, or loopback), workers, torch threads, communication-thread priority
+and, in the PS arena, server processes, on the CPU, with no stragglers and no emulated latency
+(what the calibration did not measure, the twin cannot know). The twin is
+``fidelity.matched_specs``'s, the one the fidelity report scores, given the run's own system
+parameters, iterations, warm-up and seed, and simulated as ``fidelity`` simulates it (an
+all-reduce system with the plan the real run executed). Nothing in it comes from the run's
+own times.
+
+What the run actually had (network, device, priority) comes from its summary where it has
+one, as ``auto`` in a spec resolves only when the run starts. Which calibration: the one asked
+for, else the newest (its ``date``) that covers the run; ``NoTwin`` says why none does and what
+to measure.
+
+    python -m runners twin RUN_DIR [--label L] [--json]
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import fidelity
+from .spec import RealOptions, SpecError, validate
+
+# The cluster fields a real run uses (``runners.real``); the others only the simulator reads.
+REAL_CLUSTER_FIELDS = ("workers", "stragglers", "ps", "servers", "ps_stragglers")
+SHAPED_CLUSTER_FIELDS = ("bandwidth_gbps", "server_bandwidth_gbps")  # read when shaped
+# The real options that change the run's times beside the network and the priority.
+REAL_FIELDS = ("threads", "implementation", "nodes", "gpus", "momentum")
+
+
+class NoTwin(ValueError):
+    """The run has no twin: no calibration covers its configuration (the message says which
+    part, and what to measure)."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A real run's twin: the calibration it came from and what the simulator predicts."""
+
+    label: str
+    date: str
+    spec: dict[str, Any]  # the twin, resolved
+    iteration_time_s: float
+    metrics: dict[str, float]
+
+
+def calibrations(directory: Path | None = None) -> list[dict[str, Any]]:
+    """Every calibration (testbed file) in ``directory`` (default: the project's), newest
+    first (its ``date``, then its label); unreadable files are left out."""
+    directory = fidelity.TESTBEDS_DIR if directory is None else directory
+    docs = []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("network"), list) and "label" in doc:
+            docs.append(doc)
+    return sorted(docs, key=lambda d: (str(d.get("date", "")), str(d["label"])), reverse=True)
+
+
+def _got(real: dict[str, Any], summary: dict[str, Any] | None) -> tuple[str, str, str]:
+    """The network kind, device and communication priority the run had: its summary's, else
+    its spec's where the spec settles them (``NoTwin`` for an ``auto`` without a summary)."""
+    summary = summary or {}
+    options = real.get("real") or {}
+    network = (summary.get("network") or {}).get("kind") or options.get("network", "auto")
+    device = (summary.get("device") or {}).get("kind") or options.get("device", "auto")
+    if _arena(real["system"]) == "ps":  # the PS arena trains on the CPU
+        device = "cpu"
+    priority = (summary.get("comm_priority") or {}).get("priority") or options.get(
+        "comm_priority", "auto"
+    )
+    for name, value in (("network", network), ("device", device), ("comm_priority", priority)):
+        if value == "auto":
+            raise NoTwin(
+                f"real.{name} is auto and the run has no summary saying what it got: the twin "
+                "needs a finished run (or the spec to set it)"
+            )
+    return network, device, priority
+
+
+def _arena(system: str) -> str:
+    from . import registry
+
+    return registry.get(system).arena
+
+
+def twin_spec(
+    real: dict[str, Any], testbed: dict[str, Any], summary: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The raw twin of the resolved real spec ``real`` under calibration ``testbed``;
+    ``NoTwin`` names the first thing the calibration did not measure."""
+    label = testbed["label"]
+    if real.get("mode") != "real":
+        raise NoTwin("not a real run: a simulated run is its own prediction")
+    network, device, priority = _got(real, summary)
+    if device != "cpu":
+        raise NoTwin(f"the run trained on {device}; calibrations measure the CPU testbed")
+    if network not in ("shaped", "loopback"):
+        raise NoTwin(f"real.network {network}: no calibration measures it")
+    if (summary or {}).get("network", {}).get("latency_emulated"):
+        raise NoTwin("the run's latency was emulated (netem); calibrations measure none")
+    if real["workload"] not in testbed.get("profiles", {}):
+        raise NoTwin(
+            f"calibration '{label}' did not measure {real['workload']}: run `python -m runners "
+            f"calibrate --models {real['workload']}` (with the bandwidths the run uses)"
+        )
+    cluster = real.get("cluster") or {}
+    nominal = float(cluster["bandwidth_gbps"]) if network == "shaped" else None
+    try:
+        matched, twin = fidelity.matched_specs(
+            real["system"], real["workload"], nominal, testbed, int(real.get("iterations", 20))
+        )
+    except (fidelity.CalibrationMissing, KeyError) as exc:
+        raise NoTwin(str(exc).strip("'\"")) from None
+    expected = validate(matched).as_dict()
+    wanted = testbed.get("comm_priority", "normal")
+    if priority != wanted:
+        raise NoTwin(
+            f"the run's communication threads ran at {priority} priority, calibration "
+            f"'{label}' measured them at {wanted}: set real.comm_priority: {wanted}"
+        )
+    fields = REAL_CLUSTER_FIELDS + (SHAPED_CLUSTER_FIELDS if network == "shaped" else ())
+    for key in fields:
+        if cluster.get(key) != expected["cluster"].get(key):
+            raise NoTwin(
+                f"cluster.{key} is {cluster.get(key)!r}, calibration '{label}' measured "
+                f"{expected['cluster'].get(key)!r}"
+            )
+    options, measured = real.get("real") or {}, expected.get("real") or {}
+    for key in REAL_FIELDS:
+        have = options.get(key, getattr(RealOptions, key))
+        want = measured.get(key, getattr(RealOptions, key))
+        if have != want:
+            raise NoTwin(f"real.{key} is {have!r}, calibration '{label}' measured {want!r}")
+    if real.get("batch_size") != expected.get("batch_size"):
+        raise NoTwin(
+            f"batch_size is {real.get('batch_size')!r}, calibration '{label}' profiled "
+            f"{expected.get('batch_size')!r}"
+        )
+    twin["params"] = dict(real.get("params") or {})
+    for key in ("iterations", "warmup_iterations", "seed"):
+        if key in real:
+            twin[key] = real[key]
+    return twin
+
+
+def predict(
+    real: dict[str, Any],
+    summary: dict[str, Any] | None = None,
+    label: str | None = None,
+    directory: Path | None = None,
+) -> Prediction:
+    """The twin of the resolved real spec ``real`` (with its run's ``summary``), simulated:
+    under calibration ``label``, else the newest that covers it. ``NoTwin`` when none does
+    (its message: why not, for the newest calibration or the one asked for)."""
+    if label is not None:
+        path = (fidelity.TESTBEDS_DIR if directory is None else directory) / f"{label}.json"
+        if not path.exists():
+            raise NoTwin(f"no calibration '{label}' ({path})")
+        docs = [json.loads(path.read_text())]
+    else:
+        docs = calibrations(directory)
+        if not docs:
+            raise NoTwin("no calibration on this machine: run `python -m runners calibrate`")
+    first: NoTwin | None = None
+    for doc in docs:
+        try:
+            raw = twin_spec(real, doc, summary)
+        except NoTwin as exc:
+            first = first or exc
+            continue
+        try:
+            spec, real_spec = validate(raw), validate(real)
+        except SpecError as exc:  # a calibration the simulator no longer reads
+            first = first or NoTwin(f"calibration '{doc['label']}': {exc}")
+            continue
+        result = fidelity._twin(real_spec, spec)
+        return Prediction(
+            label=str(doc["label"]),
+            date=str(doc.get("date", "")),
+            spec=spec.as_dict(),
+            iteration_time_s=float(result.metrics["iteration_time_s"]),
+            metrics={k: float(v) for k, v in result.metrics.items()},
+        )
+    assert first is not None
+    if len(docs) > 1:
+        raise NoTwin(f"no calibration covers this run (the newest, {docs[0]['label']}: {first})")
+    raise NoTwin(str(first))
+
+
+def predict_run_dir(run_dir: Path, label: str | None = None) -> tuple[dict[str, Any], Prediction]:
+    """A finished real run directory's summary and its twin (``NoTwin``; ``ValueError`` for a
+    directory that is not a finished run)."""
+    from . import rundir
+
+    manifest = run_dir / "manifest.json"
+    if not manifest.is_file():
+        raise ValueError(f"{run_dir}: no manifest.json (not a run directory)")
+    spec = json.loads(manifest.read_text()).get("spec")
+    if not isinstance(spec, dict):
+        raise ValueError(f"{manifest}: no spec")
+    summary = rundir.read_summary(run_dir)
+    return summary, predict(spec, summary, label)

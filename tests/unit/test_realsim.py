@@ -1,0 +1,260 @@
+"""A real run's twin (``runners.twin``, ``python -m runners twin``) and a real-mode
+experiment's runs beside their twins in the portal (``lab.reports.realsim``).
+
+The twins come from the committed calibration ``testbed-1128`` (pinned, so a newer
+calibration does not change what these tests see); the real runs here are written by hand:
+their times are made up, what is checked is what the portal and the command make of them."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from django.test import override_settings
+from django.utils import timezone
+
+from lab import actions
+from lab.reports import figures, realsim
+from lab.results.models import Measurement
+from lab.runs.models import Run
+from runners import cli, fidelity, twin
+from runners.spec import validate
+
+LABEL = "testbed-1128"
+SUMMARY = {
+    "network": {"kind": "shaped", "bandwidth_gbps": 0.25, "latency_emulated": False},
+    "device": {"kind": "cpu", "note": ""},
+    "comm_priority": {"priority": "realtime", "note": ""},
+    "units": {"iteration_time_s": "s"},
+}
+
+
+def _real(system: str = "wfbp", **changes) -> dict:
+    raw = {
+        "system": system,
+        "mode": "real",
+        "workload": "vgg16-debug",
+        "cluster": {"workers": 2, "bandwidth_gbps": 0.25},
+        "iterations": 10,
+        "real": {"network": "shaped", "comm_priority": "realtime"},
+    }
+    for key, value in changes.items():
+        raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
+    return validate(raw).as_dict()
+
+
+def _expected(spec: dict) -> float:
+    """The twin as fidelity builds it, by hand: matched_specs, the run's own iterations,
+    warm-up, seed and parameters, simulated as fidelity simulates it."""
+    testbed = fidelity.load_testbed(LABEL)
+    _, sim = fidelity.matched_specs(spec["system"], spec["workload"], 0.25, testbed, 10)
+    sim.update(
+        params=spec["params"], warmup_iterations=spec["warmup_iterations"], seed=spec["seed"]
+    )
+    result = fidelity._twin(validate(spec), validate(sim))
+    return result.metrics["iteration_time_s"]
+
+
+@pytest.mark.parametrize("system", ["wfbp", "bytescheduler", "ps-default"])
+def test_a_real_run_s_twin_is_fidelity_s_with_the_run_s_own_parameters(system):
+    extra = {"params": {"credit_bytes": 200_000}} if system == "bytescheduler" else {}
+    if system == "ps-default":
+        extra = {"cluster": {"ps": 4, "servers": 4}}
+    spec = _real(system, seed=3, **extra)
+    prediction = twin.predict(spec, SUMMARY, LABEL)
+    assert prediction.label == LABEL and prediction.date == "2026-11-28"
+    assert prediction.iteration_time_s == pytest.approx(_expected(spec), rel=1e-12)
+    assert prediction.spec["params"] == spec["params"] and prediction.spec["seed"] == 3
+    assert prediction.spec["mode"] == "sim"
+
+
+@pytest.mark.parametrize(
+    ("change", "summary", "words"),
+    [
+        ({"cluster": {"workers": 3}}, {}, "cluster.workers is 3"),
+        ({"real": {"threads": 2}}, {}, "real.threads is 2"),
+        ({"batch_size": 16}, {}, "batch_size is 16"),
+        ({"cluster": {"bandwidth_gbps": 0.5}}, {}, "has no 0.5 Gbit/s"),
+        ({"workload": "gpt2-debug"}, {}, "calibrate --models gpt2-debug"),
+        ({"cluster": {"stragglers": [{"worker": 0, "slowdown": 2.0}]}}, {}, "cluster.stragglers"),
+        ({}, {"comm_priority": {"priority": "normal"}}, "set real.comm_priority: realtime"),
+        ({}, {"device": {"kind": "cuda"}}, "trained on cuda"),
+        ({}, {"network": {"kind": "shaped", "latency_emulated": True}}, "netem"),
+    ],
+)
+def test_a_run_the_calibration_did_not_measure_has_no_twin_and_is_told_why(change, summary, words):
+    spec = _real(**change)
+    with pytest.raises(twin.NoTwin, match=words.replace(".", r"\.")):
+        twin.predict(spec, {**SUMMARY, **summary}, LABEL)
+
+
+def test_a_spec_that_left_its_network_to_auto_needs_the_run_s_summary():
+    spec = _real(real={"network": "auto"})
+    with pytest.raises(twin.NoTwin, match="real.network is auto"):
+        twin.predict(spec, None, LABEL)
+    assert twin.predict(spec, SUMMARY, LABEL).iteration_time_s > 0  # what the run got
+
+
+def test_the_newest_calibration_covering_the_run_is_chosen(tmp_path):
+    testbed = fidelity.load_testbed(LABEL)
+    older = {**testbed, "date": "2026-01-01"}
+    newer = {**testbed, "label": "newer", "date": "2026-12-01", "workers": 4}  # not this run
+    for doc in (older, newer):
+        (tmp_path / f"{doc['label']}.json").write_text(json.dumps(doc))
+    assert [d["label"] for d in twin.calibrations(tmp_path)] == ["newer", LABEL]
+    prediction = twin.predict(_real(), SUMMARY, directory=tmp_path)
+    assert prediction.label == LABEL  # the newer one measured 4 workers
+    with pytest.raises(twin.NoTwin, match=r"the newest, newer: calibration 'newer' has no 0\.5"):
+        twin.predict(_real(cluster={"bandwidth_gbps": 0.5}), SUMMARY, directory=tmp_path)
+
+
+def _run_dir(tmp_path: Path, spec: dict, seconds: float, **summary) -> Path:
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "manifest.json").write_text(json.dumps({"spec": spec}))
+    doc = {**SUMMARY, **summary, "run": {"system": spec["system"], "workload": spec["workload"]}}
+    doc["metrics"] = {"iteration_time_s": seconds}
+    (out / "summary.json").write_text(json.dumps(doc))
+    return out
+
+
+def test_the_twin_command_prints_the_run_beside_its_twin(tmp_path, capsys):
+    spec = _real()
+    out = _run_dir(tmp_path, spec, 0.040)
+    assert cli.main(["twin", str(out), "--label", LABEL, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["sim_iteration_s"] == pytest.approx(_expected(spec))
+    assert doc["error_pct"] == pytest.approx(100 * (doc["sim_iteration_s"] - 0.040) / 0.040)
+    assert cli.main(["twin", str(out), "--label", LABEL]) == 0
+    line = capsys.readouterr().out
+    assert line.startswith("wfbp on vgg16-debug: real 40.0 ms, simulated ")
+    assert f"calibration '{LABEL}'" in line
+
+
+def test_the_twin_command_refuses_what_has_no_twin_with_exit_2(tmp_path, capsys):
+    assert cli.main(["twin", str(tmp_path)]) == 2
+    assert "no manifest.json" in capsys.readouterr().err
+    out = _run_dir(tmp_path, _real(real={"threads": 2}), 0.040)
+    assert cli.main(["twin", str(out), "--label", LABEL]) == 2
+    assert "real.threads is 2, calibration 'testbed-1128' measured 1" in capsys.readouterr().err
+    assert cli.main(["twin", str(out), "--label", "no-such"]) == 2
+    assert "no calibration 'no-such'" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------- portal
+
+
+def _experiment(user, seeds=(0, 1)):
+    config = actions.ExperimentConfig(
+        name="real bs",
+        system="bytescheduler",
+        baselines=("wfbp", "horovod"),
+        workloads=("vgg16-debug",),
+        seeds=seeds,
+        mode="real",
+        iterations=10,
+        cluster={"workers": 2, "bandwidth_gbps": 0.25},
+        real={"network": "shaped", "comm_priority": "realtime"},
+    )
+    return actions.create_experiment(user, config)
+
+
+def _succeed(run: Run, seconds: float, **summary) -> None:
+    """What the ingest of a finished real run leaves: its summary and its measurement."""
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    doc = {**SUMMARY, **summary, "metrics": {"iteration_time_s": seconds}}
+    (run.run_dir / "summary.json").write_text(json.dumps(doc))
+    Measurement.objects.create(run=run, metric="iteration_time_s", value=seconds, unit="s")
+    run.state, run.finished_at = Run.SUCCEEDED, timezone.now()
+    run.save()
+
+
+REAL_S = {"bytescheduler": (0.030, 0.034), "wfbp": (0.036, 0.040), "horovod": (0.033, 0.035)}
+
+
+@pytest.mark.django_db
+@override_settings(TWIN_CALIBRATION=LABEL)
+def test_a_real_experiment_shows_its_runs_beside_their_twins(user, client):
+    experiment = _experiment(user)
+    for run in experiment.runs.all():
+        _succeed(run, REAL_S[run.system][run.seed])
+    figures.render(experiment)
+    directory = figures.figure_dir(experiment)
+    for fmt in ("png", "pdf", "svg"):
+        assert (directory / f"real-vs-sim.{fmt}").stat().st_size > 0
+    table = pd.read_csv(directory / "real-vs-sim.csv")
+    times = table[table["quantity"] == "iteration_time_s"].set_index("system")
+    sims = {}
+    for system in REAL_S:
+        run = experiment.runs.get(system=system, seed=0)
+        twins = [_expected(r.spec) for r in experiment.runs.filter(system=system)]
+        sims[system] = sum(twins) / len(twins)
+        assert times.at[system, "real"] == pytest.approx(sum(REAL_S[system]) / 2)
+        assert times.at[system, "simulated"] == pytest.approx(sims[system])
+        assert times.at[system, "n"] == 2 and times.at[system, "calibration"] == LABEL
+        real = times.at[system, "real"]
+        assert times.at[system, "error_pct"] == pytest.approx(100 * (sims[system] - real) / real)
+        assert run.spec["iterations"] == 10
+    speedups = table[table["quantity"] == "speedup"].set_index("baseline")
+    assert list(speedups.index) == ["wfbp", "horovod"]
+    assert set(speedups["system"]) == {"bytescheduler"}
+    assert speedups.at["wfbp", "real"] == pytest.approx(0.038 / 0.032)
+    assert speedups.at["wfbp", "simulated"] == pytest.approx(sims["wfbp"] / sims["bytescheduler"])
+    client.force_login(user)
+    page = client.get(f"/experiments/{experiment.pk}/").content.decode()
+    assert "real-vs-sim.png" in page and "real-vs-sim.csv" in page
+    assert "No simulator prediction" not in page
+    response = client.get(f"/experiments/{experiment.pk}/files/real-vs-sim.csv")
+    assert response.status_code == 200
+
+
+@pytest.mark.django_db
+@override_settings(TWIN_CALIBRATION=LABEL)
+def test_runs_without_a_twin_are_named_on_the_page_with_the_reason(user, client):
+    experiment = _experiment(user, seeds=(0,))
+    for run in experiment.runs.all():
+        moved = {"comm_priority": {"priority": "normal"}} if run.system == "wfbp" else {}
+        _succeed(run, REAL_S[run.system][0], **moved)
+    figures.render(experiment)
+    directory = figures.figure_dir(experiment)
+    table = pd.read_csv(directory / "real-vs-sim.csv")
+    assert "wfbp" not in set(table["system"])  # no twin: left out, not guessed
+    assert list(table[table["quantity"] == "speedup"]["baseline"]) == ["horovod"]
+    wfbp = experiment.runs.get(system="wfbp")
+    client.force_login(user)
+    page = client.get(f"/experiments/{experiment.pk}/").content.decode()
+    assert "No simulator prediction beside these real runs" in page
+    assert f"runs {wfbp.pk}: the run&#x27;s communication threads ran at normal" in page
+
+
+@pytest.mark.django_db
+def test_twins_are_simulated_once_per_run_and_calibration(user, monkeypatch):
+    experiment = _experiment(user, seeds=(0,))
+    for run in experiment.runs.all():
+        _succeed(run, REAL_S[run.system][0])
+    calls = []
+    real_predict = twin.predict
+    monkeypatch.setattr(twin, "predict", lambda *a, **k: calls.append(a) or real_predict(*a, **k))
+    directory = figures.figure_dir(experiment)
+    with override_settings(TWIN_CALIBRATION=LABEL):
+        first = realsim.frame(experiment, directory)
+        assert len(calls) == 3
+        again = realsim.frame(experiment, directory)
+        assert len(calls) == 3  # from the cache
+        pd.testing.assert_frame_equal(first, again)
+    with override_settings(TWIN_CALIBRATION="no-such"):  # another calibration: a new key
+        notes = realsim.frame(experiment, directory)["note"]
+    assert len(calls) == 6 and all("no calibration 'no-such'" in n for n in notes)
+
+
+@pytest.mark.django_db
+def test_a_simulated_experiment_has_no_real_vs_sim_figure(user, config):
+    experiment = actions.create_experiment(user, config)
+    for run in experiment.runs.all():
+        _succeed(run, 0.05)
+    figures.render(experiment)
+    assert not (figures.figure_dir(experiment) / "real-vs-sim.png").exists()
+    assert not math.isnan(pd.read_csv(figures.figure_dir(experiment) / "data.csv")["value"][0])
