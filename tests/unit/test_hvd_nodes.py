@@ -41,6 +41,7 @@ def test_a_node_whose_name_resolves_to_loopback_stops_with_what_to_fix(tmp_path,
 
 
 def test_a_node_gives_up_when_node_0_s_server_never_answers(tmp_path, monkeypatch):
+    pytest.importorskip("psutil")  # the interface towards node 0 (make horovod installs it)
     monkeypatch.setattr(launch, "HOROVOD_JOIN_S", 0.5)
     monkeypatch.setattr(hvd, "name_resolves_to_loopback", lambda: False)
     nodes = launch.Nodes(count=2, rank=1, endpoint="127.0.0.1:9", run_id="x")
