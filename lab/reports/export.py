@@ -5,7 +5,8 @@ Inside: per metric with data, the speedup of the system under test over each bas
 its CI (`plots.speedup_plot`, the ratios of `figures.speedup_frame`) and, when the experiment
 sweeps a condition, the metric against it (`plots.sweep_plot`, one figure per workload and
 value of a second swept condition); the iteration timeline, JCT CDF and convergence figures
-the page shows (`figures.detail_figures`); the CSV behind each figure; every run's manifest as
+the page shows (`figures.detail_figures`); for a real-mode experiment its runs beside their
+twins (`plots.real_vs_sim_plot`, `realsim`); the CSV behind each figure; every run's manifest as
 manifests/run-<id>.json; and table.tex, a booktabs table of the mean and CI half-width per
 system and metric (one table per workload and condition, so the bold best value is always
 among runs of the same setting).
@@ -31,7 +32,7 @@ import pandas as pd
 from django.conf import settings
 
 from lab.experiments.models import Experiment
-from lab.reports import figures, paper, plots, stats
+from lab.reports import figures, paper, plots, realsim, stats
 from lab.reports.bundle import DirtyTreeError, FigureSpec, write_bundle
 from lab.runs.models import CONDITION_KEYS, Run, condition_text
 from runners import rundir
@@ -86,6 +87,7 @@ def export_experiment(experiment: Experiment, venue: str, note: str = "") -> Pat
         FigureSpec(stem, kind, data, kwargs, venue)
         for stem, kind, data, kwargs in figures.detail_figures(experiment)
     ]
+    specs += real_vs_sim_figures(experiment, venue)
     if not specs:
         measured = ", ".join(figures.METRICS)
         raise ExportError(f"nothing to plot: no succeeded run measured {measured}")
@@ -101,6 +103,21 @@ def export_experiment(experiment: Experiment, venue: str, note: str = "") -> Pat
         note=note,
         extras={TABLE: table},
     )
+
+
+def real_vs_sim_figures(experiment: Experiment, venue: str) -> list[FigureSpec]:
+    """A real-mode experiment's runs beside their twins (``realsim``), where any has one."""
+    if experiment.mode != "real":
+        return []
+    data = realsim.plot_frame(realsim.frame(experiment, figures.figure_dir(experiment)))
+    if data.empty:
+        return []
+    kwargs = {
+        "system": experiment.system,
+        "baselines": list(experiment.baselines),
+        "caption": realsim.caption(data),
+    }
+    return [FigureSpec(realsim.STEM, "real_vs_sim_plot", data, kwargs, venue)]
 
 
 def load_manifests(runs: Sequence[Run]) -> dict[int, dict[str, Any]]:

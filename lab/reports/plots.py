@@ -359,7 +359,100 @@ def convergence_plot(
     return fig
 
 
+# --- real runs beside the simulator's prediction --------------------------------------------
+
+SOURCES = ("real", "simulated")
+
+
+def real_vs_sim_speedups(df: pd.DataFrame, system: str, baselines: Sequence[str]) -> pd.DataFrame:
+    """Per panel and baseline, the speedup of ``system`` over it, real and simulated: the
+    baseline's mean iteration time over the system's (> 1: the system is faster)."""
+    rows = []
+    for panel, group in df.groupby("panel", sort=False):
+        means = group.groupby("system", sort=False)[list(SOURCES)].mean()
+        if system not in means.index:
+            continue
+        for baseline in baselines:
+            if baseline in means.index:
+                ratio = means.loc[baseline] / means.loc[system]
+                rows.append((panel, baseline, ratio["real"], ratio["simulated"]))
+    return pd.DataFrame(rows, columns=["panel", "baseline", *SOURCES])
+
+
+def real_vs_sim_plot(
+    df: pd.DataFrame,
+    *,
+    system: str,
+    baselines: Sequence[str] = (),
+    caption: str | None = None,
+) -> Figure:
+    """Real runs beside the simulator's prediction of each (columns panel, system, seed, real,
+    simulated: iteration times in seconds, one row per run). Top, per panel: per system the
+    real runs' mean with its CI beside their twins'; below, where the frame has ``system`` and
+    a baseline, the system's speedup over each baseline, real beside simulated (ratios of the
+    means)."""
+    require(df, ["panel", "system", "seed", *SOURCES], "real_vs_sim_plot")
+    panels = _order(df["panel"])
+    speedups = real_vs_sim_speedups(df, system, baselines)
+    rows = 2 if not speedups.empty else 1
+    fig = Figure(layout="constrained")
+    width, height = fig.get_size_inches()
+    fig.set_size_inches(max(width, 3.2 * len(panels)), height * (1.0 if rows == 1 else 1.6))
+    grid = fig.subplots(rows, len(panels), squeeze=False)
+    for c, panel in enumerate(panels):
+        part = df[df["panel"] == panel]
+        systems = _order(part["system"])
+        ax = grid[0][c]
+        for j, source in enumerate(SOURCES):
+            bars = summarise(part, ["system"], source).set_index("system").loc[systems]
+            _paired_bars(
+                ax, j, source, bars["mean"] * 1e3, bars["ci_low"] * 1e3, bars["ci_high"] * 1e3
+            )
+        ax.set_xticks(range(len(systems)), [str(s) for s in systems], rotation=30, ha="right")
+        ax.set_title(str(panel), fontsize="small", loc="left")
+        ax.set_ylabel("iteration time (ms)" if c == 0 else "")
+        if rows == 2:
+            ax = grid[1][c]
+            part = speedups[speedups["panel"] == panel]
+            if part.empty:
+                ax.set_axis_off()
+                continue
+            for j, source in enumerate(SOURCES):
+                _paired_bars(ax, j, source, part[source], None, None)
+            ax.axhline(1.0, color="0.3", linestyle="--", linewidth=0.8, zorder=0)
+            names = [str(b) for b in part["baseline"]]
+            ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
+            ax.set_xlabel(f"{system} over baseline")
+            ax.set_ylabel(label("speedup") if c == 0 else "")
+    handles, labels = grid[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside upper center", ncols=2, frameon=False)
+    seeds = _n(df.groupby(["panel", "system"], sort=False)["seed"].nunique())
+    _caption(
+        fig,
+        caption,
+        f"bars: mean iteration time over seeds, real and each run's simulated twin; error bars: "
+        f"{CI_METHOD}; speedups: ratios of the means; {seeds} seeds per bar",
+    )
+    return fig
+
+
+def _paired_bars(ax: Axes, j: int, name: str, means, low, high) -> None:
+    """The j-th of two bars at each tick (``SOURCES``' style j), with CI error bars where
+    ``low`` and ``high`` are given."""
+    style, width = series_style(j), 0.4
+    pos = [k + (j - 0.5) * width for k in range(len(means))]
+    ax.bar(
+        pos, list(means), width, color=style.color, hatch=style.hatch, label=name, edgecolor="black"
+    )
+    if low is not None:
+        spread = [np.asarray(means) - np.asarray(low), np.asarray(high) - np.asarray(means)]
+        ax.errorbar(pos, list(means), yerr=spread, fmt="none", ecolor="black", elinewidth=0.6)
+
+
 # The figure kinds a bundle can name (figures.json "kind"): the function names themselves.
 PLOTS: dict[str, Callable[..., Figure]] = {
-    f.__name__: f for f in (speedup_plot, sweep_plot, jct_cdf, timeline_gantt, convergence_plot)
-}
+    f.__name__: f
+    for f in (
+        speedup_plot, sweep_plot, jct_cdf, timeline_gantt, convergence_plot, real_vs_sim_plot,
+    )
+}  # fmt: skip

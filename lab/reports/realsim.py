@@ -22,11 +22,11 @@ import matplotlib
 matplotlib.use("Agg")
 
 import pandas as pd
-import seaborn as sns
 from django.conf import settings
 from matplotlib.figure import Figure
 
 from lab.experiments.models import Experiment
+from lab.reports import plots
 from lab.runs.models import CONDITION_KEYS, Run, condition_of, condition_text
 from runners import fidelity, rundir, twin
 
@@ -35,7 +35,7 @@ CSV = f"{STEM}.csv"
 NOTES = f"{STEM}-notes.json"  # why runs have no twin (the page lists them)
 CACHE = ".twins.json"
 CELL = ["workload", *CONDITION_KEYS]
-SOURCES = ("real", "simulated")
+SOURCES = plots.SOURCES
 FORMATS = ("png", "pdf", "svg")  # as ``figures.FORMATS`` (which imports this module)
 SUMMARY_COLUMNS = [
     *("quantity", "system", "baseline", *CELL, "n", "real", "simulated", "error_pct"),
@@ -156,89 +156,36 @@ def summary(runs: pd.DataFrame, system: str, baselines: list[str]) -> pd.DataFra
     return table.drop(columns=empty)
 
 
-def _cell_title(values: dict[str, Any]) -> str:
-    return condition_text({k: v for k, v in values.items() if k in CELL})
-
-
-def plot(runs: pd.DataFrame, table: pd.DataFrame, order: list[str]) -> Figure:
-    """Per cell, a panel of iteration times (one pair of bars per system: the real runs' mean
-    with its bootstrap 95% CI over seeds, and their twins') and, below, the system's speedup
-    over each baseline, real beside simulated."""
+def plot_frame(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs that have a twin, as ``plots.real_vs_sim_plot`` draws them: panel (the cell:
+    workload and condition), system, seed, real, simulated, calibration."""
+    if runs.empty:
+        return pd.DataFrame(columns=["panel", "system", "seed", *SOURCES, "calibration"])
     twinned = runs[runs["simulated"].notna()]
-    twinned = twinned.assign(**{k: twinned[k].astype(object) for k in CONDITION_KEYS})
-    cells = list(twinned.groupby(CELL, sort=False, dropna=False))
-    speedups = table[table["quantity"] == "speedup"]
-    rows = 2 if not speedups.empty else 1
-    fig = Figure(figsize=(max(6.4, 3.6 * len(cells)), 3.0 * rows + 0.8), layout="constrained")
-    grid = fig.subplots(rows, len(cells), squeeze=False)
-    palette = dict(zip(SOURCES, sns.color_palette("colorblind", 2), strict=True))
-    for c, (cell, group) in enumerate(cells):
-        values = dict(zip(CELL, cell, strict=True))
-        long = group.melt(
-            id_vars=["system", "seed"], value_vars=list(SOURCES), var_name="source"
-        ).assign(value=lambda d: d["value"] * 1e3)
-        systems = [s for s in order if s in set(long["system"])]
-        ax = grid[0][c]
-        sns.barplot(
-            data=long, x="system", y="value", hue="source", order=systems, hue_order=SOURCES,
-            palette=palette, errorbar=("ci", 95), n_boot=1000, seed=0, capsize=0.1, ax=ax,
-            edgecolor="black", linewidth=0.6,
-        )  # fmt: skip
-        _hatch(ax)
-        ax.set_title(_cell_title(values), fontsize="small")
-        ax.set_xlabel("")
-        ax.set_ylabel("iteration time (ms), lower is better" if c == 0 else "")
-        ax.tick_params(axis="x", labelrotation=30, labelsize="small")
-        _legend(ax, c == len(cells) - 1)
-        if rows == 2:
-            ax = grid[1][c]
-            mine = speedups
-            for k, v in values.items():
-                if k not in mine.columns:
-                    continue
-                mine = mine[mine[k].isna()] if v is None or v != v else mine[mine[k] == v]
-            bars = mine.melt(id_vars=["baseline"], value_vars=list(SOURCES), var_name="source")
-            if bars.empty:
-                ax.set_axis_off()
-                continue
-            sns.barplot(
-                data=bars, x="baseline", y="value", hue="source", hue_order=SOURCES,
-                palette=palette, errorbar=None, ax=ax, edgecolor="black", linewidth=0.6,
-            )  # fmt: skip
-            _hatch(ax)
-            ax.axhline(1.0, color="black", linewidth=0.8, linestyle=":")
-            ax.set_xlabel(f"{mine['system'].iloc[0]} over baseline")
-            ax.set_ylabel("speedup (\u00d7), > 1: faster" if c == 0 else "")
-            ax.tick_params(axis="x", labelrotation=30, labelsize="small")
-            _legend(ax, False)
-    labels = ", ".join(sorted({x for x in twinned["calibration"] if x}))
-    seeds = twinned.groupby(["system", *CELL], dropna=False)["seed"].nunique()
+    panels = [
+        condition_text({k: row[k] for k in CELL if k in row}) for _, row in twinned.iterrows()
+    ]
+    columns = ["system", "seed", *SOURCES, "calibration"]
+    return twinned[columns].assign(panel=panels)[["panel", *columns]].reset_index(drop=True)
+
+
+def plot(data: pd.DataFrame, system: str, baselines: list[str]) -> Figure:
+    """The page's figure of ``plot_frame``'s rows (the bundle draws the same from its CSV)."""
+    with matplotlib.rc_context({"figure.figsize": (6.4, 3.6)}):
+        return plots.real_vs_sim_plot(
+            data, system=system, baselines=baselines, caption=caption(data)
+        )
+
+
+def caption(data: pd.DataFrame) -> str:
+    labels = ", ".join(sorted({str(x) for x in data["calibration"] if x}))
+    seeds = data.groupby(["panel", "system"], sort=False)["seed"].nunique()
     n = f"n={seeds.min()}" if seeds.min() == seeds.max() else f"n={seeds.min()}-{seeds.max()}"
-    fig.text(
-        0.01, 0.0,
-        f"real: mean iteration time over seeds, error bars bootstrap 95% CI (1000 resamples, "
-        f"seed 0); simulated: each run's twin (python -m runners twin) from calibration "
-        f"{labels}, same CI; speedups: ratios of the means; {n} seeds per bar",
-        fontsize="x-small", ha="left", va="bottom", wrap=True,
-    )  # fmt: skip
-    fig.get_layout_engine().set(h_pad=0.2)
-    return fig
-
-
-def _hatch(ax) -> None:
-    for container, hatch in zip(ax.containers, ("", "//"), strict=False):
-        for bar in getattr(container, "patches", container):
-            bar.set_hatch(hatch)
-
-
-def _legend(ax, show: bool) -> None:
-    legend = ax.get_legend()
-    if legend is None:
-        return
-    if show:  # beside the last panel of the top row, clear of the bars
-        sns.move_legend(ax, "upper left", bbox_to_anchor=(1.0, 1.0), title=None, frameon=False)
-    else:
-        legend.remove()
+    return (
+        f"bars: mean iteration time over seeds, real and each run's twin (python -m runners "
+        f"twin, calibration {labels}); error bars: {plots.CI_METHOD}; speedups: ratios of the "
+        f"means; {n} seeds per bar"
+    )
 
 
 def notes(runs: pd.DataFrame, limit: int = 5) -> list[str]:
@@ -274,7 +221,8 @@ def render(experiment: Experiment, directory: Path, save, atomic_write) -> list[
         return paths
     atomic_write(directory / CSV, lambda tmp: table.to_csv(tmp, index=False))
     paths.append(directory / CSV)
-    paths += save(plot(runs, table, experiment.entries), directory, STEM)
+    figure = plot(plot_frame(runs), experiment.system, list(experiment.baselines))
+    paths += save(figure, directory, STEM)
     return paths
 
 

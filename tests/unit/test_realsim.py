@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
+import zipfile
 from pathlib import Path
 
 import pandas as pd
@@ -20,7 +24,7 @@ from lab import actions
 from lab.reports import figures, realsim
 from lab.results.models import Measurement
 from lab.runs.models import Run
-from runners import cli, fidelity, twin
+from runners import cli, fidelity, rundir, twin
 from runners.spec import validate
 
 LABEL = "testbed-1128"
@@ -258,3 +262,58 @@ def test_a_simulated_experiment_has_no_real_vs_sim_figure(user, config):
     figures.render(experiment)
     assert not (figures.figure_dir(experiment) / "real-vs-sim.png").exists()
     assert not math.isnan(pd.read_csv(figures.figure_dir(experiment) / "data.csv")["value"][0])
+
+
+@pytest.mark.django_db
+@override_settings(TWIN_CALIBRATION=LABEL)
+def test_the_paper_bundle_carries_real_vs_sim_and_regenerates_it(user, tmp_path):
+    from lab.reports import export
+
+    experiment = _experiment(user)
+    for run in experiment.runs.all():
+        _succeed(run, REAL_S[run.system][run.seed])
+        rundir.write_json(run.run_dir / rundir.MANIFEST, {"spec": run.spec, "code": {}})
+    archive = zipfile.ZipFile(export.export_experiment(experiment, "ieee-2col"))
+    names = set(archive.namelist())
+    assert {"data/real-vs-sim.csv", "figures/real-vs-sim.pdf", "figures/real-vs-sim.svg"} <= names
+    data = pd.read_csv(archive.open("data/real-vs-sim.csv"))
+    assert list(data.columns) == ["panel", "system", "seed", "real", "simulated", "calibration"]
+    assert set(data["panel"]) == {"vgg16-debug, 2 workers, 0.25 Gbit/s"} and len(data) == 6
+    entry = next(
+        f for f in json.loads(archive.read("figures.json"))["figures"] if f["name"] == "real-vs-sim"
+    )
+    assert entry["kind"] == "real_vs_sim_plot"
+    assert entry["kwargs"]["system"] == "bytescheduler"
+    assert entry["kwargs"]["baselines"] == ["wfbp", "horovod"]
+    archive.extractall(tmp_path)
+    original = (tmp_path / "figures" / "real-vs-sim.svg").read_bytes()
+    (tmp_path / "figures" / "real-vs-sim.svg").unlink()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"MPLBACKEND": "Agg"}
+    done = subprocess.run(
+        [sys.executable, "regenerate.py", "real-vs-sim"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "figures" / "real-vs-sim.svg").read_bytes() == original
+
+
+def test_the_plot_s_speedups_are_ratios_of_the_means_real_and_simulated():
+    from lab.reports import plots
+
+    frame = pd.DataFrame(
+        {
+            "panel": ["a"] * 4 + ["b"] * 2,
+            "system": ["s", "s", "w", "w", "s", "w"],
+            "seed": [0, 1, 0, 1, 0, 0],
+            "real": [1.0, 3.0, 4.0, 4.0, 2.0, 1.0],
+            "simulated": [2.0, 2.0, 3.0, 5.0, 1.0, 3.0],
+        }
+    )
+    table = plots.real_vs_sim_speedups(frame, "s", ["w", "missing"]).set_index("panel")
+    assert table.at["a", "real"] == pytest.approx(4.0 / 2.0)
+    assert table.at["a", "simulated"] == pytest.approx(4.0 / 2.0)
+    assert table.at["b", "real"] == pytest.approx(0.5) and table.at["b", "simulated"] == 3.0
+    figure = plots.real_vs_sim_plot(frame, system="s", baselines=["w"])
+    assert len(figure.axes) == 4  # two panels, times above speedups
+    with pytest.raises(ValueError, match="missing column.*'simulated'"):
+        plots.real_vs_sim_plot(frame.drop(columns="simulated"), system="s")
