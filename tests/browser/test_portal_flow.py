@@ -141,6 +141,10 @@ def test_a_member_trains_for_real_from_the_portal(page, portal):
     # Rendering competes with the worker for 2 cores: give it time.
     page.locator("img.plot").first.wait_for(state="visible", timeout=180_000)
     assert "loopback" in page.locator("details pre").first.text_content()  # the definition
+    # beside the real runs the simulator's prediction of them, or why this machine's
+    # calibrations do not cover them
+    twins = page.locator("img.plot[alt^='real runs beside the simulator'], .twin-notes")
+    twins.first.wait_for(state="visible", timeout=60_000)
 
 
 def test_invalid_input_is_explained_next_to_the_field(page, portal):
