@@ -580,10 +580,39 @@ def launch_node(run_id: int, attempt: int, rank: int) -> bool:
     return True
 
 
+def _adopt_nodes() -> None:
+    """(On each host.) Its nodes whose job started without its handle recorded (the worker
+    died between starting it and recording it, as ``reconcile`` adopts runs): their handle,
+    from their executor, so they are watched and stopped like the others instead of being
+    taken for nodes that never started (and their runs failed for it while they train on)."""
+    for node in RunNode.objects.select_related("run").filter(
+        host=settings.HOST_NAME, handle="", exit_code__isnull=True
+    ):
+        run = node.run
+        if node.attempt != run.attempt or run.started_at is None:
+            continue
+        try:  # only a home made for this attempt (an earlier one's is renamed when it starts)
+            if node.home.stat().st_mtime < run.started_at.timestamp() - 1:
+                continue
+        except OSError:
+            continue  # not started here yet
+        try:
+            found = executor_for(node.executor).find(node.run_id, node.home)
+        except Exception:
+            log.exception("run %s node %s: cannot look for its job", node.run_id, node.rank)
+            continue
+        if found and RunNode.objects.filter(pk=node.pk, handle="").update(
+            handle=found, started_at=node.started_at or timezone.now()
+        ):
+            log.warning("run %s node %s: its job %s had started without its handle recorded; "
+                        "adopted", node.run_id, node.rank, found)  # fmt: skip
+
+
 def _reconcile_nodes() -> None:
     """(On each host.) Its nodes of runs over several hosts: a node that failed or was lost
     fails its run; a node whose run has ended (or moved on to another attempt) is stopped.
     One node's trouble (an engine error) is logged and does not stop the others'."""
+    _adopt_nodes()
     for node in (
         RunNode.objects.select_related("run")
         .filter(host=settings.HOST_NAME, exit_code__isnull=True)

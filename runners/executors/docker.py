@@ -206,7 +206,13 @@ class DockerExecutor:
         return True
 
     def find(self, run_id: int, home: Path | None = None) -> str | None:
+        """The newest container of run ``run_id``; with ``home``, the one launched in that
+        folder (a run over several hosts has one container per node, all with its run id;
+        two of them may share a host)."""
         found = self.client.containers.list(all=True, filters={"label": f"{LABEL}={run_id}"})
+        if home is not None:
+            where = str(Path(home).resolve())
+            found = [c for c in found if (c.labels or {}).get(HOME_LABEL, where) == where]
         if not found:
             return None
         found.sort(key=lambda c: c.attrs.get("Created", ""), reverse=True)

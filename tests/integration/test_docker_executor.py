@@ -207,6 +207,11 @@ def test_a_run_over_two_hosts_starts_one_container_on_each(
     for container in (first, _container(node)):
         assert container.attrs["HostConfig"]["NetworkMode"] == node_network
         assert container.attrs["HostConfig"]["CapDrop"] == ["ALL"]
+    # both carry the run's id: a worker that died before recording a node's container finds
+    # that node's by its home, not node 0's beside it
+    engine = actions.executor_for("docker")
+    assert engine.find(run.pk, node.home) == _container(node).id
+    assert engine.find(run.pk, run.home) == first.id
 
     def done() -> bool:
         for name in ("a", "b"):

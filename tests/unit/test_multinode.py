@@ -135,6 +135,33 @@ def test_a_failed_node_fails_the_run_and_node_0_is_stopped(
     assert local.poll(run.home, first).state != "running", "node 0 was stopped"
 
 
+def test_a_node_whose_worker_died_before_recording_it_is_adopted_not_failed(
+    user, config, settings, hosts, django_capture_on_commit_callbacks, caplog
+):
+    """b's worker started node 1, then died before it wrote the handle: b's reconcile finds
+    the job in the node's home and follows it, so node 0 does not take it for a node that
+    never started (past LAUNCH_GRACE_S it would fail the run while node 1 trains on, and
+    nothing would stop node 1)."""
+    settings.LAUNCH_GRACE_S = 1.0
+    run = actions.create_experiment(user, two_node_run(config)).runs.get()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert as_host(settings, "a", lambda: actions.launch_run(run.pk))
+    assert as_host(settings, "b", lambda: actions.launch_node(run.pk, 1, 1))
+    node = RunNode.objects.get(run=run)
+    started = node.handle
+    RunNode.objects.filter(pk=node.pk).update(handle="", started_at=None)  # never recorded
+    time.sleep(1.5)  # past the grace: node 0's host would now fail the run for it
+    as_host(settings, "b", actions.reconcile)  # b's worker, back, reconciles first
+    node.refresh_from_db()
+    assert node.handle == started and node.started_at is not None
+    assert f"run {run.pk} node 1: its job" in caplog.text and "adopted" in caplog.text
+    as_host(settings, "a", actions.reconcile)
+    run.refresh_from_db()
+    assert run.state == Run.RUNNING, run.error
+    run_both_until_done(settings, run)
+    assert run.state == Run.SUCCEEDED, run.error
+
+
 def test_a_run_waits_for_enough_free_hosts(user, config, settings, hosts):
     run = actions.create_experiment(user, two_node_run(config)).runs.get()
     Host.objects.filter(name="b").update(last_seen=timezone.now() - timezone.timedelta(hours=1))
