@@ -164,13 +164,16 @@ def _live_context(experiment: Experiment) -> dict[str, object]:
         columns = RUN_COLUMNS["cluster"]
     else:
         columns = RUN_COLUMNS["real" if experiment.mode == "real" else "comm"]
+    real = experiment.mode == "real"
+    notes, twins = realsim.page(figures.figure_dir(experiment)) if real else ([], {})
     for run in runs:
         values = {m.metric: m.value for m in run.measurements.all()}
         run.cells = [
             "" if values.get(metric) is None else format(values[metric], fmt)
             for metric, _, fmt in columns
         ]
-        if experiment.mode == "real":
+        if real:  # its twin's time (python -m runners twin) beside its own
+            run.cells.insert(1, "" if run.pk not in twins else format(twins[run.pk], ".4f"))
             run.cells.extend(_trained_on(run))
     status = Run.combined_state([r.state for r in runs])
     figure_list, settled = _figures(experiment)
@@ -180,13 +183,17 @@ def _live_context(experiment: Experiment) -> dict[str, object]:
         "status": status,
         "counts": {s: sum(r.state == s for r in runs) for s, _ in Run.STATE_CHOICES},
         "figures": figure_list,
-        "metric_headers": [header for _, header, _ in columns]
-        + (["network", "device"] if experiment.mode == "real" else []),
+        "metric_headers": _headers(columns, real),
         "active": status in Run.ACTIVE or not settled,
-        "twin_notes": realsim.page_notes(figures.figure_dir(experiment))
-        if experiment.mode == "real"
-        else [],
+        "twin_notes": notes,
     }
+
+
+def _headers(columns: list[tuple[str, str, str]], real: bool) -> list[str]:
+    headers = [header for _, header, _ in columns]
+    if real:  # the twin's time right after the run's own; where it trained at the end
+        headers = [headers[0], "simulated (s)", *headers[1:], "network", "device"]
+    return headers
 
 
 # The metrics shown per run in the runs table: (metric, header, format).

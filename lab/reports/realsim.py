@@ -32,7 +32,7 @@ from runners import fidelity, rundir, twin
 
 STEM = "real-vs-sim"
 CSV = f"{STEM}.csv"
-NOTES = f"{STEM}-notes.json"  # why runs have no twin (the page lists them)
+PAGE = f"{STEM}-page.json"  # for the page: each run's twin and why runs have none
 CACHE = ".twins.json"
 CELL = ["workload", *CONDITION_KEYS]
 SOURCES = plots.SOURCES
@@ -205,15 +205,16 @@ def notes(runs: pd.DataFrame, limit: int = 5) -> list[str]:
 def render(experiment: Experiment, directory: Path, save, atomic_write) -> list[Path]:
     """The figure (``save(fig, directory, STEM)``), its CSV and the notes of a real-mode
     experiment; nothing (and any old ones removed) for others or without twins."""
-    old = [directory / name for name in (CSV, NOTES, *(f"{STEM}.{f}" for f in FORMATS))]
+    old = [directory / name for name in (CSV, PAGE, *(f"{STEM}.{f}" for f in FORMATS))]
     if experiment.mode != "real":
         for path in old:
             path.unlink(missing_ok=True)
         return []
     runs = frame(experiment, directory)
     paths: list[Path] = []
-    lines = notes(runs)
-    atomic_write(directory / NOTES, lambda tmp: Path(tmp).write_text(json.dumps(lines)))
+    twins = {} if runs.empty else runs[runs["simulated"].notna()].set_index("run")["simulated"]
+    page = {"notes": notes(runs), "runs": {str(k): float(v) for k, v in dict(twins).items()}}
+    atomic_write(directory / PAGE, lambda tmp: Path(tmp).write_text(json.dumps(page)))
     table = summary(runs, experiment.system, experiment.baselines)
     if table.empty:
         for path in old[:1] + old[2:]:
@@ -226,9 +227,11 @@ def render(experiment: Experiment, directory: Path, save, atomic_write) -> list[
     return paths
 
 
-def page_notes(directory: Path) -> list[str]:
-    """The notes ``render`` left for the page (none before it ran)."""
+def page(directory: Path) -> tuple[list[str], dict[int, float]]:
+    """What ``render`` left for the page: why runs have no twin, and each run's twin's
+    iteration time by run id (nothing before it ran)."""
     try:
-        return list(json.loads((directory / NOTES).read_text()))
-    except (OSError, ValueError):
-        return []
+        doc = json.loads((directory / PAGE).read_text())
+        return list(doc["notes"]), {int(k): float(v) for k, v in doc["runs"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return [], {}

@@ -211,6 +211,12 @@ def test_a_real_experiment_shows_its_runs_beside_their_twins(user, client):
     page = client.get(f"/experiments/{experiment.pk}/").content.decode()
     assert "real-vs-sim.png" in page and "real-vs-sim.csv" in page
     assert "No simulator prediction" not in page
+    # each run's own twin in the runs table, right after its iteration time
+    assert "<th>iteration time (s)</th><th>simulated (s)</th>" in page
+    for run in experiment.runs.all():
+        assert (
+            f"<td>{run.measurements.get().value:.4f}</td><td>{_expected(run.spec):.4f}</td>" in page
+        )
     response = client.get(f"/experiments/{experiment.pk}/files/real-vs-sim.csv")
     assert response.status_code == 200
 
