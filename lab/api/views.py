@@ -28,7 +28,7 @@ from lab.experiments.forms import (
     straggler_text,
 )
 from lab.experiments.models import Experiment
-from lab.reports import figures
+from lab.reports import figures, realsim
 from lab.runs.models import CONDITION_KEYS, Run
 from runners.spec import ARENA_NAMES
 
@@ -301,6 +301,12 @@ def _detail(request: HttpRequest, e: Experiment) -> dict[str, Any]:
         "detail_figures": detail_urls,  # timeline, jct-cdf, convergence: what has data
         "figures_current": figures.is_current(e),
         "data_csv": file_url("data.csv") if (directory / "data.csv").exists() else None,
+        # a real-mode experiment's runs beside their twins (None until one has a twin) and why
+        # runs have none
+        "real_vs_sim": {**urls(realsim.STEM), "csv": file_url(realsim.CSV)}
+        if (directory / realsim.CSV).exists()
+        else None,
+        "real_vs_sim_notes": realsim.page(directory)[0] if e.mode == "real" else [],
     }
 
 

@@ -176,6 +176,15 @@ def _succeed(run: Run, seconds: float, **summary) -> None:
     run.save()
 
 
+def _api(client, user, url: str) -> dict:
+    from lab.accounts.models import ApiToken
+
+    token = ApiToken.issue(user)
+    response = client.get(url, HTTP_AUTHORIZATION=f"Token {token}")
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
 REAL_S = {"bytescheduler": (0.030, 0.034), "wfbp": (0.036, 0.040), "horovod": (0.033, 0.035)}
 
 
@@ -219,6 +228,12 @@ def test_a_real_experiment_shows_its_runs_beside_their_twins(user, client):
         )
     response = client.get(f"/experiments/{experiment.pk}/files/real-vs-sim.csv")
     assert response.status_code == 200
+    detail = _api(client, user, f"/api/experiments/{experiment.pk}/")
+    assert detail["real_vs_sim"]["csv"].endswith(
+        f"/experiments/{experiment.pk}/files/real-vs-sim.csv"
+    )
+    assert detail["real_vs_sim"]["pdf"].endswith("real-vs-sim.pdf")
+    assert detail["real_vs_sim_notes"] == []
 
 
 @pytest.mark.django_db
@@ -238,6 +253,8 @@ def test_runs_without_a_twin_are_named_on_the_page_with_the_reason(user, client)
     page = client.get(f"/experiments/{experiment.pk}/").content.decode()
     assert "No simulator prediction beside these real runs" in page
     assert f"runs {wfbp.pk}: the run&#x27;s communication threads ran at normal" in page
+    (note,) = _api(client, user, f"/api/experiments/{experiment.pk}/")["real_vs_sim_notes"]
+    assert note.startswith(f"runs {wfbp.pk}: the run's communication threads ran at normal")
 
 
 @pytest.mark.django_db
