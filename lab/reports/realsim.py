@@ -6,14 +6,18 @@ calibration that covers the run, or the one ``LAB_TWIN_CALIBRATION`` names.
 it has none); ``summary`` per system and cell (workload and swept condition) the mean over
 seeds of both and the simulator's error, then per baseline the speedup of the system under
 test, real beside simulated (ratios of the means). ``plot`` draws both; ``render`` writes the
-figure, the CSV behind it and the notes the page shows. Twins are simulated once per run
-spec and calibration (``CACHE``: a calibration measured again is a new key).
+figure, the CSV behind it and what the page shows (each run's twin, why runs have none).
+Twins are simulated once per run spec and calibration (``CACHE``: a calibration measured
+again is a new key); a twin that fails is a note, not a broken render.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +41,7 @@ CACHE = ".twins.json"
 CELL = ["workload", *CONDITION_KEYS]
 SOURCES = plots.SOURCES
 FORMATS = ("png", "pdf", "svg")  # as ``figures.FORMATS`` (which imports this module)
+log = logging.getLogger(__name__)
 SUMMARY_COLUMNS = [
     *("quantity", "system", "baseline", *CELL, "n", "real", "simulated", "error_pct"),
     "calibration",
@@ -69,6 +74,9 @@ def _twin_of(
             p = twin.predict(run.spec, summary, pinned)
         except twin.NoTwin as exc:
             cache[digest] = {"note": str(exc)}
+        except Exception as exc:  # a twin that fails must not take the other figures with it
+            log.exception("run %s: its twin failed", run.pk)
+            cache[digest] = {"note": f"its twin failed ({type(exc).__name__}: {exc})"}
         else:
             cache[digest] = {"label": p.label, "date": p.date, "sim_s": p.iteration_time_s}
     used[digest] = cache[digest]
@@ -114,7 +122,10 @@ def frame(experiment: Experiment, directory: Path | None = None) -> pd.DataFrame
         )
     if cache_path is not None:  # only this experiment's current runs' twins
         cache_path.parent.mkdir(parents=True, exist_ok=True)
-        cache_path.write_text(json.dumps(used))
+        fd, tmp = tempfile.mkstemp(prefix=f"{CACHE}.", dir=cache_path.parent)
+        with os.fdopen(fd, "w") as out:
+            json.dump(used, out)
+        os.replace(tmp, cache_path)  # whole or not at all (the export reads it unlocked)
     return pd.DataFrame(rows)
 
 

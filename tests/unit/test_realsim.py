@@ -340,3 +340,22 @@ def test_the_plot_s_speedups_are_ratios_of_the_means_real_and_simulated():
     assert len(figure.axes) == 4  # two panels, times above speedups
     with pytest.raises(ValueError, match="missing column.*'simulated'"):
         plots.real_vs_sim_plot(frame.drop(columns="simulated"), system="s")
+
+
+@pytest.mark.django_db
+def test_a_twin_that_fails_is_a_note_and_the_other_figures_are_drawn(user, monkeypatch):
+    experiment = _experiment(user, seeds=(0,))
+    for run in experiment.runs.all():
+        _succeed(run, REAL_S[run.system][0])
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("simulator exploded")
+
+    monkeypatch.setattr(twin, "predict", broken)
+    figures.render(experiment)
+    directory = figures.figure_dir(experiment)
+    assert (directory / "comparison-iteration_time_s.png").exists()
+    assert not (directory / "real-vs-sim.png").exists()
+    notes, runs = realsim.page(directory)
+    assert runs == {}
+    assert len(notes) == 1 and "its twin failed (RuntimeError: simulator exploded)" in notes[0]
