@@ -79,11 +79,17 @@ def _got(real: dict[str, Any], summary: dict[str, Any] | None) -> tuple[str, str
         "comm_priority", "auto"
     )
     for name, value in (("network", network), ("device", device), ("comm_priority", priority)):
-        if value == "auto":
+        if value != "auto":
+            continue
+        if summary:  # a finished run from before its summary recorded this
             raise NoTwin(
-                f"real.{name} is auto and the run has no summary saying what it got: the twin "
-                "needs a finished run (or the spec to set it)"
+                f"real.{name} is auto and the run's summary does not say what it got (a run "
+                f"from before summaries recorded it): run it again, or with real.{name} set"
             )
+        raise NoTwin(
+            f"real.{name} is auto and the run has no summary saying what it got: the twin "
+            "needs a finished run (or the spec to set it)"
+        )
     return network, device, priority
 
 

@@ -100,6 +100,9 @@ def test_a_spec_that_left_its_network_to_auto_needs_the_run_s_summary():
     with pytest.raises(twin.NoTwin, match="real.network is auto"):
         twin.predict(spec, None, LABEL)
     assert twin.predict(spec, SUMMARY, LABEL).iteration_time_s > 0  # what the run got
+    old = {k: v for k, v in SUMMARY.items() if k != "network"}  # a summary from before it
+    with pytest.raises(twin.NoTwin, match="summary does not say what it got"):
+        twin.predict(spec, old, LABEL)
 
 
 def test_the_newest_calibration_covering_the_run_is_chosen(tmp_path):
