@@ -49,6 +49,10 @@ class Prediction:
     spec: dict[str, Any]  # the twin, resolved
     iteration_time_s: float
     metrics: dict[str, float]
+    # the twin's timeline (its last ``timeline_iterations``): rows of TIMELINE_COLUMNS
+    timeline: tuple[tuple, ...] = ()
+
+    TIMELINE_COLUMNS = ("iteration", "resource", "op", "layer", "start_s", "end_s", "bytes")
 
 
 def calibrations(directory: Path | None = None) -> list[dict[str, Any]]:
@@ -196,6 +200,7 @@ def predict(
             spec=spec.as_dict(),
             iteration_time_s=float(result.metrics["iteration_time_s"]),
             metrics={k: float(v) for k, v in result.metrics.items()},
+            timeline=tuple(tuple(row) for row in result.timeline),
         )
     assert first is not None
     if len(docs) > 1:

@@ -35,6 +35,7 @@ from lab.experiments.models import Experiment
 from lab.reports import plots, realsim, stats
 from lab.results.models import Measurement
 from lab.runs.models import CONDITION_KEYS, Run, condition_of, condition_text
+from runners import rundir
 
 # The headline metrics compared per experiment: the communication arenas' two, then the
 # cluster arena's (an experiment has the ones of its arena; the others find no data).
@@ -106,6 +107,10 @@ DETAIL_FIGURES = {
     "timeline": ("timeline.csv", "iteration timeline of the last measured iteration"),
     "jct-cdf": ("jct.csv", "CDF of job completion times"),
     "convergence": ("convergence.csv", "training loss against time and iteration"),
+    "real-vs-sim-timeline": (
+        "real-vs-sim-timeline.csv",
+        "iteration timeline of a real run beside its twin's",
+    ),
 }
 FILES = frozenset(
     {"data.csv", SPEEDUP_CSV}
@@ -516,28 +521,60 @@ def timeline_frame(runs: list[Run]) -> pd.DataFrame:
         path = _artifact(run, "timeline")
         if path is None:
             continue
-        ops = pd.read_csv(path)
-        last = int(run.spec.get("warmup_iterations", 0)) + int(run.spec.get("iterations", 0)) - 1
-        ops = ops[ops["iteration"] == last]
-        if ops.empty:
-            continue
-        t0 = ops["start_s"].min()
-        ranks = ops["resource"].map(_resource_rank)
-        ops = ops.iloc[sorted(range(len(ops)), key=ranks.iat.__getitem__)]
-        frames.append(
-            pd.DataFrame(
-                {
-                    "panel": run.system,
-                    "resource": ops["resource"],
-                    "kind": ops["op"].map(_op_kind),
-                    "op": ops["op"],
-                    "layer": ops["layer"],
-                    "start_s": ops["start_s"] - t0,
-                    "end_s": ops["end_s"] - t0,
-                }
-            )
-        )
+        frame = _last_iteration(pd.read_csv(path), run.spec, run.system)
+        if not frame.empty:
+            frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _last_iteration(ops: pd.DataFrame, spec: dict, panel: str) -> pd.DataFrame:
+    """The operations (a timeline's rows) of ``spec``'s last measured iteration as
+    ``timeline_frame`` draws them, in panel ``panel``; empty when it has none."""
+    last = int(spec.get("warmup_iterations", 0)) + int(spec.get("iterations", 0)) - 1
+    ops = ops[ops["iteration"] == last]
+    if ops.empty:
+        return pd.DataFrame()
+    t0 = ops["start_s"].min()
+    ranks = ops["resource"].map(_resource_rank)
+    ops = ops.iloc[sorted(range(len(ops)), key=ranks.iat.__getitem__)]
+    return pd.DataFrame(
+        {
+            "panel": panel,
+            "resource": ops["resource"],
+            "kind": ops["op"].map(_op_kind),
+            "op": ops["op"],
+            "layer": ops["layer"],
+            "start_s": ops["start_s"] - t0,
+            "end_s": ops["end_s"] - t0,
+        }
+    )
+
+
+def twin_timeline_frame(runs: list[Run]) -> pd.DataFrame:
+    """A real run of the system under test (the first of ``runs``, whose timeline it has)
+    beside its twin's (``runners.twin``): the last measured iteration of each, panels
+    "<system>, real" and "<system>, simulated"; empty for a simulated run, one without a
+    timeline or one without a twin."""
+    from runners import twin
+
+    if not runs or runs[0].spec.get("mode") != "real":
+        return pd.DataFrame()
+    run = runs[0]
+    path = _artifact(run, "timeline")
+    if path is None:
+        return pd.DataFrame()
+    try:
+        prediction = twin.predict(
+            run.spec, rundir.read_summary(run.run_dir), settings.TWIN_CALIBRATION
+        )
+    except Exception:  # no twin (its reason is on the page) or one that failed: no figure
+        return pd.DataFrame()
+    real = _last_iteration(pd.read_csv(path), run.spec, f"{run.system}, real")
+    ops = pd.DataFrame(list(prediction.timeline), columns=list(twin.Prediction.TIMELINE_COLUMNS))
+    sim = _last_iteration(ops, run.spec, f"{run.system}, simulated ({prediction.label})")
+    if real.empty or sim.empty:
+        return pd.DataFrame()
+    return pd.concat([real, sim], ignore_index=True)
 
 
 _RESOURCE_ORDER = ("compute", "network", "uplink", "downlink", "ps")
@@ -619,6 +656,15 @@ def detail_figures(experiment: Experiment) -> list[tuple[str, str, pd.DataFrame,
     curves = convergence_frame(runs)
     if not curves.empty:
         out.append(("convergence", "convergence_plot", curves, {}))
+    twins = twin_timeline_frame(runs)
+    if not twins.empty:
+        kwargs = {
+            "caption": f"one bar per operation [start, end) in the last measured iteration"
+            f"{where}: {runs[0].system} seed {runs[0].seed} for real (its ranks' clocks) and "
+            "its twin (python -m runners twin)",
+            "xlabel": "time since the iteration's first operation (s)",
+        }
+        out.append(("real-vs-sim-timeline", "timeline_gantt", twins, kwargs))
     return out
 
 

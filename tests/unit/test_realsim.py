@@ -362,3 +362,40 @@ def test_a_twin_that_fails_is_a_note_and_the_other_figures_are_drawn(user, monke
     notes, runs = realsim.page(directory)
     assert runs == {}
     assert len(notes) == 1 and "its twin failed (RuntimeError: simulator exploded)" in notes[0]
+
+
+@pytest.mark.django_db
+@override_settings(TWIN_CALIBRATION=LABEL)
+def test_the_system_s_real_timeline_is_drawn_beside_its_twin_s(user, client):
+    from lab.results.models import Artifact
+
+    experiment = _experiment(user, seeds=(0,))
+    for run in experiment.runs.all():
+        _succeed(run, REAL_S[run.system][0])
+    run = experiment.runs.get(system="bytescheduler")
+    last = run.spec["warmup_iterations"] + run.spec["iterations"] - 1
+    rows = [
+        (last - 1, "compute[w0]", "forward", "features.0", 0.00, 0.01, 0),
+        (last, "compute[w0]", "forward", "features.0", 0.05, 0.06, 0),
+        (last, "network", "allreduce", "features.0", 0.06, 0.07, 4096),
+    ]
+    path = run.run_dir / "timeline.csv"
+    pd.DataFrame(rows, columns=twin.Prediction.TIMELINE_COLUMNS).to_csv(path, index=False)
+    relative = path.relative_to(figures.settings.RESULTS_DIR)
+    Artifact.objects.create(run=run, kind="timeline", path=str(relative))
+    figures.render(experiment)
+    directory = figures.figure_dir(experiment)
+    drawn = pd.read_csv(directory / "real-vs-sim-timeline.csv")
+    real = drawn[drawn["panel"] == "bytescheduler, real"]
+    assert list(real["op"]) == ["forward", "allreduce"]  # the last measured iteration only
+    assert list(real["start_s"]) == pytest.approx([0.0, 0.01])  # from its first operation
+    prediction = twin.predict(
+        run.spec, json.loads((run.run_dir / "summary.json").read_text()), LABEL
+    )
+    ops = [r for r in prediction.timeline if r[0] == last]
+    sim = drawn[drawn["panel"] == f"bytescheduler, simulated ({LABEL})"]
+    assert len(sim) == len(ops) > 0 and sim["start_s"].min() == 0.0
+    assert (directory / "real-vs-sim-timeline.png").exists()
+    client.force_login(user)
+    page = client.get(f"/experiments/{experiment.pk}/").content.decode()
+    assert "real-vs-sim-timeline.png" in page
