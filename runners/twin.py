@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from . import fidelity
+from .sim.engine import SimResult
 from .spec import RealOptions, SpecError, validate
 
 # The cluster fields a real run uses (``runners.real``); the others only the simulator reads.
@@ -52,7 +53,7 @@ class Prediction:
     # the twin's timeline (its last ``timeline_iterations``): rows of TIMELINE_COLUMNS
     timeline: tuple[tuple, ...] = ()
 
-    TIMELINE_COLUMNS = ("iteration", "resource", "op", "layer", "start_s", "end_s", "bytes")
+    TIMELINE_COLUMNS = SimResult.TIMELINE_COLUMNS  # the simulator's (and timeline.csv's)
 
 
 def calibrations(directory: Path | None = None) -> list[dict[str, Any]]:

@@ -255,29 +255,25 @@ def _figures(experiment: Experiment) -> tuple[list[dict[str, object]], bool]:
         for pngs, stem, csv, what in kinds
         if metric in pngs
     ]
-    for stem, png in figures.available_details(experiment).items():
-        csv, what = figures.DETAIL_FIGURES[stem]
-        out.append(
-            {
-                "metric": stem,
-                "stem": stem,
-                "csv": csv,
-                "alt": f"{what}: {', '.join(experiment.entries)}",
-                "version": png.stat().st_mtime_ns,
-            }
-        )
+    # figures of the whole experiment: the run-detail ones, a real experiment's real vs sim
+    whole = [
+        (stem, png, *figures.DETAIL_FIGURES[stem])
+        for stem, png in figures.available_details(experiment).items()
+    ]
     png = figures.figure_dir(experiment) / f"{realsim.STEM}.png"
     if png.exists():
-        out.append(
-            {
-                "metric": realsim.STEM,
-                "stem": realsim.STEM,
-                "csv": realsim.CSV,
-                "alt": "real runs beside the simulator's prediction: "
-                + ", ".join(experiment.entries),
-                "version": png.stat().st_mtime_ns,
-            }
-        )
+        what = "real runs beside the simulator's prediction"
+        whole.append((realsim.STEM, png, realsim.CSV, what))
+    out += [
+        {
+            "metric": stem,
+            "stem": stem,
+            "csv": csv,
+            "alt": f"{what}: {', '.join(experiment.entries)}",
+            "version": png.stat().st_mtime_ns,
+        }
+        for stem, png, csv, what in whole
+    ]
     return out, figures.is_current(experiment)
 
 

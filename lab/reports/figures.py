@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import re
 import tempfile
@@ -36,6 +37,8 @@ from lab.reports import plots, realsim, stats
 from lab.results.models import Measurement
 from lab.runs.models import CONDITION_KEYS, Run, condition_of, condition_text
 from runners import rundir
+
+log = logging.getLogger(__name__)
 
 # The headline metrics compared per experiment: the communication arenas' two, then the
 # cluster arena's (an experiment has the ones of its arena; the others find no data).
@@ -447,7 +450,7 @@ def render(experiment: Experiment) -> list[Path]:
             paths += save(figure, directory, figure_stem(metric))
         paths += _render_speedups(experiment, frame, directory)
         paths += _render_details(experiment, directory)
-        paths += realsim.render(experiment, directory, save, atomic_write)
+        paths += realsim.render(experiment, directory)
         atomic_write(directory / FINGERPRINT, lambda tmp: Path(tmp).write_text(fingerprint))
     return paths
 
@@ -567,7 +570,10 @@ def twin_timeline_frame(runs: list[Run]) -> pd.DataFrame:
         prediction = twin.predict(
             run.spec, rundir.read_summary(run.run_dir), settings.TWIN_CALIBRATION
         )
-    except Exception:  # no twin (its reason is on the page) or one that failed: no figure
+    except twin.NoTwin:  # its reason is on the page
+        return pd.DataFrame()
+    except Exception:  # realsim notes it on the page; the other figures go on
+        log.exception("run %s: its twin's timeline failed", run.pk)
         return pd.DataFrame()
     real = _last_iteration(pd.read_csv(path), run.spec, f"{run.system}, real")
     ops = pd.DataFrame(list(prediction.timeline), columns=list(twin.Prediction.TIMELINE_COLUMNS))

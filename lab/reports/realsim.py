@@ -40,7 +40,6 @@ PAGE = f"{STEM}-page.json"  # for the page: each run's twin and why runs have no
 CACHE = ".twins.json"
 CELL = ["workload", *CONDITION_KEYS]
 SOURCES = plots.SOURCES
-FORMATS = ("png", "pdf", "svg")  # as ``figures.FORMATS`` (which imports this module)
 log = logging.getLogger(__name__)
 SUMMARY_COLUMNS = [
     *("quantity", "system", "baseline", *CELL, "n", "real", "simulated", "error_pct"),
@@ -213,9 +212,11 @@ def notes(runs: pd.DataFrame, limit: int = 5) -> list[str]:
     return out[:limit]
 
 
-def render(experiment: Experiment, directory: Path, save, atomic_write) -> list[Path]:
-    """The figure (``save(fig, directory, STEM)``), its CSV and the notes of a real-mode
-    experiment; nothing (and any old ones removed) for others or without twins."""
+def render(experiment: Experiment, directory: Path) -> list[Path]:
+    """The figure, its CSV and what the page shows of a real-mode experiment; nothing (and
+    any old ones removed) for others or without twins. (Called by ``figures.render``.)"""
+    from lab.reports.figures import FORMATS, atomic_write, save  # (figures imports this)
+
     old = [directory / name for name in (CSV, PAGE, *(f"{STEM}.{f}" for f in FORMATS))]
     if experiment.mode != "real":
         for path in old:

@@ -191,12 +191,18 @@ def _api(client, user, url: str) -> dict:
 REAL_S = {"bytescheduler": (0.030, 0.034), "wfbp": (0.036, 0.040), "horovod": (0.033, 0.035)}
 
 
+def _finished(user, seeds=(0, 1)):
+    """``_experiment`` with every run succeeded in ``REAL_S``'s time for its seed."""
+    experiment = _experiment(user, seeds)
+    for run in experiment.runs.all():
+        _succeed(run, REAL_S[run.system][run.seed])
+    return experiment
+
+
 @pytest.mark.django_db
 @override_settings(TWIN_CALIBRATION=LABEL)
 def test_a_real_experiment_shows_its_runs_beside_their_twins(user, client):
-    experiment = _experiment(user)
-    for run in experiment.runs.all():
-        _succeed(run, REAL_S[run.system][run.seed])
+    experiment = _finished(user)
     figures.render(experiment)
     directory = figures.figure_dir(experiment)
     for fmt in ("png", "pdf", "svg"):
@@ -262,9 +268,7 @@ def test_runs_without_a_twin_are_named_on_the_page_with_the_reason(user, client)
 
 @pytest.mark.django_db
 def test_twins_are_simulated_once_per_run_and_calibration(user, monkeypatch):
-    experiment = _experiment(user, seeds=(0,))
-    for run in experiment.runs.all():
-        _succeed(run, REAL_S[run.system][0])
+    experiment = _finished(user, seeds=(0,))
     calls = []
     real_predict = twin.predict
     monkeypatch.setattr(twin, "predict", lambda *a, **k: calls.append(a) or real_predict(*a, **k))
@@ -295,9 +299,8 @@ def test_a_simulated_experiment_has_no_real_vs_sim_figure(user, config):
 def test_the_paper_bundle_carries_real_vs_sim_and_regenerates_it(user, tmp_path):
     from lab.reports import export
 
-    experiment = _experiment(user)
+    experiment = _finished(user)
     for run in experiment.runs.all():
-        _succeed(run, REAL_S[run.system][run.seed])
         rundir.write_json(run.run_dir / rundir.MANIFEST, {"spec": run.spec, "code": {}})
     archive = zipfile.ZipFile(export.export_experiment(experiment, "ieee-2col"))
     names = set(archive.namelist())
@@ -347,9 +350,7 @@ def test_the_plot_s_speedups_are_ratios_of_the_means_real_and_simulated():
 
 @pytest.mark.django_db
 def test_a_twin_that_fails_is_a_note_and_the_other_figures_are_drawn(user, monkeypatch):
-    experiment = _experiment(user, seeds=(0,))
-    for run in experiment.runs.all():
-        _succeed(run, REAL_S[run.system][0])
+    experiment = _finished(user, seeds=(0,))
 
     def broken(*args, **kwargs):
         raise RuntimeError("simulator exploded")
@@ -369,9 +370,7 @@ def test_a_twin_that_fails_is_a_note_and_the_other_figures_are_drawn(user, monke
 def test_the_system_s_real_timeline_is_drawn_beside_its_twin_s(user, client):
     from lab.results.models import Artifact
 
-    experiment = _experiment(user, seeds=(0,))
-    for run in experiment.runs.all():
-        _succeed(run, REAL_S[run.system][0])
+    experiment = _finished(user, seeds=(0,))
     run = experiment.runs.get(system="bytescheduler")
     last = run.spec["warmup_iterations"] + run.spec["iterations"] - 1
     rows = [
