@@ -379,6 +379,9 @@ def real_vs_sim_speedups(df: pd.DataFrame, system: str, baselines: Sequence[str]
     return pd.DataFrame(rows, columns=["panel", "baseline", *SOURCES])
 
 
+REAL_VS_SIM_COLUMNS = 4  # panels a row of ``real_vs_sim_plot``
+
+
 def real_vs_sim_plot(
     df: pd.DataFrame,
     *,
@@ -395,14 +398,21 @@ def real_vs_sim_plot(
     panels = _order(df["panel"])
     speedups = real_vs_sim_speedups(df, system, baselines)
     rows = 2 if not speedups.empty else 1
+    # at most ``REAL_VS_SIM_COLUMNS`` panels a row: a wide sweep wraps into blocks of rows
+    columns = min(len(panels), REAL_VS_SIM_COLUMNS)
+    blocks = -(-len(panels) // columns)
     fig = Figure(layout="constrained")
     width, height = fig.get_size_inches()
-    fig.set_size_inches(max(width, 3.2 * len(panels)), height * (1.0 if rows == 1 else 1.6))
-    grid = fig.subplots(rows, len(panels), squeeze=False)
-    for c, panel in enumerate(panels):
+    fig.set_size_inches(max(width, 3.2 * columns), height * (1.0 if rows == 1 else 1.6) * blocks)
+    grid = fig.subplots(rows * blocks, columns, squeeze=False)
+    for k in range(len(panels), blocks * columns):  # the last block's empty places
+        for r in range(rows):
+            grid[(blocks - 1) * rows + r][k % columns].set_axis_off()
+    for k, panel in enumerate(panels):
+        b, c = divmod(k, columns)
         part = df[df["panel"] == panel]
         systems = _order(part["system"])
-        ax = grid[0][c]
+        ax = grid[b * rows][c]
         for j, source in enumerate(SOURCES):
             bars = summarise(part, ["system"], source).set_index("system").loc[systems]
             _paired_bars(
@@ -412,7 +422,7 @@ def real_vs_sim_plot(
         ax.set_title(str(panel), fontsize="small", loc="left")
         ax.set_ylabel("iteration time (ms)" if c == 0 else "")
         if rows == 2:
-            ax = grid[1][c]
+            ax = grid[b * rows + 1][c]
             part = speedups[speedups["panel"] == panel]
             if part.empty:
                 ax.set_axis_off()

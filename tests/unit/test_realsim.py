@@ -348,6 +348,29 @@ def test_the_plot_s_speedups_are_ratios_of_the_means_real_and_simulated():
         plots.real_vs_sim_plot(frame.drop(columns="simulated"), system="s")
 
 
+def test_a_wide_sweep_s_real_vs_sim_figure_wraps_into_rows_of_panels():
+    from lab.reports import plots
+
+    panels = [f"{b} Gbit/s" for b in (0.25, 0.5, 1, 2, 4, 8)]  # six conditions
+    frame = pd.DataFrame(
+        [
+            {"panel": p, "system": s, "seed": 0, "real": 1.0 + k, "simulated": 1.1 + k}
+            for k, p in enumerate(panels)
+            for s in ("s", "w")
+        ]
+    )
+    figure = plots.real_vs_sim_plot(frame, system="s", baselines=["w"])
+    shown = [ax for ax in figure.axes if ax.axison]
+    titles = [ax.get_title(loc="left") for ax in shown if ax.get_title(loc="left")]
+    assert titles == panels  # every condition once, in order
+    # two blocks of 4 columns, each times above speedups; the last two places left empty
+    assert len(figure.axes) == 16 and len(shown) == 12
+    grid = {(round(ax.get_position().x0, 2), round(ax.get_position().y0, 2)) for ax in shown}
+    assert len({x for x, _ in grid}) == plots.REAL_VS_SIM_COLUMNS
+    width, height = figure.get_size_inches()
+    assert width < 3.2 * len(panels) and height > width / 2  # wrapped, not one long row
+
+
 @pytest.mark.django_db
 def test_a_twin_that_fails_is_a_note_and_the_other_figures_are_drawn(user, monkeypatch):
     experiment = _finished(user, seeds=(0,))
