@@ -276,6 +276,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--label", default=None, help="the calibration to use (default: the newest covering it)"
     )
+    p.add_argument(
+        "--phases",
+        action="store_true",
+        help="also set the run's timeline beside its twin's, phase by phase (each resource's "
+        "busy time, when its last operation ends, the compute's waits; medians over the "
+        "recorded iterations: run with timeline_iterations above 2 for more)",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object")
     p.set_defaults(func=_twin)
     return parser
@@ -297,12 +304,20 @@ def _twin(args: argparse.Namespace) -> int:
     real = float(summary["metrics"]["iteration_time_s"])
     error = 100.0 * (prediction.iteration_time_s - real) / real
     run = summary.get("run", {})
+    phases = None
+    if args.phases:
+        try:
+            phases = twin.run_phases(args.run_dir, prediction)
+        except ValueError as err:
+            print(f"--phases: {err}; run it with a timeline (timeline_iterations)", file=sys.stderr)
+            return 2
     if args.json:
         print(json.dumps({
             "system": run.get("system"), "workload": run.get("workload"),
             "real_iteration_s": real, "sim_iteration_s": prediction.iteration_time_s,
             "error_pct": error, "calibration": prediction.label,
             "calibration_date": prediction.date, "twin_spec": prediction.spec,
+            **({"phases": phases} if phases is not None else {}),
         }))  # fmt: skip
         return 0
     print(
@@ -310,7 +325,24 @@ def _twin(args: argparse.Namespace) -> int:
         f"{prediction.iteration_time_s * 1e3:.1f} ms ({error:+.1f} %), the twin of calibration "
         f"'{prediction.label}' ({prediction.date})"
     )
+    if phases:
+        print(_phase_table(phases))
     return 0
+
+
+def _phase_table(phases: list[dict[str, Any]]) -> str:
+    """``twin.phases`` as text: per phase the real run's and the twin's ms and the difference."""
+    width = max(len(p["phase"]) for p in phases)
+    head = (
+        f"per worker or server, ms, the median over iterations {phases[0]['iterations']} "
+        "(ends: after the iteration's first forward op; waits: within the compute's span)"
+    )
+    lines = [head, f"{'phase':{width}}  {'real':>7}  {'twin':>7}  {'twin-real':>9}"]
+    for p in phases:
+        real, sim = p["real_ms"], p["twin_ms"]
+        diff = sim - real if real == real and sim == sim else float("nan")
+        lines.append(f"{p['phase']:{width}}  {real:7.2f}  {sim:7.2f}  {diff:+9.2f}")
+    return "\n".join(lines)
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -15,12 +15,20 @@ one, as ``auto`` in a spec resolves only when the run starts. Which calibration:
 for, else the newest (its ``date``) that covers the run; ``NoTwin`` says why none does and what
 to measure.
 
-    python -m runners twin RUN_DIR [--label L] [--json]
+    python -m runners twin RUN_DIR [--label L] [--phases] [--json]
+
+``phases`` sets the run's timeline beside its twin's phase by phase (each resource's busy time
+and when its last operation of the iteration ends, the compute's waits): where the simulator
+differs from the real run, not only by how much.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,7 +166,7 @@ def twin_spec(
             f"{expected.get('batch_size')!r}"
         )
     twin["params"] = dict(real.get("params") or {})
-    for key in ("iterations", "warmup_iterations", "seed"):
+    for key in ("iterations", "warmup_iterations", "seed", "timeline_iterations"):
         if key in real:
             twin[key] = real[key]
     return twin
@@ -222,3 +230,105 @@ def predict_run_dir(run_dir: Path, label: str | None = None) -> tuple[dict[str, 
         raise ValueError(f"{manifest}: no spec")
     summary = rundir.read_summary(run_dir)
     return summary, predict(spec, summary, label)
+
+
+def _family(resource: str) -> str:
+    """A timeline resource without its lane: ``compute[w1]`` -> ``compute``, ``ps3.in`` ->
+    ``ps.in``."""
+    return re.sub(r"^ps\d+\.", "ps.", re.sub(r"\[[^\]]*\]", "", resource))
+
+
+def _phase_values(rows: Iterable[Sequence]) -> tuple[dict[str, float], list[int]]:
+    """Per phase, its median over the timeline's iterations (each but the last, which has no
+    next one, when it has two or more), in ms; and the iterations used. Each iteration starts
+    at its first forward op (else its first operation). A phase's *busy* time is per lane (a
+    worker's, a server's): its operations' total over the family's lanes; *ends* is when its
+    last operation of the iteration ends, after the iteration's start; a compute lane's
+    *waits* within the forward (backward) are its span less its operations (waiting for
+    pulls or collectives, a descheduled thread)."""
+    by_it: dict[int, list[tuple[str, str, str, float, float]]] = defaultdict(list)
+    lanes: dict[str, set[str]] = defaultdict(set)
+    for it, resource, op, _layer, start, end, *_ in rows:
+        by_it[int(it)].append((resource, _family(resource), str(op), float(start), float(end)))
+        lanes[_family(resource)].add(resource)
+    iterations = sorted(by_it)
+    starts = {}
+    for it in iterations:
+        ops = by_it[it]
+        forward = [st for res, fam, op, st, _ in ops if fam == "compute" and op == "forward"]
+        starts[it] = min(forward or [st for *_, st, _ in ops])
+    used = iterations[:-1] if len(iterations) > 1 else iterations
+    series: dict[str, list[float]] = defaultdict(list)
+    for it in used:
+        if it + 1 in starts:
+            series["iteration"].append(starts[it + 1] - starts[it])
+        busy: dict[tuple[str, str], float] = defaultdict(float)
+        ends: dict[tuple[str, str], float] = {}
+        span: dict[tuple[str, str, str], list[float]] = {}
+        for res, fam, op, st, en in by_it[it]:
+            busy[fam, op] += en - st
+            ends[fam, op] = max(ends.get((fam, op), en), en)
+            if fam == "compute":
+                lo_hi = span.setdefault((res, op, fam), [st, en, 0.0])
+                lo_hi[0], lo_hi[1] = min(lo_hi[0], st), max(lo_hi[1], en)
+                lo_hi[2] += en - st
+        for (fam, op), total in busy.items():
+            series[f"{fam} {op}: busy"].append(total / len(lanes[fam]))
+            series[f"{fam} {op}: ends"].append(ends[fam, op] - starts[it])
+        waits: dict[str, list[float]] = defaultdict(list)
+        for (_res, op, _fam), (lo, hi, work) in span.items():
+            waits[op].append(hi - lo - work)
+        for op, values in waits.items():
+            series[f"compute {op}: waits"].append(statistics.fmean(values))
+    return {k: 1e3 * statistics.median(v) for k, v in series.items()}, used
+
+
+def phases(real_rows: Iterable[Sequence], twin_rows: Iterable[Sequence]) -> list[dict[str, Any]]:
+    """A real run's timeline (rows of ``Prediction.TIMELINE_COLUMNS``) beside its twin's,
+    phase by phase (``_phase_values``): ``{"phase", "real_ms", "twin_ms", "iterations"}``
+    per phase either has (``iterations``: the real run's used), the iteration first, then
+    the compute's, then the others by when they end; NaN where one side lacks the
+    phase."""
+    real, real_its = _phase_values(real_rows)
+    sim, sim_its = _phase_values(twin_rows)
+    names = list(dict.fromkeys([*real, *sim]))
+    bases = list(dict.fromkeys(n.split(": ")[0] for n in names))
+    quantity = {"busy": 0, "waits": 1, "ends": 2}
+
+    def place(name: str) -> tuple[int, float, int, int]:
+        """The iteration, the compute's phases, then the others by when they end; within a
+        phase busy, waits, ends."""
+        base, _, what = name.partition(": ")
+        rank = 0 if base == "iteration" else 1 if base.startswith("compute ") else 2
+        end = real.get(f"{base}: ends", sim.get(f"{base}: ends", 0.0)) if rank == 2 else 0.0
+        return (rank, end, bases.index(base), quantity.get(what, 0))
+
+    names.sort(key=place)
+    used = f"{real_its[0]}-{real_its[-1]}" if real_its else ""
+    return [
+        {
+            "phase": name,
+            "real_ms": real.get(name, float("nan")),
+            "twin_ms": sim.get(name, float("nan")),
+            "iterations": used,
+        }
+        for name in names
+    ]
+
+
+def run_phases(run_dir: Path, prediction: Prediction) -> list[dict[str, Any]]:
+    """``phases`` of a finished real run's ``timeline.csv`` and its twin's; ``ValueError`` when
+    the run recorded no timeline."""
+    import csv
+
+    path = run_dir / "timeline.csv"
+    if not path.is_file():
+        raise ValueError(f"{run_dir}: no timeline.csv (the run recorded no timeline)")
+    with path.open(newline="") as f:
+        rows = [
+            (r["iteration"], r["resource"], r["op"], r["layer"], r["start_s"], r["end_s"])
+            for r in csv.DictReader(f)
+        ]
+    if not rows or not prediction.timeline:
+        raise ValueError(f"{run_dir}: an empty timeline, the run's or its twin's")
+    return phases(rows, prediction.timeline)

@@ -114,6 +114,10 @@ DETAIL_FIGURES = {
         "real-vs-sim-timeline.csv",
         "iteration timeline of a real run beside its twin's",
     ),
+    "real-vs-sim-phases": (
+        "real-vs-sim-phases.csv",
+        "a real run beside its twin, phase by phase",
+    ),
 }
 FILES = frozenset(
     {"data.csv", SPEEDUP_CSV}
@@ -553,34 +557,41 @@ def _last_iteration(ops: pd.DataFrame, spec: dict, panel: str) -> pd.DataFrame:
     )
 
 
-def twin_timeline_frame(runs: list[Run]) -> pd.DataFrame:
+def twin_frames(runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A real run of the system under test (the first of ``runs``, whose timeline it has)
-    beside its twin's (``runners.twin``): the last measured iteration of each, panels
-    "<system>, real" and "<system>, simulated"; empty for a simulated run, one without a
-    timeline or one without a twin."""
+    beside its twin (``runners.twin``), from one simulation of the twin: the last measured
+    iteration of each, panels "<system>, real" and "<system>, simulated"; and the two
+    timelines phase by phase (``twin.phases``). Both empty for a simulated run, one without
+    a timeline or one without a twin."""
     from runners import twin
 
+    none = (pd.DataFrame(), pd.DataFrame())
     if not runs or runs[0].spec.get("mode") != "real":
-        return pd.DataFrame()
+        return none
     run = runs[0]
     path = _artifact(run, "timeline")
     if path is None:
-        return pd.DataFrame()
+        return none
     try:
         prediction = twin.predict(
             run.spec, rundir.read_summary(run.run_dir), settings.TWIN_CALIBRATION
         )
     except twin.NoTwin:  # its reason is on the page
-        return pd.DataFrame()
+        return none
     except Exception:  # realsim notes it on the page; the other figures go on
         log.exception("run %s: its twin's timeline failed", run.pk)
-        return pd.DataFrame()
-    real = _last_iteration(pd.read_csv(path), run.spec, f"{run.system}, real")
+        return none
+    timeline = pd.read_csv(path)
+    real = _last_iteration(timeline, run.spec, f"{run.system}, real")
     ops = pd.DataFrame(list(prediction.timeline), columns=list(twin.Prediction.TIMELINE_COLUMNS))
     sim = _last_iteration(ops, run.spec, f"{run.system}, simulated ({prediction.label})")
     if real.empty or sim.empty:
-        return pd.DataFrame()
-    return pd.concat([real, sim], ignore_index=True)
+        return none
+    columns = list(twin.Prediction.TIMELINE_COLUMNS)
+    phases = pd.DataFrame(
+        twin.phases(timeline[columns].itertuples(index=False), prediction.timeline)
+    )
+    return pd.concat([real, sim], ignore_index=True), phases
 
 
 _RESOURCE_ORDER = ("compute", "network", "uplink", "downlink", "ps")
@@ -662,7 +673,7 @@ def detail_figures(experiment: Experiment) -> list[tuple[str, str, pd.DataFrame,
     curves = convergence_frame(runs)
     if not curves.empty:
         out.append(("convergence", "convergence_plot", curves, {}))
-    twins = twin_timeline_frame(runs)
+    twins, phases = twin_frames(runs)
     if not twins.empty:
         kwargs = {
             "caption": f"one bar per operation [start, end) in the last measured iteration"
@@ -671,6 +682,15 @@ def detail_figures(experiment: Experiment) -> list[tuple[str, str, pd.DataFrame,
             "xlabel": "time since the iteration's first operation (s)",
         }
         out.append(("real-vs-sim-timeline", "timeline_gantt", twins, kwargs))
+    if not phases.empty:
+        used = phases["iterations"].iat[0]
+        caption = (
+            f"{runs[0].system} seed {runs[0].seed}{where}, medians over iterations {used} of "
+            "the run's timeline and its twin's (python -m runners twin --phases); busy: per "
+            "worker or server; waits: within the compute's span; ends: after the iteration's "
+            "first forward op"
+        )
+        out.append(("real-vs-sim-phases", "phases_plot", phases, {"caption": caption}))
     return out
 
 

@@ -446,6 +446,50 @@ def real_vs_sim_plot(
     return fig
 
 
+def phases_plot(df: pd.DataFrame, *, caption: str | None = None) -> Figure:
+    """A real run beside its twin, phase by phase (``runners.twin.phases``: columns phase,
+    real_ms, twin_ms): left, how long each phase keeps its resource busy and the compute's
+    waits; right, when each phase's last operation ends after the iteration's start, with the
+    iteration's length. Horizontal bars, real and twin in ``SOURCES``' styles."""
+    require(df, ["phase", "real_ms", "twin_ms"], "phases_plot")
+    parts = df["phase"].str.rsplit(": ", n=1, expand=True)
+    frame = df.assign(base=parts[0], what=parts[1] if parts.shape[1] > 1 else None)
+    left = frame[frame["what"].isin(["busy", "waits"])]
+    right = frame[(frame["what"] == "ends") | (frame["phase"] == "iteration")]
+    fig = Figure(layout="constrained")
+    width, height = fig.get_size_inches()
+    rows = max(len(left), len(right), 1)
+    fig.set_size_inches(max(width, 9.0), max(height, 0.28 * rows + 1.4))
+    axes = fig.subplots(1, 2, squeeze=False)[0]
+    for ax, part, title in (
+        (axes[0], left, "busy (per worker or server) and waits"),
+        (axes[1], right, "ends, after the iteration's start"),
+    ):
+        names = [
+            p if w is None or p == "iteration" else f"{b}: {w}"
+            for p, b, w in zip(part["phase"], part["base"], part["what"], strict=True)
+        ]
+        height_ = 0.4
+        for j, (source, column) in enumerate(zip(SOURCES, ("real_ms", "twin_ms"), strict=True)):
+            style = series_style(j)
+            pos = [k + (j - 0.5) * height_ for k in range(len(part))]
+            ax.barh(
+                pos, list(part[column].fillna(0.0)), height_, color=style.color,
+                hatch=style.hatch, label=source, edgecolor="black",
+            )  # fmt: skip
+        ax.set_yticks(range(len(part)), names, fontsize="small")
+        ax.invert_yaxis()  # in the table's order, top down
+        ax.set_xlabel("ms")
+        ax.set_title(title, fontsize="small", loc="left")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside upper center", ncols=2, frameon=False)
+    _caption(
+        fig, caption, "medians over the recorded iterations; real: the run's timeline, "
+        "simulated: its twin's (python -m runners twin --phases)",
+    )  # fmt: skip
+    return fig
+
+
 def _paired_bars(ax: Axes, j: int, name: str, means, low, high) -> None:
     """The j-th of two bars at each tick (``SOURCES``' style j), with CI error bars where
     ``low`` and ``high`` are given."""
@@ -464,5 +508,6 @@ PLOTS: dict[str, Callable[..., Figure]] = {
     f.__name__: f
     for f in (
         speedup_plot, sweep_plot, jct_cdf, timeline_gantt, convergence_plot, real_vs_sim_plot,
+        phases_plot,
     )
 }  # fmt: skip

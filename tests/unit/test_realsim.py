@@ -151,6 +151,92 @@ def test_the_twin_command_refuses_what_has_no_twin_with_exit_2(tmp_path, capsys)
     assert "no calibration 'no-such'" in capsys.readouterr().err
 
 
+def _ops(it: int, t0: float, fwd: float, gap: float, bwd: float, push_end: float) -> list:
+    """One made-up PS iteration of one worker from ``t0``: a forward op, a wait of ``gap``, a
+    backward op, a push ending ``push_end`` after ``t0`` (ms)."""
+    ms = 1e-3
+    return [
+        (it, "compute[w0]", "forward", "a", t0, t0 + fwd * ms, 0),
+        (it, "compute[w0]", "backward", "a", t0 + (fwd + gap) * ms, t0 + (fwd + gap + bwd) * ms, 0),
+        (it, "uplink[w0]", "push", "a", t0 + fwd * ms, t0 + push_end * ms, 10),
+        (it, "ps0.in", "push", "a", t0 + fwd * ms, t0 + push_end * ms, 10),
+        (it, "ps1.in", "push", "a", t0 + fwd * ms, t0 + (fwd + 1) * ms, 10),
+    ]
+
+
+def test_phases_set_each_resource_of_the_run_beside_its_twin_s():
+    real = _ops(5, 0.0, 4, 2, 10, 20) + _ops(6, 0.030, 4, 4, 10, 20) + _ops(7, 0.070, 1, 0, 1, 2)
+    sim = _ops(5, 0.0, 8, 0, 6, 16) + _ops(6, 0.025, 8, 0, 6, 16) + _ops(7, 0.050, 1, 0, 1, 2)
+    got = {p["phase"]: p for p in twin.phases(real, sim)}
+    assert list(got)[:2] == ["iteration", "compute forward: busy"]
+    # iterations 5 and 6 (7 has no next one): 30 and 40 ms real, 25 twin
+    assert got["iteration"]["real_ms"] == pytest.approx(35.0)
+    assert got["iteration"]["twin_ms"] == pytest.approx(25.0)
+    assert got["iteration"]["iterations"] == "5-6"
+    assert got["compute forward: busy"]["real_ms"] == pytest.approx(4.0)
+    assert got["compute forward: busy"]["twin_ms"] == pytest.approx(8.0)
+    assert got["compute backward: ends"]["real_ms"] == pytest.approx(17.0)  # (16 + 18) / 2
+    # one op per op kind and lane: nothing to wait for within them
+    assert got["compute forward: waits"]["real_ms"] == 0.0
+    # a push holds ps0 for 16 ms and ps1 for 1: 8.5 a server; the uplink's 16 (one lane)
+    assert got["ps.in push: busy"]["real_ms"] == pytest.approx(8.5)
+    assert got["uplink push: busy"]["real_ms"] == pytest.approx(16.0)
+    assert got["uplink push: ends"]["twin_ms"] == pytest.approx(16.0)
+    names = [p["phase"] for p in twin.phases(real, sim)]
+    assert names.index("uplink push: busy") < names.index("uplink push: ends")
+    from lab.reports import plots
+
+    figure = plots.phases_plot(pd.DataFrame(twin.phases(real, sim)))
+    left, right = figure.axes[:2]
+    assert [t.get_text() for t in left.get_yticklabels()][:2] == [
+        "compute forward: busy",
+        "compute forward: waits",
+    ]
+    assert "iteration" in [t.get_text() for t in right.get_yticklabels()]
+
+
+def test_phases_count_the_compute_s_waits_within_its_span_and_missing_phases_are_nan():
+    ms = 1e-3
+    real = [
+        (3, "compute", "forward", "a", 0.0, 1 * ms, 0),
+        (3, "compute", "forward", "b", 4 * ms, 6 * ms, 0),  # waited 3 ms for b's pull
+        (4, "compute", "forward", "a", 10 * ms, 11 * ms, 0),
+        (3, "network", "allreduce", "a", 1 * ms, 2 * ms, 8),
+    ]
+    sim = [
+        (3, "compute", "forward", "a", 0.0, 3 * ms, 0),
+        (4, "compute", "forward", "a", 0.01, 0.011, 0),
+    ]
+    got = {p["phase"]: p for p in twin.phases(real, sim)}
+    assert got["compute forward: waits"]["real_ms"] == pytest.approx(3.0)
+    assert got["compute forward: waits"]["twin_ms"] == 0.0
+    assert got["network allreduce: busy"]["real_ms"] == pytest.approx(1.0)
+    assert math.isnan(got["network allreduce: busy"]["twin_ms"])
+
+
+def test_the_twin_command_sets_a_run_s_phases_beside_its_twin_s(tmp_path, capsys):
+    spec = _real(timeline_iterations=3)
+    out = _run_dir(tmp_path, spec, 0.040)
+    assert cli.main(["twin", str(out), "--label", LABEL, "--phases"]) == 2  # no timeline yet
+    assert "no timeline.csv" in capsys.readouterr().err
+    prediction = twin.predict(spec, SUMMARY, LABEL)
+    last = spec["warmup_iterations"] + spec["iterations"] - 1
+    assert {row[0] for row in prediction.timeline} == {last - 2, last - 1, last}  # the run's
+    # the run's own timeline: the twin's, every operation 10 % longer
+    rows = [(*r[:5], r[4] + 1.1 * (r[5] - r[4]), r[6]) for r in prediction.timeline]
+    pd.DataFrame(rows, columns=list(twin.Prediction.TIMELINE_COLUMNS)).to_csv(
+        out / "timeline.csv", index=False
+    )
+    assert cli.main(["twin", str(out), "--label", LABEL, "--phases", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    busy = {p["phase"]: p for p in doc["phases"]}["compute forward: busy"]
+    assert busy["real_ms"] == pytest.approx(1.1 * busy["twin_ms"])
+    assert cli.main(["twin", str(out), "--label", LABEL, "--phases"]) == 0
+    text = capsys.readouterr().out
+    assert f"median over iterations {last - 2}-{last - 1}" in text
+    assert any(line.startswith("compute forward: busy") for line in text.splitlines())
+
+
 # --------------------------------------------------------------------------------- portal
 
 
@@ -418,6 +504,14 @@ def test_the_system_s_real_timeline_is_drawn_beside_its_twin_s(user, client):
     sim = drawn[drawn["panel"] == f"bytescheduler, simulated ({LABEL})"]
     assert len(sim) == len(ops) > 0 and sim["start_s"].min() == 0.0
     assert (directory / "real-vs-sim-timeline.png").exists()
+    # phase by phase, from the same twin: the run's iteration from its two recorded ones
+    phases = pd.read_csv(directory / "real-vs-sim-phases.csv").set_index("phase")
+    assert phases.at["iteration", "real_ms"] == pytest.approx(50.0)
+    twin_phases = {p["phase"]: p for p in twin.phases(rows, prediction.timeline)}
+    assert phases.at["compute forward: busy", "twin_ms"] == pytest.approx(
+        twin_phases["compute forward: busy"]["twin_ms"]
+    )
+    assert (directory / "real-vs-sim-phases.png").exists()
     client.force_login(user)
     page = client.get(f"/experiments/{experiment.pk}/").content.decode()
-    assert "real-vs-sim-timeline.png" in page
+    assert "real-vs-sim-timeline.png" in page and "real-vs-sim-phases.png" in page
