@@ -317,7 +317,7 @@ def _twin(args: argparse.Namespace) -> int:
             "real_iteration_s": real, "sim_iteration_s": prediction.iteration_time_s,
             "error_pct": error, "calibration": prediction.label,
             "calibration_date": prediction.date, "twin_spec": prediction.spec,
-            **({"phases": phases} if phases is not None else {}),
+            **({"phases": _json_phases(phases)} if phases is not None else {}),
         }))  # fmt: skip
         return 0
     print(
@@ -328,6 +328,14 @@ def _twin(args: argparse.Namespace) -> int:
     if phases:
         print(_phase_table(phases))
     return 0
+
+
+def _json_phases(phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``twin.phases`` for JSON: a phase one side lacks is null, not NaN."""
+    return [
+        {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in p.items()}
+        for p in phases
+    ]
 
 
 def _phase_table(phases: list[dict[str, Any]]) -> str:

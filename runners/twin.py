@@ -325,10 +325,16 @@ def run_phases(run_dir: Path, prediction: Prediction) -> list[dict[str, Any]]:
     if not path.is_file():
         raise ValueError(f"{run_dir}: no timeline.csv (the run recorded no timeline)")
     with path.open(newline="") as f:
-        rows = [
-            (r["iteration"], r["resource"], r["op"], r["layer"], r["start_s"], r["end_s"])
-            for r in csv.DictReader(f)
-        ]
+        try:
+            rows = [
+                (r["iteration"], r["resource"], r["op"], r["layer"], r["start_s"], r["end_s"])
+                for r in csv.DictReader(f)
+            ]
+        except KeyError as exc:
+            raise ValueError(f"{path}: no column {exc} (not a timeline)") from None
     if not rows or not prediction.timeline:
         raise ValueError(f"{run_dir}: an empty timeline, the run's or its twin's")
-    return phases(rows, prediction.timeline)
+    try:
+        return phases(rows, prediction.timeline)
+    except (TypeError, ValueError) as exc:  # a row whose numbers are not numbers
+        raise ValueError(f"{path}: {exc}") from None

@@ -588,9 +588,12 @@ def twin_frames(runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
     if real.empty or sim.empty:
         return none
     columns = list(twin.Prediction.TIMELINE_COLUMNS)
-    phases = pd.DataFrame(
-        twin.phases(timeline[columns].itertuples(index=False), prediction.timeline)
-    )
+    try:
+        rows = timeline[columns].itertuples(index=False)
+        phases = pd.DataFrame(twin.phases(rows, prediction.timeline))
+    except (KeyError, TypeError, ValueError):  # a timeline the phases cannot read
+        log.exception("run %s: its phases beside its twin's failed", run.pk)
+        phases = pd.DataFrame()
     return pd.concat([real, sim], ignore_index=True), phases
 
 

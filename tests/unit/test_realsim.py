@@ -231,9 +231,13 @@ def test_the_twin_command_sets_a_run_s_phases_beside_its_twin_s(tmp_path, capsys
     doc = json.loads(capsys.readouterr().out)
     busy = {p["phase"]: p for p in doc["phases"]}["compute forward: busy"]
     assert busy["real_ms"] == pytest.approx(1.1 * busy["twin_ms"])
+    assert all(p["real_ms"] is not None for p in doc["phases"])  # NaN would be null
     assert cli.main(["twin", str(out), "--label", LABEL, "--phases"]) == 0
     text = capsys.readouterr().out
     assert f"median over iterations {last - 2}-{last - 1}" in text
+    (out / "timeline.csv").write_text("iteration,what\n1,x\n")  # not a timeline
+    assert cli.main(["twin", str(out), "--label", LABEL, "--phases"]) == 2
+    assert "no column 'resource' (not a timeline)" in capsys.readouterr().err
     assert any(line.startswith("compute forward: busy") for line in text.splitlines())
 
 
