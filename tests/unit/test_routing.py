@@ -21,6 +21,16 @@ from tests.conftest import wait_for
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def _no_run_left_training(db):
+    """These runs train for 100,000 iterations until a test cancels them: one that fails
+    half-way must not leave its run taking the cores from the rest of the suite (it did once
+    in CI, for 25 minutes)."""
+    yield
+    for run in Run.objects.filter(state=Run.RUNNING):
+        actions.cancel_run(run)
+
+
 def host(name: str, gpus: int = 0, seen: bool = True) -> Host:
     made = Host.objects.create(
         name=name,
@@ -50,8 +60,20 @@ def gpu_run(config, gpus: int = 1, **real):
 
 
 def environ(pid: int) -> dict[str, str]:
-    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+    """The run process's environment, once it shows ``CUDA_VISIBLE_DEVICES``: read while the
+    launcher's shell execs the runner, ``/proc/<pid>/environ`` can come back empty (a race
+    seen once in CI); an environment that never has it still fails, after the wait."""
+
+    def read() -> dict[str, str]:
+        raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+    return wait_for(
+        lambda: (env := read()) and "CUDA_VISIBLE_DEVICES" in env and env,
+        timeout_s=10,
+        interval_s=0.05,
+        what=f"CUDA_VISIBLE_DEVICES in process {pid}'s environment",
+    )
 
 
 def test_a_gpu_run_starts_only_where_gpus_are_free_and_gives_them_back(user, config, settings):
