@@ -348,7 +348,7 @@ def _phase_table(phases: list[dict[str, Any]]) -> str:
     lines = [head, f"{'phase':{width}}  {'real':>7}  {'twin':>7}  {'twin-real':>9}"]
     for p in phases:
         real, sim = p["real_ms"], p["twin_ms"]
-        diff = sim - real if real == real and sim == sim else float("nan")
+        diff = sim - real  # NaN where one side lacks the phase
         lines.append(f"{p['phase']:{width}}  {real:7.2f}  {sim:7.2f}  {diff:+9.2f}")
     return "\n".join(lines)
 

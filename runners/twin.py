@@ -249,8 +249,9 @@ def _phase_values(rows: Iterable[Sequence]) -> tuple[dict[str, float], list[int]
     by_it: dict[int, list[tuple[str, str, str, float, float]]] = defaultdict(list)
     lanes: dict[str, set[str]] = defaultdict(set)
     for it, resource, op, _layer, start, end, *_ in rows:
-        by_it[int(it)].append((resource, _family(resource), str(op), float(start), float(end)))
-        lanes[_family(resource)].add(resource)
+        family = _family(resource)
+        by_it[int(it)].append((resource, family, str(op), float(start), float(end)))
+        lanes[family].add(resource)
     iterations = sorted(by_it)
     starts = {}
     for it in iterations:
@@ -264,19 +265,19 @@ def _phase_values(rows: Iterable[Sequence]) -> tuple[dict[str, float], list[int]
             series["iteration"].append(starts[it + 1] - starts[it])
         busy: dict[tuple[str, str], float] = defaultdict(float)
         ends: dict[tuple[str, str], float] = {}
-        span: dict[tuple[str, str, str], list[float]] = {}
+        span: dict[tuple[str, str], list[float]] = {}  # a compute lane's, per op
         for res, fam, op, st, en in by_it[it]:
             busy[fam, op] += en - st
             ends[fam, op] = max(ends.get((fam, op), en), en)
             if fam == "compute":
-                lo_hi = span.setdefault((res, op, fam), [st, en, 0.0])
+                lo_hi = span.setdefault((res, op), [st, en, 0.0])
                 lo_hi[0], lo_hi[1] = min(lo_hi[0], st), max(lo_hi[1], en)
                 lo_hi[2] += en - st
         for (fam, op), total in busy.items():
             series[f"{fam} {op}: busy"].append(total / len(lanes[fam]))
             series[f"{fam} {op}: ends"].append(ends[fam, op] - starts[it])
         waits: dict[str, list[float]] = defaultdict(list)
-        for (_res, op, _fam), (lo, hi, work) in span.items():
+        for (_res, op), (lo, hi, work) in span.items():
             waits[op].append(hi - lo - work)
         for op, values in waits.items():
             series[f"compute {op}: waits"].append(statistics.fmean(values))

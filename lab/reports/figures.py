@@ -583,11 +583,11 @@ def twin_frames(runs: list[Run]) -> tuple[pd.DataFrame, pd.DataFrame]:
         return none
     timeline = pd.read_csv(path)
     real = _last_iteration(timeline, run.spec, f"{run.system}, real")
-    ops = pd.DataFrame(list(prediction.timeline), columns=list(twin.Prediction.TIMELINE_COLUMNS))
+    columns = list(twin.Prediction.TIMELINE_COLUMNS)
+    ops = pd.DataFrame(list(prediction.timeline), columns=columns)
     sim = _last_iteration(ops, run.spec, f"{run.system}, simulated ({prediction.label})")
     if real.empty or sim.empty:
         return none
-    columns = list(twin.Prediction.TIMELINE_COLUMNS)
     try:
         rows = timeline[columns].itertuples(index=False)
         phases = pd.DataFrame(twin.phases(rows, prediction.timeline))

@@ -452,10 +452,9 @@ def phases_plot(df: pd.DataFrame, *, caption: str | None = None) -> Figure:
     waits; right, when each phase's last operation ends after the iteration's start, with the
     iteration's length. Horizontal bars, real and twin in ``SOURCES``' styles."""
     require(df, ["phase", "real_ms", "twin_ms"], "phases_plot")
-    parts = df["phase"].str.rsplit(": ", n=1, expand=True)
-    frame = df.assign(base=parts[0], what=parts[1] if parts.shape[1] > 1 else None)
-    left = frame[frame["what"].isin(["busy", "waits"])]
-    right = frame[(frame["what"] == "ends") | (frame["phase"] == "iteration")]
+    what = df["phase"].str.rpartition(": ")[2]  # busy, waits, ends; "iteration" itself
+    left = df[what.isin(["busy", "waits"])]
+    right = df[what.isin(["ends", "iteration"])]
     fig = Figure(layout="constrained")
     width, height = fig.get_size_inches()
     rows = max(len(left), len(right), 1)
@@ -465,10 +464,6 @@ def phases_plot(df: pd.DataFrame, *, caption: str | None = None) -> Figure:
         (axes[0], left, "busy (per worker or server) and waits"),
         (axes[1], right, "ends, after the iteration's start"),
     ):
-        names = [
-            p if w is None or p == "iteration" else f"{b}: {w}"
-            for p, b, w in zip(part["phase"], part["base"], part["what"], strict=True)
-        ]
         height_ = 0.4
         for j, (source, column) in enumerate(zip(SOURCES, ("real_ms", "twin_ms"), strict=True)):
             style = series_style(j)
@@ -477,7 +472,7 @@ def phases_plot(df: pd.DataFrame, *, caption: str | None = None) -> Figure:
                 pos, list(part[column].fillna(0.0)), height_, color=style.color,
                 hatch=style.hatch, label=source, edgecolor="black",
             )  # fmt: skip
-        ax.set_yticks(range(len(part)), names, fontsize="small")
+        ax.set_yticks(range(len(part)), list(part["phase"]), fontsize="small")
         ax.invert_yaxis()  # in the table's order, top down
         ax.set_xlabel("ms")
         ax.set_title(title, fontsize="small", loc="left")
