@@ -1684,26 +1684,27 @@ def fidelity(
             _run_checked(row, real_spec, sim, run_checks[k], steps[row["workload"]][0])
         if all("sim_run_checked_s" in row for row in configs):  # else the text says why
             with_["run_checked"] = _mape_of(configs, "sim_run_checked_s")
-    if any(twin is not None for twin in shared):  # PS twins on one host: its cores shared
-        for k, (real_spec, twin, row) in enumerate(zip(real_specs, shared, configs, strict=True)):
-            if twin is not None and check_runs:  # at each run's speed, as ``run_checked``
-                step = steps[row["workload"]][0]
-                times = _run_checked_times(real_spec, twin, run_checks[k], step)
-                if times is not None:
-                    row["sim_shared_cores_run_checked_s"] = statistics.median(times)
-        with_["shared_cores"] = statistics.fmean(
-            _ape(row.get("sim_shared_cores_s", row["sim_iteration_s"]), row["real_iteration_s"])
-            for row in configs
-        )
-        twins = [row for row in configs if "sim_shared_cores_s" in row]
-        if "run_checked" in with_ and all("sim_shared_cores_run_checked_s" in r for r in twins):
-            with_["shared_cores_run_checked"] = statistics.fmean(
-                _ape(
-                    row.get("sim_shared_cores_run_checked_s", row["sim_run_checked_s"]),
-                    row["real_iteration_s"],
-                )
-                for row in configs
-            )
+    # PS twins on one host, its cores shared (``shared_cores``, simulated with the rows);
+    # and PS twins charging a push's CPU as it is handed over (``handover``)
+    handover = [handover_twin(sim) for sim in sims]
+    for real_spec, twin, row in zip(real_specs, handover, configs, strict=True):
+        if twin is not None:
+            metrics = _twin(real_spec, twin).metrics
+            row["sim_handover_s"] = metrics["iteration_time_s"]
+            row["sim_handover_compute_s"] = metrics["compute_time_s"]
+    for name, twins in (("shared_cores", shared), ("handover", handover)):
+        if not any(twin is not None for twin in twins):
+            continue
+        if check_runs:  # at each run's speed, as ``run_checked``
+            for k, (real_spec, twin, row) in enumerate(
+                zip(real_specs, twins, configs, strict=True)
+            ):
+                if twin is not None:
+                    step = steps[row["workload"]][0]
+                    times = _run_checked_times(real_spec, twin, run_checks[k], step)
+                    if times is not None:
+                        row[f"sim_{name}_run_checked_s"] = statistics.median(times)
+        _score_variant(configs, name, with_)
     priority = testbed.get("comm_priority", "normal")
     result = report(
         configs,
@@ -1774,6 +1775,55 @@ def _run_checked_times(
         ]
         for before, after in both
     ]
+
+
+def _score_variant(configs: list[dict[str, Any]], name: str, with_: dict[str, float]) -> None:
+    """``mape_with``'s ``name`` (and ``<name>_run_checked``, where every twin of the variant
+    has its ``sim_<name>_run_checked_s`` and ``run_checked`` was scored): the rows scored
+    with their ``sim_<name>_s``, the others (systems the variant does not apply to) with
+    their own twin's."""
+    with_[name] = statistics.fmean(
+        _ape(row.get(f"sim_{name}_s", row["sim_iteration_s"]), row["real_iteration_s"])
+        for row in configs
+    )
+    twins = [row for row in configs if f"sim_{name}_s" in row]
+    if "run_checked" in with_ and all(f"sim_{name}_run_checked_s" in r for r in twins):
+        with_[f"{name}_run_checked"] = statistics.fmean(
+            _ape(
+                row.get(f"sim_{name}_run_checked_s", row["sim_run_checked_s"]),
+                row["real_iteration_s"],
+            )
+            for row in configs
+        )
+
+
+def _compute_error(rows: list[dict[str, Any]]) -> str:
+    """How far ``rows``' twins' compute per step is from the real runs' (``compute_time_s``:
+    the backward stretched by what runs beside it), with the push's CPU charged as it is
+    handed over (``sim_handover_compute_s``) and as its transfer starts (``sim_compute_s``):
+    the mean absolute percentage errors."""
+    both = [r for r in rows if r.get("real_compute_s") and "sim_compute_s" in r]
+    if not both:
+        return "the real runs' compute not recorded"
+    handover = statistics.fmean(
+        _ape(r["sim_handover_compute_s"], r["real_compute_s"]) for r in both
+    )
+    transfer = statistics.fmean(_ape(r["sim_compute_s"], r["real_compute_s"]) for r in both)
+    return (
+        f"the twins' compute per step {handover:.1f}% off the real runs' "
+        f"({transfer:.1f}% charging it as the transfer starts; mean absolute errors)"
+    )
+
+
+def handover_twin(sim: RunSpec) -> RunSpec | None:
+    """A PS twin with its pushes' CPU (``cluster.message_cpu_us``) charged as the backward
+    hands each gradient to the transport (``cluster.message_cpu_at`` ``handover``) instead of
+    as its transfer starts (``fidelity`` scores it as ``mape_with``'s ``handover``); None for
+    a twin without message CPU or that charges it so already."""
+    c = sim.cluster
+    if sim.arena != "ps" or not c.message_cpu_us or c.message_cpu_at == "handover":
+        return None
+    return dataclasses.replace(sim, cluster=dataclasses.replace(c, message_cpu_at="handover"))
 
 
 def shared_cores_twin(sim: RunSpec, testbed: dict[str, Any]) -> RunSpec | None:
@@ -1999,7 +2049,10 @@ def report(
     (``ABLATIONS``); ``mape_with``: the same with twins that have a measured effect the
     default twins leave out (``background_slowdown``: Horovod's idle loop, ``matched_specs``)
     or a measurement they do not take (``compute_checked``: the compute check's speed;
-    ``run_checked``: each run's own checks, ``fidelity``'s ``check_runs``);
+    ``run_checked``: each run's own checks, ``fidelity``'s ``check_runs``), or another
+    model of the same effect (``shared_cores``: the PS twins' host cores shared op by op,
+    ``shared_cores_twin``; ``handover``: their pushes' CPU charged as it is handed over,
+    ``handover_twin``; each with its ``_run_checked``);
     ``compute_drift``: each model's step now against the calibration's
     (``fidelity``'s compute check; None where it was not made), and ``calibration_stale``
     whether any moved more than ``COMPUTE_DRIFT_PCT`` at any check."""
@@ -2339,6 +2392,17 @@ def format_report(result: dict[str, Any]) -> str:
             + f" ({_per_system({**result, 'configs': shared}, 'sim_shared_cores_s')}); their "
             f"cores busy a median {statistics.median(cores):.2f}"
             + (f" against the machine's {statistics.median(busy_real):.2f}" if busy_real else "")
+        )
+    if "handover" in with_:
+        rows = [c for c in result["configs"] if "sim_handover_s" in c]
+        checked = with_.get("handover_run_checked")
+        lines.append(
+            "the same real runs, the PS twins charging a push's CPU as the backward hands it "
+            "to the transport (cluster.message_cpu_at handover) instead of as its transfer "
+            f"starts: handover {with_['handover']:.1f}%"
+            + (f", run_checked {checked:.1f}%" if checked is not None else "")
+            + f" ({_per_system({**result, 'configs': rows}, 'sim_handover_s')}); "
+            + _compute_error(rows)
         )
     if "run_checked" not in with_ and any("run_checks_s" in c for c in result["configs"]):
         lines.append(

@@ -80,10 +80,10 @@ def _in_window(start: int, until: int | None, iteration: int) -> bool:
 class CommCluster:
     """Cluster of a communication arena (one training job). The ``ps``/``server*`` fields are
     used by the parameter-server arena only (accepted and ignored elsewhere); so are
-    ``jitter_groups``, ``message_cpu_us``, ``pull_rendezvous``, ``push_rendezvous``,
-    ``server_agg_fixed_us`` and
-    the ``host_*`` fields (``PS_ONLY_FIELDS``), which other arenas refuse
-    unless default (a model they would silently not apply).
+    ``jitter_groups``, ``message_cpu_us``, ``message_cpu_at``, ``pull_rendezvous``,
+    ``push_rendezvous``, ``server_agg_fixed_us`` and the ``host_*`` fields
+    (``PS_ONLY_FIELDS``), which other arenas refuse unless default (a model they would
+    silently not apply).
 
     ``jitter_groups`` is a modelling assumption of the PS arena's simulator, not a property of
     the hardware: workers' compute noise (``compute_jitter_cv``) is independent per group. The
@@ -205,6 +205,17 @@ class CommCluster:
     (``runners.real.probe.ps_message_cpu``) and ``fidelity`` sets it for the PS systems. A
     reconstruction, labelled as such.
 
+    ``message_cpu_at`` (PS arena, with ``message_cpu_us``): when a push's CPU is taken.
+    ``transfer`` (the default): as its transfer starts on the worker's link, as above.
+    ``handover``: as the backward hands the layer's gradient to the transport, whether the
+    link is free or not: a transport whose ``send`` returns once the bytes are in the socket
+    (gloo's on TCP; the kernel drains them through the shaper later) spends a push's CPU
+    then, during the backward, where a queued push of ``transfer`` charges the op computing
+    when its turn on the link comes (often none: the backward has ended). Pulls are charged
+    as their transfers start either way. A reconstruction, labelled as such, from the real
+    PS runs' timelines (``python -m runners twin RUN_DIR --phases``: a real worker's last
+    push ends with its backward, its backward stretched well past its compute).
+
     ``pull_rendezvous`` (PS arena): a pull holds its server's sender and its worker's
     receiver together, one pull at a time on each, as the lab's real PS transport does
     (``runners.real.ps``: gloo's ``send`` returns only once the peer has posted the matching
@@ -308,6 +319,7 @@ class CommCluster:
     ps_stragglers: tuple[PSStraggler, ...] = ()
     jitter_groups: int = 1  # PS arena: groups of workers with independent compute noise
     message_cpu_us: float = 0.0  # PS arena: CPU a message takes from its worker's compute
+    message_cpu_at: str = "transfer"  # PS arena: when a push's message_cpu_us is charged
     pull_rendezvous: bool = False  # PS arena: a pull holds a server's sender and a receiver
     push_rendezvous: bool = False  # PS arena: a push holds a worker's sender and a receiver
     host_cores: int = 0  # PS arena: the cores every process shares (0: a machine each)
@@ -419,6 +431,7 @@ SLOWDOWN_MAX = 100.0
 COMPUTE_SCALE_MAX = 1000.0  # ``cluster.compute_scale``: the bound only stops typos
 OVERLAP_MODELS = ("start", "integrated")  # ``cluster.overlap_model``
 HOST_CPU_MODELS = ("floor", "fair", "messages-first")  # ``cluster.host_cpu_model``
+MESSAGE_CPU_AT = ("transfer", "handover")  # ``cluster.message_cpu_at``
 
 # Cluster fields the all-reduce arena alone uses (other arenas refuse them unless default).
 ALLREDUCE_ONLY_FIELDS = (
@@ -440,6 +453,7 @@ ALLREDUCE_ONLY_FIELDS = (
 PS_ONLY_FIELDS = (
     "jitter_groups",
     "message_cpu_us",
+    "message_cpu_at",
     "pull_rendezvous",
     "push_rendezvous",
     "server_agg_fixed_us",
@@ -461,6 +475,7 @@ ARENA_NAMES = {"allreduce": "all-reduce", "ps": "parameter-server"}
 _OMITTED_AT_DEFAULT = {
     "jitter_groups": CommCluster.jitter_groups,
     "message_cpu_us": CommCluster.message_cpu_us,
+    "message_cpu_at": CommCluster.message_cpu_at,
     "pull_rendezvous": CommCluster.pull_rendezvous,
     "push_rendezvous": CommCluster.push_rendezvous,
     "server_agg_fixed_us": CommCluster.server_agg_fixed_us,
@@ -689,6 +704,13 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         lambda v: 0 <= v <= 1e6,
         "a number >= 0 (microseconds of CPU each PS message takes from its worker's compute; "
         "0 = none)",
+    ),
+    "message_cpu_at": (
+        str,
+        lambda v: v in MESSAGE_CPU_AT,
+        f"{' or '.join(MESSAGE_CPU_AT)} (PS arena, with cluster.message_cpu_us: when a push's "
+        "CPU is taken from its worker's compute, as its transfer starts or as its gradient is "
+        "handed to the transport)",
     ),
     "pull_rendezvous": (
         bool,
@@ -966,6 +988,13 @@ def _cluster(raw: Any) -> CommCluster:
                     "needs cluster.host_cores (the host's cores the CPU time is spread over; "
                     f"0 = every process on a machine of its own, no host CPU) (got {raw[key]!r})",
                 )
+    at = values.get("message_cpu_at", CommCluster.message_cpu_at)
+    if at != CommCluster.message_cpu_at and not values.get("message_cpu_us"):
+        raise SpecError(
+            "cluster.message_cpu_at",
+            f"{at} needs cluster.message_cpu_us (the CPU each message takes from its "
+            "worker's compute; 0 = none, so there is nothing to charge)",
+        )
     model = values.get("host_cpu_model", CommCluster.host_cpu_model)
     if model != "floor":
         if not values.get("host_cores"):

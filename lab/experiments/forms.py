@@ -39,6 +39,10 @@ _HOST_CPU_LABELS = {  # ``cluster.host_cpu_model``'s choices, as the form says t
     "fair": "shared op by op, every computing worker and message alike",
     "messages-first": "shared op by op, the messages first (realtime communication threads)",
 }
+_MESSAGE_CPU_AT_LABELS = {  # ``cluster.message_cpu_at``'s choices, as the form says them
+    "transfer": "as its transfer starts on the link",
+    "handover": "as the backward hands its gradient to the transport",
+}
 _REAL = run_spec.RealOptions()
 REAL_KEYS = (
     "network", "dataset", "lr", "momentum", "implementation", "gpus", "gpu_model", "nodes",
@@ -70,6 +74,7 @@ CLUSTER_KEYS = (
     "ps_stragglers",
     "jitter_groups",
     "message_cpu_us",
+    "message_cpu_at",
     "pull_rendezvous",
     "push_rendezvous",
     "host_cores",
@@ -363,6 +368,15 @@ class ExperimentForm(_ClusterArenaFields):
         help_text="compute time each push or pull takes from the worker's op it overlaps, as "
         "the PS transport's threads do on a CPU testbed (0 = none, as on a GPU)",
     )
+    cluster_message_cpu_at = forms.ChoiceField(
+        label="a push's CPU taken",
+        required=False,
+        choices=[(at, _MESSAGE_CPU_AT_LABELS[at]) for at in run_spec.MESSAGE_CPU_AT],
+        initial=_DEFAULTS.message_cpu_at,
+        help_text="when a push's CPU per message is taken from the worker's compute: as the "
+        "push reaches the link, or as soon as the backward hands it over (a transport whose "
+        "send returns once the bytes are in the socket; needs CPU per message)",
+    )
     cluster_pull_rendezvous = forms.BooleanField(
         label="pulls meet their receiver",
         required=False,
@@ -575,6 +589,9 @@ class ExperimentForm(_ClusterArenaFields):
 
     def clean_cluster_overlap_model(self) -> str | None:
         return self.cleaned_data.get("cluster_overlap_model") or None  # empty: the default
+
+    def clean_cluster_message_cpu_at(self) -> str | None:
+        return self.cleaned_data.get("cluster_message_cpu_at") or None  # empty: the default
 
     def clean_cluster_host_cpu_model(self) -> str | None:
         return self.cleaned_data.get("cluster_host_cpu_model") or None  # empty: the default

@@ -215,6 +215,7 @@ class _PSJob(ComputeJob):
         self.agg_fixed = c.server_agg_fixed_us * 1e-6
         self.burst = float(c.link_burst_bytes)
         self.cpu_per_message = c.message_cpu_us * 1e-6
+        self.cpu_at_handover = c.message_cpu_at == "handover"
         self.rendezvous = c.pull_rendezvous
         if self.rendezvous and any(g.count != 1 for g in setup.groups):
             raise ValueError("cluster.pull_rendezvous needs one worker per group (``run``)")
@@ -464,6 +465,9 @@ class _PSJob(ComputeJob):
 
         burst = self.burst
         msg_cpu = self.cpu_per_message
+        # ``cluster.message_cpu_at`` handover: a push's CPU is charged as its gradient is
+        # handed to the transport (``gradient_ready``), not as it reaches the link
+        push_cpu = 0.0 if self.cpu_at_handover else msg_cpu
         shared, message_work = self.shared, self.message_work
         cpu_debt, bwd_next = self.cpu_debt, self.bwd_next
         # ``cluster.pull_rendezvous``: per group, the servers whose sender waits for the
@@ -531,6 +535,9 @@ class _PSJob(ComputeJob):
 
         def gradient_ready(g: int, it: int, layer: int) -> None:
             nonlocal seq
+            if msg_cpu and not push_cpu and (busy[g] or bwd_next[g] >= 0):
+                # ``cluster.message_cpu_at`` handover: the layer's pushes' CPU, now
+                cpu_debt[g] += msg_cpu * n_parts[layer]
             if parts_left[g][it] is None:
                 group_state(g, it)
             assign = assign_of[it]
@@ -605,8 +612,8 @@ class _PSJob(ComputeJob):
                 end = now + link_s[task]
             else:
                 end = now + alpha + sizes[task] / (bw_worker * slow[it])
-            if msg_cpu and (busy[g] or bwd_next[g] >= 0):  # ``cluster.message_cpu_us``
-                cpu_debt[g] += msg_cpu
+            if push_cpu and (busy[g] or bwd_next[g] >= 0):  # ``cluster.message_cpu_us``
+                cpu_debt[g] += push_cpu
             if shared is not None:  # ``cluster.host_cpu_model``: its CPU on the shared cores
                 shared.add(message_work[task], group_size[g])
             # Cut-through: the server's NIC may start receiving now (enqueue, inlined).
@@ -672,8 +679,8 @@ class _PSJob(ComputeJob):
             size = sizes[task]
             duration = held_s(up, si, now, it, size, g, server)
             end = now + duration
-            if msg_cpu and (busy[g] or bwd_next[g] >= 0):  # ``cluster.message_cpu_us``
-                cpu_debt[g] += msg_cpu
+            if push_cpu and (busy[g] or bwd_next[g] >= 0):  # ``cluster.message_cpu_us``
+                cpu_debt[g] += push_cpu
             if shared is not None:  # ``cluster.host_cpu_model``: its CPU on the shared cores
                 shared.add(message_work[task], group_size[g])
             busy_s[server][it] += duration

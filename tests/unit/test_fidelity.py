@@ -1442,6 +1442,63 @@ def test_the_ps_twins_are_also_scored_with_the_host_s_cores_shared(monkeypatch, 
     assert "their cores busy a median 1.80 against the machine's 1.70" in text
 
 
+def test_the_ps_twins_are_also_scored_charging_a_push_s_cpu_as_it_is_handed_over(monkeypatch):
+    """``mape_with``'s ``handover``: the same real runs against PS twins that charge a push's
+    CPU as the backward hands it over (``cluster.message_cpu_at``), the rest of the twin as
+    the report's (the floor, the message CPU); with each run checked, also at each run's
+    speed; the text says how far their compute per step is from the real runs', beside the
+    report's twins'. The all-reduce rows keep their own twin in it."""
+    from types import SimpleNamespace
+
+    from runners.real import launch
+
+    network = [TESTBED["network"][0], {**TESTBED["network"][1], "ps": HOST_PS_POINT}]
+    testbed = {**TESTBED, "network": network, "comm_priority": "realtime",
+               "host": {"usable_cpus": 2}}  # fmt: skip
+    monkeypatch.setattr(fidelity, "load_testbed", lambda label: testbed)
+    monkeypatch.setattr(fidelity, "check_priority", lambda testbed: None)
+    monkeypatch.setattr(launch, "preflight", lambda spec: None)
+    monkeypatch.setattr(fidelity, "calibrated_step", lambda model, label: (0.010, 5))
+    monkeypatch.setattr(fidelity, "step_now_s", lambda *args: 0.012)  # 1.2 x the calibration's
+
+    def fake_run(spec, work):
+        metrics = {"iteration_time_s": 0.050, "iteration_time_median_s": 0.050,
+                   "compute_time_s": 0.010, "machine_busy_cores": 1.7}  # fmt: skip
+        return SimpleNamespace(metrics=metrics, units={}, network=SimpleNamespace(kind="shaped"))
+
+    twins = []
+
+    def fake_twin(real_spec, sim_spec):
+        c = sim_spec.cluster
+        twins.append((sim_spec.system, c.message_cpu_at, c.host_cpu_model, c.message_cpu_us))
+        handover = c.message_cpu_at == "handover"
+        t = (0.048 if handover else 0.040) * c.compute_scale
+        metrics = {"iteration_time_s": t, "compute_time_s": 0.012 if handover else 0.007}
+        if c.host_cores:
+            metrics["host_cpu_s"] = 1.8 * t
+        return SimpleNamespace(metrics=metrics)
+
+    monkeypatch.setattr(launch, "run", fake_run)
+    monkeypatch.setattr(fidelity, "_twin", fake_twin)
+    result = fidelity.fidelity(
+        "cpu", ("ps-default", "wfbp"), ("vgg16-debug",), (1.0,), 5, repeats=1, check_runs=True
+    )
+    assert ("ps-default", "handover", "floor", 400.0) in twins
+    assert not any(system == "wfbp" and at == "handover" for system, at, _, _ in twins)
+    ps, wfbp = result["configs"]
+    assert ps["sim_handover_s"] == 0.048 and "sim_handover_s" not in wfbp
+    assert ps["sim_handover_compute_s"] == 0.012
+    assert ps["sim_handover_run_checked_s"] == pytest.approx(0.048 * 1.2)
+    # ps-default 4 % off (48 against 50 ms), wfbp scored with its own twin (40 ms: 20 %)
+    assert result["mape_with"]["handover"] == pytest.approx(12.0)
+    # at each run's speed: 57.6 ms (15.2 %) and wfbp's run-checked twin, 48 ms (4 %)
+    assert result["mape_with"]["handover_run_checked"] == pytest.approx(9.6)
+    text = " ".join(fidelity.format_report(result).split())
+    assert "handover 12.0%, run_checked 9.6% (ps-default 4.0%)" in text
+    # the twins' compute: 12 ms against the real 10 (20 %); the report's twin's 7 ms (30 %)
+    assert "compute per step 20.0% off the real runs' (30.0% charging it as" in text
+
+
 def _run_of_40_ms(spec, work):
     """A fake real run (``launch.run``): 40 ms an iteration, 10 ms of it computing."""
     from types import SimpleNamespace

@@ -257,10 +257,11 @@ def test_the_collective_fields_reach_all_reduce_runs_and_are_dropped_elsewhere(b
 
 
 def test_the_message_cpu_reaches_ps_runs_and_is_dropped_elsewhere(browser):
-    """``message_cpu_us`` (PS arena): a PS experiment's runs get it; an all-reduce experiment
-    ignores it (a hidden part of the form), and so do ``jitter_groups``,
-    the rendezvous, ``server_agg_fixed_us`` and the host's fields."""
-    fields = {"cluster_message_cpu_us": "350", "cluster_jitter_groups": "2",
+    """``message_cpu_us`` and ``message_cpu_at`` (PS arena): a PS experiment's runs get them;
+    an all-reduce experiment ignores them (a hidden part of the form), and so do
+    ``jitter_groups``, the rendezvous, ``server_agg_fixed_us`` and the host's fields."""
+    fields = {"cluster_message_cpu_us": "350", "cluster_message_cpu_at": "handover",
+              "cluster_jitter_groups": "2",
               "cluster_pull_rendezvous": "on", "cluster_push_rendezvous": "on",
               "cluster_server_agg_fixed_us": "40",
               "cluster_host_cores": "2", "cluster_host_message_cpu_us": "550",
@@ -269,6 +270,7 @@ def test_the_message_cpu_reaches_ps_runs_and_is_dropped_elsewhere(browser):
     assert browser.post(reverse("experiment-new"), ps).status_code == 302
     cluster = Experiment.objects.get().runs.first().spec["cluster"]
     assert cluster["message_cpu_us"] == 350.0 and cluster["jitter_groups"] == 2
+    assert cluster["message_cpu_at"] == "handover"
     assert cluster["pull_rendezvous"] is True and cluster["server_agg_fixed_us"] == 40.0
     assert cluster["push_rendezvous"] is True
     assert (cluster["host_cores"], cluster["host_message_cpu_us"]) == (2, 550.0)
@@ -276,7 +278,7 @@ def test_the_message_cpu_reaches_ps_runs_and_is_dropped_elsewhere(browser):
     allreduce = {**FORM, **fields}
     assert browser.post(reverse("experiment-new"), allreduce).status_code == 302
     run = Experiment.objects.order_by("-pk").first().runs.first()
-    assert "message_cpu_us" not in run.spec["cluster"]
+    assert not {"message_cpu_us", "message_cpu_at"} & set(run.spec["cluster"])
     assert not {"pull_rendezvous", "push_rendezvous"} & set(run.spec["cluster"])
     assert "server_agg_fixed_us" not in run.spec["cluster"]
     assert not {"host_cores", "host_message_cpu_us", "host_cpu_ns_per_byte"} & set(

@@ -491,6 +491,57 @@ def test_each_message_takes_its_cpu_from_the_op_its_worker_computes_by_hand(cpu_
     assert backward_a == pytest.approx([0.020 + 2 * cpu_us * 1e-6] * len(backward_a), rel=1e-9)
 
 
+@pytest.mark.parametrize(("at", "charged"), [("transfer", ("b",)), ("handover", ("b", "a"))])
+def test_a_push_s_cpu_is_charged_as_it_is_handed_over_by_hand(at, charged):
+    """``message_cpu_at`` by hand. Three 1 MB layers a -> b -> c (forward 10 ms, backward 20
+    ms each), one worker, one PS, 0.16 Gbit/s (1 MB = 50 ms), no latency, 500 us a message.
+    Backward runs c, b, a (0-20, 20-40, 40-60 ms after it starts). c's push starts at once
+    (the link is idle) and takes its CPU from b's backward either way. b's gradient is handed
+    over at 40 ms, a computing, but its push waits for the link until 70 ms, the backward
+    over: ``transfer`` charges it nothing, ``handover`` charges it to a's backward. a's push
+    comes with the backward's end: nothing to charge."""
+    layers = (
+        LayerTimes("a", 0.010, 0.020, MB),
+        LayerTimes("b", 0.010, 0.020, MB, (0,)),
+        LayerTimes("c", 0.010, 0.020, MB, (1,)),
+    )
+    _, result = run_layers(
+        "tictac-tic",
+        layers,
+        workers=1,
+        ps=1,
+        servers=1,
+        bandwidth_gbps=0.16,
+        server_agg_gbps=80,
+        latency_us=0,
+        message_cpu_us=500,
+        message_cpu_at=at,
+        iterations=3,
+    )
+    for name in "abc":
+        backward = [e - s for _, r, op, n, s, e, _ in result.timeline
+                    if r == "compute" and op == "backward" and n == name]  # fmt: skip
+        cpu = 500e-6 if name in charged else 0.0
+        assert backward == pytest.approx([0.020 + cpu] * len(backward), rel=1e-9), name
+
+
+def test_the_push_cpu_s_moment_needs_the_cpu():
+    """``message_cpu_at`` other than its default needs ``message_cpu_us`` (nothing to charge
+    otherwise), and takes only its two values; left at its default, a PS spec's run key is
+    the one from before the field."""
+    with pytest.raises(SpecError, match="needs cluster.message_cpu_us") as err:
+        validate(raw_spec("ps-default", message_cpu_at="handover"))
+    assert err.value.field == "cluster.message_cpu_at"
+    with pytest.raises(SpecError, match="transfer or handover") as err:
+        validate(raw_spec("ps-default", message_cpu_us=5, message_cpu_at="never"))
+    assert err.value.field == "cluster.message_cpu_at"
+    with pytest.raises(SpecError, match="parameter-server arena only"):
+        validate(raw_spec("wfbp", message_cpu_us=5, message_cpu_at="handover"))
+    assert "message_cpu_at" not in validate(raw_spec("ps-default")).as_dict()["cluster"]
+    spec = validate(raw_spec("ps-default", message_cpu_us=5, message_cpu_at="handover"))
+    assert spec.cluster.message_cpu_at == "handover"
+
+
 @pytest.mark.parametrize(
     ("host", "iteration_ms"),
     [
