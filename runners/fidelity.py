@@ -42,10 +42,11 @@ all written to ``workloads/profiles/testbeds/<label>.json``.
 **fidelity** runs matched configurations (systems x models x bandwidths): each for real on the
 testbed, and in the simulator with the calibrated profile (``measured:<label>``, no compute
 jitter) and the fitted bandwidth, latency, overlap slow-down and split collectives' costs of
-that network (an all-reduce twin's slow-down integrated over each op's overlap with the
-collectives, ``cluster.overlap_model: integrated``; for a PS system: the PS arena's latency,
-slow-down, aggregation rate and message CPU, and pulls that hold a server's sender and a
-worker's receiver together, as the real transport's do), the ranks' measured step noise, on a
+that network (the slow-down integrated over each op's overlap with the collectives, for a
+PS system with the transfers on its worker's links, ``cluster.overlap_model: integrated``;
+for a PS system: the PS arena's latency, slow-down, aggregation rate and message CPU, and
+pulls that hold a server's sender and a worker's receiver together, as the real transport's
+do), the ranks' measured step noise, on a
 shaped network the shaper's token bucket,
 the plan the real run executed, and the real engine's negotiation of reordering plans. It
 reports per configuration both iteration times and the simulator's absolute percentage error, and
@@ -97,12 +98,16 @@ DEFAULT_BANDWIDTHS = (0.25, 1.0)
 # theirs. Horovod's own per cycle is measured where the calibration has it (``horovod`` of a
 # network: ``calibrate --horovod-only``); DDP's is not (0).
 OWN_FRAMEWORKS = ("ddp", "horovod")
-# The all-reduce twins' ``cluster.overlap_model``: the calibrated compute slow-down as a rate
-# while a collective overlaps an op (``runners.sim.engine``), not in full for every op that
-# starts during one. Chosen for its bound, not its score: on the shaped sets recorded on the
-# second machine the two models are within their noise, on the unshaped network ``start``
-# is several times off (``docs/fidelity-history.md``, 2026-11-24). ``fidelity`` scores
-# ``start`` as ``mape_without``'s ``overlap_model``.
+# The twins' ``cluster.overlap_model``: the calibrated compute slow-down as a rate while a
+# collective (PS arena: a transfer on the worker's links) overlaps an op
+# (``runners.sim.engine``), not in full for every op that starts during one. Chosen for its
+# bound, not its score: on the shaped sets recorded on the second machine the two models are
+# within their noise, on the unshaped network ``start`` is several times off
+# (``docs/fidelity-history.md``, 2026-11-24). The PS twins have it since 2026-11-29: the
+# probe's slow-down is measured beside pushes that never pause as well (on PS sets 15 and 17
+# it scored 9.0 and 8.4 % against ``start``'s 11.5 and 11.6, moving only the rows at 1
+# Gbit/s, where ``start`` charged 3.35 times an op's length). ``fidelity`` scores ``start``
+# as ``mape_without``'s ``overlap_model``.
 TWIN_OVERLAP_MODEL = "integrated"
 DEFAULT_SYSTEMS = ("wfbp", "ddp", "horovod", "bytescheduler", "pace", "dear", "delayed-allreduce")
 MAPE_TARGET_PCT = 10.0
@@ -284,7 +289,7 @@ _NETWORK_SLOWDOWNS = ("overlap_slowdown", "comm_slowdown", "ps")
 # Why an all-reduce slow-down on the unshaped network can be large on a quiet machine too.
 _UNSHAPED_NOTE = (
     "on an unshaped network the probe's collectives, which never pause, can take the cores "
-    "almost whole (the all-reduce twins charge it only while a collective overlaps an op: "
+    "almost whole (the twins charge it only while a collective overlaps an op: "
     "cluster.overlap_model integrated); or "
 )
 
@@ -1195,7 +1200,9 @@ def matched_specs(
     one, as the PS simulator has one latency and the PS transport is not the all-reduce
     engine; slow-down, aggregation rate and message CPU; the ranks' step noise as the
     all-reduce twins; and ``cluster.pull_rendezvous`` and ``push_rendezvous``, the real
-    transport's pulls and pushes, each holding its sender and its receiver), and both twins
+    transport's pulls and pushes, each holding its sender and its receiver; the slow-down
+    integrated over each op's overlap with its worker's transfers, ``cluster.overlap_model``:
+    ``TWIN_OVERLAP_MODEL``), and both twins
     as many
     server processes and machines as the probe had. On a shaped network, both arenas' twins
     have the NICs' token bucket (``cluster.link_burst_bytes``: the depth
@@ -1299,6 +1306,9 @@ def matched_specs(
         # the real transport's pulls and pushes: a sender and a receiver held together
         sim["cluster"]["pull_rendezvous"] = True
         sim["cluster"]["push_rendezvous"] = True
+        # the probe's slow-down is against pushes that never pause: an op pays it only while
+        # a transfer on its worker's links overlaps it (``TWIN_OVERLAP_MODEL``)
+        sim["cluster"]["overlap_model"] = TWIN_OVERLAP_MODEL
         _step_jitter(sim, _profile(model, label))
     else:
         sim["cluster"].update(

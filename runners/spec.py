@@ -185,16 +185,17 @@ class CommCluster:
     without); ``fidelity`` leaves it out of the ``horovod`` twin and scores the same real
     runs with it apart (``mape_with``). A reconstruction, labelled as such.
 
-    ``overlap_model`` (all-reduce arena): how ``overlap_slowdown`` and
-    ``background_slowdown`` lengthen a compute op. ``start`` (the default): by the slow-down
+    ``overlap_model``: how ``overlap_slowdown`` (and the all-reduce arena's
+    ``background_slowdown``) lengthen a compute op. ``start`` (the default): by the slow-down
     of the network's state when the op starts, for its whole length. ``integrated``: as rates
     over the op's span, re-timed when the network turns busy or idle, so the extra time
     ``overlap_slowdown`` gives an op is at most ``overlap_slowdown / (1 + overlap_slowdown)``
-    of the time a collective overlaps it (``runners.sim.engine``). The slow-down is measured
-    beside collectives that never pause, which on an unshaped network take the cores almost
-    whole; ``start`` charges that in full to every op that starts during a short collective.
-    ``fidelity``'s all-reduce twins use ``integrated`` and score ``start`` apart. A
-    reconstruction, labelled as such.
+    of the time a collective overlaps it (``runners.sim.engine``; PS arena: the time a push or
+    pull on its worker's uplink or downlink overlaps it, a rendezvous sender waiting for its
+    receiver not counted). The slow-down is measured beside collectives (pushes) that never
+    pause, which on an unshaped network take the cores almost whole; ``start`` charges that
+    in full to every op that starts during a short one. ``fidelity``'s twins use
+    ``integrated`` and score ``start`` apart. A reconstruction, labelled as such.
 
     ``message_cpu_us`` (PS arena): the CPU time each message a worker's NIC carries (a push
     it sends, a pull it receives) takes from the compute op its worker runs when the message
@@ -308,7 +309,7 @@ class CommCluster:
     optimizer_update: bool = False  # all-reduce arena: a measured profile's update times
     step_jitter_cv: float = 0.0  # per-worker, per-step compute noise
     background_slowdown: float = 0.0  # all-reduce arena: a framework's background work
-    overlap_model: str = "start"  # all-reduce arena: slow-downs at op start or integrated
+    overlap_model: str = "start"  # slow-downs at op start or integrated over the op
     compute_scale: float = 1.0  # every compute op's time over its profile's
     stragglers: tuple[Straggler, ...] = ()
     ps: int = 4
@@ -445,7 +446,6 @@ ALLREDUCE_ONLY_FIELDS = (
     "negotiation_cpu_us",
     "optimizer_update",
     "background_slowdown",
-    "overlap_model",
 )
 
 # Cluster fields the PS arena alone uses (other arenas refuse them unless default; the ``ps`` /

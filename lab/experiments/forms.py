@@ -62,6 +62,7 @@ CLUSTER_KEYS = (
     "compute_jitter_cv",
     "compute_scale",
     "overlap_slowdown",
+    "overlap_model",
     "step_jitter_cv",
     "stragglers",
     "link_burst_bytes",
@@ -320,7 +321,8 @@ class ExperimentForm(_ClusterArenaFields):
         choices=[(model, _OVERLAP_LABELS[model]) for model in run_spec.OVERLAP_MODELS],
         initial=_DEFAULTS.overlap_model,
         help_text="integrated: an op pays a slow-down only for the part of it a collective "
-        "overlaps (bounded however large the slow-down; python -m runners fidelity uses it)",
+        "(PS arena: a push or pull on its worker's links) overlaps (bounded however large the "
+        "slow-down; python -m runners fidelity uses it)",
     )
     cluster_ps = forms.IntegerField(label="parameter servers", required=False, initial=_DEFAULTS.ps)
     cluster_servers = forms.IntegerField(

@@ -32,7 +32,8 @@ Modelling choices (written down, labelled in reports):
   framework's loop that wakes every cycle and negotiates while it has nothing to send, as
   Horovod's does; while a collective runs, the loop is busy with it and its cost is the
   cycle's, ``negotiation_cpu_s``; a reconstruction, labelled as such);
-* ``overlap_integrated`` (all-reduce arena's ``cluster.overlap_model: integrated``): the two
+* ``overlap_integrated`` (``cluster.overlap_model: integrated``; the PS arena has
+  ``overlap_slowdown`` alone, over its workers' transfers, ``runners.sim.ps``): the two
   slow-downs above are rates instead, integrated over the op's span: an op progresses at
   ``1 / (1 + gamma)`` of its speed while its group's network is busy and ``1 / (1 +
   background_slowdown)`` while it is idle, re-timed whenever the network turns busy or idle
@@ -129,7 +130,7 @@ class ComputeSetup:
     step_jitter_cv: float = 0.0
     # All-reduce arena: how much longer an op takes that starts while the network is idle.
     background_slowdown: float = 0.0
-    # All-reduce arena (``cluster.overlap_model: integrated``): the two slow-downs are rates
+    # ``cluster.overlap_model: integrated``: the two slow-downs are rates
     # over the op's span (re-timed as the network turns busy or idle), not fixed at its start.
     overlap_integrated: bool = False
 

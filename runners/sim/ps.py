@@ -30,7 +30,13 @@ rate. With ``cluster.message_cpu_us``, each push a worker group's uplink starts 
 its downlink starts takes that much CPU time from the op the group computes then (it ends
 that much later; ``ComputeJob``'s CPU debt, as the all-reduce arena's ``collective_cpu_us``):
 the PS transport's threads ahead of the compute on shared cores, as on our CPU testbed (a
-reconstruction, labelled as such). With ``cluster.pull_rendezvous`` (the lab's real PS
+reconstruction, labelled as such; ``cluster.message_cpu_at`` ``handover`` charges a push's
+as the backward hands its gradient over instead, link free or not). With
+``cluster.overlap_model`` ``integrated``, ``cluster.overlap_slowdown`` is a rate: a group's
+op runs at ``1 / (1 + overlap_slowdown)`` of its speed while a push or pull runs on its
+worker's uplink or downlink (a rendezvous sender waiting for its receiver is not running),
+re-timed as they turn busy or idle (``runners.sim.engine``); ``start`` (the default) fixes
+it when the op starts. With ``cluster.pull_rendezvous`` (the lab's real PS
 transport: gloo sends meet their receives), a pull goes from one server's sender to one
 worker's receiver at a time, both held for the longer of their NICs' times; a sender whose
 worker's receiver is busy waits, with the pulls behind it, and a receiver takes the waiting
@@ -190,6 +196,10 @@ def simulate(
 
 
 class _PSJob(ComputeJob):
+    # ``cluster.overlap_model: integrated``: the job re-times the running ops as its workers'
+    # links turn busy or idle (``_link_rate``)
+    reports_network_changes = True
+
     def __init__(
         self,
         setup: ComputeSetup,
@@ -323,8 +333,21 @@ class _PSJob(ComputeJob):
             self.compute_watch = self.shared.changed
             self._rate = self.shared.rate  # type: ignore[method-assign]
             self._bind_compute()
+        # ``cluster.overlap_model: integrated`` (with ``overlap_slowdown``): per group, when
+        # the last transfer on its worker's links started so far ends (``_link_rate``)
+        self.link_end = [0.0] * self.n_groups
+        if self.integrated and self.shared is None:
+            self._rate = self._link_rate  # type: ignore[method-assign]
+            self._bind_compute()
         self._evq, self._evseq = self.loop.raw()
         self._bind()
+
+    def _link_rate(self, g: int) -> float:
+        """(``cluster.overlap_model: integrated``.) Group ``g``'s compute speed now: ``1 / (1 +
+        overlap_slowdown)`` while a transfer runs on its worker's uplink or downlink, else
+        its full speed. A transfer that runs: a push or pull between its start and its end; a
+        rendezvous sender waiting for its receiver is not one."""
+        return 1.0 / (1.0 + self.gamma) if self.link_end[g] > self.loop.now else 1.0
 
     def _host_work(self) -> list[float]:
         """``cluster.host_cores``: per iteration, the host's CPU work: every worker's compute
@@ -476,6 +499,18 @@ class _PSJob(ComputeJob):
         offers: list[deque[tuple[_Station, int, int, int]]] = [deque() for _ in range(n_groups)]
         push_rendezvous, push_offers = self.push_rendezvous, self.push_offers
 
+        # ``cluster.overlap_model: integrated``: the running ops re-timed as links turn busy
+        watch_links = self.integrated and self.shared is None
+        link_end, network_changed = self.link_end, self.network_changed
+
+        def link_busy(g: int, now: float, end: float) -> None:
+            """(``watch_links``.) A transfer on group ``g``'s links from ``now`` to ``end``."""
+            if end > link_end[g]:
+                if link_end[g] <= now:  # the links turn busy
+                    network_changed()
+                link_end[g] = end
+                heappush(evq, (end, next(evseq), network_changed, ()))
+
         def bucket(st: _Station, now: float, nbytes: float, rate: float, latency: float) -> float:
             """``cluster.link_burst_bytes``: how long ``nbytes`` take on NIC ``st`` from
             ``now`` through its token bucket (filled at ``rate`` up to ``burst`` while the
@@ -616,6 +651,8 @@ class _PSJob(ComputeJob):
                 cpu_debt[g] += push_cpu
             if shared is not None:  # ``cluster.host_cpu_model``: its CPU on the shared cores
                 shared.add(message_work[task], group_size[g])
+            if watch_links:  # ``cluster.overlap_model: integrated``
+                link_busy(g, now, end)
             # Cut-through: the server's NIC may start receiving now (enqueue, inlined).
             si = s_in[server]
             if si.pending or si.free_at > now:
@@ -683,6 +720,8 @@ class _PSJob(ComputeJob):
                 cpu_debt[g] += push_cpu
             if shared is not None:  # ``cluster.host_cpu_model``: its CPU on the shared cores
                 shared.add(message_work[task], group_size[g])
+            if watch_links:  # ``cluster.overlap_model: integrated``
+                link_busy(g, now, end)
             busy_s[server][it] += duration
             if g == 0:
                 comm_up[it] += duration
@@ -721,6 +760,8 @@ class _PSJob(ComputeJob):
                 shared.add(message_work[task], group_size[g])
             if end < min_end:
                 end = min_end
+            if watch_links:  # ``cluster.overlap_model: integrated``
+                link_busy(g, now, end)
             if g == 0:
                 comm_down[it] += end - now
             if recorded[it]:
@@ -870,6 +911,8 @@ class _PSJob(ComputeJob):
                 cpu_debt[g] += msg_cpu
             if shared is not None:  # ``cluster.host_cpu_model``: its CPU on the shared cores
                 shared.add(message_work[task], group_size[g])
+            if watch_links:  # ``cluster.overlap_model: integrated``
+                link_busy(g, now, end)
             busy_s[server][it] += duration
             if g == 0:
                 comm_down[it] += duration

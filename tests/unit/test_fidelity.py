@@ -288,7 +288,7 @@ def test_a_ps_system_s_twins_get_the_ps_arena_s_measurements(monkeypatch):
     real_spec, sim_spec = validate(real), validate(sim)
     assert sim_spec.arena == "ps" and not sim_spec.cluster.cpu_collectives
     assert sim_spec.cluster.reduce_scatter_cost == 0.5
-    assert "overlap_model" not in sim["cluster"] and sim_spec.cluster.overlap_model == "start"
+    assert sim_spec.cluster.overlap_model == "integrated"  # ``TWIN_OVERLAP_MODEL``
     c = sim_spec.cluster
     assert (c.latency_us, c.overlap_slowdown, c.server_agg_gbps) == (3500.0, 0.8, 38.0)
     assert c.bandwidth_gbps == 0.94  # the network's fit, as for every system
@@ -1508,13 +1508,14 @@ def _run_of_40_ms(spec, work):
     return SimpleNamespace(metrics=metrics, network=SimpleNamespace(kind="shaped"))
 
 
-def test_the_all_reduce_twins_integrate_the_slow_down():
-    """``matched_specs``: an all-reduce twin, the lab's engine's or a framework's own, gets
-    ``overlap_model: integrated`` (``TWIN_OVERLAP_MODEL``); a PS twin keeps the default
-    (``test_a_ps_system_s_twins_get_the_ps_arena_s_measurements``)."""
+def test_the_twins_integrate_the_slow_down():
+    """``matched_specs``: an all-reduce twin, the lab's engine's or a framework's own, and a
+    PS twin get ``overlap_model: integrated`` (``TWIN_OVERLAP_MODEL``)."""
     assert fidelity.TWIN_OVERLAP_MODEL == "integrated"
-    for system in ("wfbp", "horovod", "ddp", "dear"):
-        _, sim = fidelity.matched_specs(system, "vgg16-debug", 1.0, TESTBED)
+    measured = json.loads(json.dumps(TESTBED))
+    measured["network"][1]["ps"] = PS_POINT
+    for system in ("wfbp", "horovod", "ddp", "dear", "ps-default", "p3"):
+        _, sim = fidelity.matched_specs(system, "vgg16-debug", 1.0, measured)
         assert validate(sim).cluster.overlap_model == "integrated", system
 
 

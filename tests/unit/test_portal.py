@@ -252,6 +252,7 @@ def test_the_collective_fields_reach_all_reduce_runs_and_are_dropped_elsewhere(b
     assert "busy_latency_us" not in run.spec["cluster"] and "negotiation" not in run.spec["cluster"]
     assert run.spec["cluster"]["step_jitter_cv"] == 0.03, "both arenas' (a PS round waits too)"
     assert run.spec["cluster"]["compute_scale"] == 1.3, "both arenas'"
+    assert run.spec["cluster"]["overlap_model"] == "integrated", "both arenas'"
     # the shaper's bucket applies to the PS arena's NICs as well
     assert run.spec["cluster"]["link_burst_bytes"] == 262144
 

@@ -491,6 +491,44 @@ def test_each_message_takes_its_cpu_from_the_op_its_worker_computes_by_hand(cpu_
     assert backward_a == pytest.approx([0.020 + 2 * cpu_us * 1e-6] * len(backward_a), rel=1e-9)
 
 
+@pytest.mark.parametrize(
+    ("model", "iteration_ms", "backward_a_ms"), [("start", 83.0, 40.0), ("integrated", 64.0, 21.0)]
+)
+def test_the_slow_down_integrated_over_the_worker_s_transfers_by_hand(
+    model, iteration_ms, backward_a_ms
+):
+    """``overlap_model`` in the PS arena by hand, on the two 1 MB layers of the message CPU's
+    test (forward 10 ms, backward 20 each, 1 MB = 1 ms on a link, aggregation 1 ms), with an
+    ``overlap_slowdown`` of 1. b's push starts as a's backward does (20-21 ms after the
+    backward's start) and b's pull comes back 22-23 ms. ``start``: a's backward starts with
+    the uplink busy, so it takes twice its 20 ms. ``integrated``: it runs at half speed while
+    the push and the pull run, 2 ms, losing 1 ms. The forward ops find the links idle. The
+    iteration: 20 + 20 + a's backward + a's push, aggregation and pull (3 ms)."""
+    layers = (LayerTimes("a", 0.010, 0.020, MB), LayerTimes("b", 0.010, 0.020, MB, (0,)))
+    _, result = run_layers(
+        "tictac-tic",
+        layers,
+        workers=1,
+        ps=1,
+        servers=1,
+        bandwidth_gbps=8,
+        server_agg_gbps=8,
+        latency_us=0,
+        overlap_slowdown=1.0,
+        overlap_model=model,
+        iterations=4,
+    )
+    times = [r["iteration_time_s"] for r in result.series]
+    assert times == pytest.approx([iteration_ms / 1e3] * len(times), rel=1e-9)
+    ops = defaultdict(list)
+    for _, r, op, name, s, e, _ in result.timeline:
+        if r == "compute":
+            ops[op, name].append(e - s)
+    expected = {("backward", "a"): backward_a_ms / 1e3, ("backward", "b"): 0.020}
+    for key, durations in ops.items():
+        assert durations == pytest.approx([expected.get(key, 0.010)] * len(durations)), key
+
+
 @pytest.mark.parametrize(("at", "charged"), [("transfer", ("b",)), ("handover", ("b", "a"))])
 def test_a_push_s_cpu_is_charged_as_it_is_handed_over_by_hand(at, charged):
     """``message_cpu_at`` by hand. Three 1 MB layers a -> b -> c (forward 10 ms, backward 20

@@ -519,7 +519,7 @@ def test_integrated_slow_downs_charge_an_op_only_while_a_collective_overlaps_it(
     assert collectives(busy) == pytest.approx([0.0018, 0.0018, 0.001], rel=1e-9)
     assert ops(busy, "backward") == pytest.approx([0.002] + [0.002 + 0.0009] * 2, rel=1e-9)
     assert "overlap_model" not in validate(raw_spec("wfbp")).as_dict()["cluster"]
-    for system, value in (("wfbp", "rate"), ("wfbp", ""), ("ps-default", "integrated")):
+    for system, value in (("wfbp", "rate"), ("wfbp", ""), ("ps-default", "rate")):
         with pytest.raises(SpecError) as err:
             validate(raw_spec(system, overlap_model=value))
         assert err.value.field == "cluster.overlap_model", (system, value)
