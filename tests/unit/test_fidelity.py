@@ -1378,6 +1378,22 @@ HOST_PS_POINT = {  # a PS point with the host's CPU per message
 }
 
 
+def _host_ps_set(monkeypatch, priority: str) -> None:
+    """A set on a calibration whose PS point has the host's CPU per message (its threads at
+    ``priority``), each model's step 1.2 times the calibration's at every check; the real runs
+    and twins are the test's own fakes."""
+    from runners.real import launch
+
+    network = [TESTBED["network"][0], {**TESTBED["network"][1], "ps": HOST_PS_POINT}]
+    testbed = {**TESTBED, "network": network, "comm_priority": priority,
+               "host": {"usable_cpus": 2}}  # fmt: skip
+    monkeypatch.setattr(fidelity, "load_testbed", lambda label: testbed)
+    monkeypatch.setattr(fidelity, "check_priority", lambda testbed: None)
+    monkeypatch.setattr(launch, "preflight", lambda spec: None)
+    monkeypatch.setattr(fidelity, "calibrated_step", lambda model, label: (0.010, 5))
+    monkeypatch.setattr(fidelity, "step_now_s", lambda *args: 0.012)  # 1.2 x the calibration's
+
+
 @pytest.mark.parametrize(
     ("priority", "model"), [("realtime", "messages-first"), ("normal", "fair")]
 )
@@ -1391,14 +1407,7 @@ def test_the_ps_twins_are_also_scored_with_the_host_s_cores_shared(monkeypatch, 
 
     from runners.real import launch
 
-    network = [TESTBED["network"][0], {**TESTBED["network"][1], "ps": HOST_PS_POINT}]
-    testbed = {**TESTBED, "network": network, "comm_priority": priority,
-               "host": {"usable_cpus": 2}}  # fmt: skip
-    monkeypatch.setattr(fidelity, "load_testbed", lambda label: testbed)
-    monkeypatch.setattr(fidelity, "check_priority", lambda testbed: None)
-    monkeypatch.setattr(launch, "preflight", lambda spec: None)
-    monkeypatch.setattr(fidelity, "calibrated_step", lambda model, label: (0.010, 5))
-    monkeypatch.setattr(fidelity, "step_now_s", lambda *args: 0.012)  # 1.2 x the calibration's
+    _host_ps_set(monkeypatch, priority)
 
     def fake_run(spec, work):
         metrics = {"iteration_time_s": 0.050, "iteration_time_median_s": 0.050,
@@ -1452,14 +1461,7 @@ def test_the_ps_twins_are_also_scored_charging_a_push_s_cpu_as_it_is_handed_over
 
     from runners.real import launch
 
-    network = [TESTBED["network"][0], {**TESTBED["network"][1], "ps": HOST_PS_POINT}]
-    testbed = {**TESTBED, "network": network, "comm_priority": "realtime",
-               "host": {"usable_cpus": 2}}  # fmt: skip
-    monkeypatch.setattr(fidelity, "load_testbed", lambda label: testbed)
-    monkeypatch.setattr(fidelity, "check_priority", lambda testbed: None)
-    monkeypatch.setattr(launch, "preflight", lambda spec: None)
-    monkeypatch.setattr(fidelity, "calibrated_step", lambda model, label: (0.010, 5))
-    monkeypatch.setattr(fidelity, "step_now_s", lambda *args: 0.012)  # 1.2 x the calibration's
+    _host_ps_set(monkeypatch, "realtime")
 
     def fake_run(spec, work):
         metrics = {"iteration_time_s": 0.050, "iteration_time_median_s": 0.050,
