@@ -1200,7 +1200,8 @@ def matched_specs(
     one, as the PS simulator has one latency and the PS transport is not the all-reduce
     engine; slow-down, aggregation rate and message CPU; the ranks' step noise as the
     all-reduce twins; and ``cluster.pull_rendezvous`` and ``push_rendezvous``, the real
-    transport's pulls and pushes, each holding its sender and its receiver; the slow-down
+    transport's pulls and pushes, each holding its sender and its receiver, a push's sender
+    free once its bytes are handed over, ``cluster.push_buffered``; the slow-down
     integrated over each op's overlap with its worker's transfers, ``cluster.overlap_model``:
     ``TWIN_OVERLAP_MODEL``), and both twins
     as many
@@ -1306,6 +1307,8 @@ def matched_specs(
         # the real transport's pulls and pushes: a sender and a receiver held together
         sim["cluster"]["pull_rendezvous"] = True
         sim["cluster"]["push_rendezvous"] = True
+        # ... a push's sender free once its bytes are handed over (a gloo send on TCP)
+        sim["cluster"]["push_buffered"] = True
         # the probe's slow-down is against pushes that never pause: an op pays it only while
         # a transfer on its worker's links overlaps it (``TWIN_OVERLAP_MODEL``)
         sim["cluster"]["overlap_model"] = TWIN_OVERLAP_MODEL
@@ -1869,6 +1872,7 @@ ABLATIONS = (
     "message_cpu_us",
     "pull_rendezvous",
     "push_rendezvous",
+    "push_buffered",
     "server_agg_fixed_us",
     "host_cores",
 )

@@ -240,6 +240,16 @@ class CommCluster:
     reconstruction, labelled as such: the transfer takes the longer of the two NICs' times
     (each through its token bucket), as a rendezvous pull.
 
+    ``push_buffered`` (PS arena, with ``push_rendezvous``): a push's sender is free again
+    once the push is handed over (after the latency), as a gloo ``send`` on TCP returns once
+    its bytes are in the socket; the worker's NIC sends the bytes behind those handed to it
+    before, first in, first out, and the server's receiver is held until they are through.
+    The sender then takes its next push at once, so pushes leave about in the order the
+    backward hands them over, whatever the plan's push order. False (the default): the
+    sender is held until the bytes are through. A reconstruction, labelled as such: the
+    socket's buffer is taken as unbounded (Linux's ``tcp_wmem`` allows 4 MiB; a push is at
+    most a layer's gradient).
+
     ``server_agg_fixed_us`` (PS arena): a fixed CPU time of every aggregation a server runs
     (a key's round in ``sync`` and ``sync-round``, a push in ``async``), besides the bytes'
     ``n * S / server_agg_gbps``: the Python and operator overheads of handling the message
@@ -323,6 +333,7 @@ class CommCluster:
     message_cpu_at: str = "transfer"  # PS arena: when a push's message_cpu_us is charged
     pull_rendezvous: bool = False  # PS arena: a pull holds a server's sender and a receiver
     push_rendezvous: bool = False  # PS arena: a push holds a worker's sender and a receiver
+    push_buffered: bool = False  # PS arena: a rendezvous push frees its sender once handed over
     host_cores: int = 0  # PS arena: the cores every process shares (0: a machine each)
     host_message_cpu_us: float = 0.0  # PS arena: host CPU per message besides its bytes'
     host_cpu_ns_per_byte: float = 0.0  # PS arena: host CPU per byte of a message
@@ -456,6 +467,7 @@ PS_ONLY_FIELDS = (
     "message_cpu_at",
     "pull_rendezvous",
     "push_rendezvous",
+    "push_buffered",
     "server_agg_fixed_us",
     "host_cores",
     "host_message_cpu_us",
@@ -478,6 +490,7 @@ _OMITTED_AT_DEFAULT = {
     "message_cpu_at": CommCluster.message_cpu_at,
     "pull_rendezvous": CommCluster.pull_rendezvous,
     "push_rendezvous": CommCluster.push_rendezvous,
+    "push_buffered": CommCluster.push_buffered,
     "server_agg_fixed_us": CommCluster.server_agg_fixed_us,
     "host_cores": CommCluster.host_cores,
     "host_message_cpu_us": CommCluster.host_message_cpu_us,
@@ -718,6 +731,13 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         "true or false (PS arena: a pull holds its server's sender and its worker's receiver "
         "together, one at a time on each, as the lab's real gloo transport; false: buffered "
         "sends, a server's pull goes to every worker at once)",
+    ),
+    "push_buffered": (
+        bool,
+        lambda v: True,
+        "true or false (PS arena, with cluster.push_rendezvous: a push's sender is free once "
+        "its bytes are handed to its NIC, which sends them behind those before them; false: "
+        "held until they are through)",
     ),
     "push_rendezvous": (
         bool,
@@ -988,6 +1008,12 @@ def _cluster(raw: Any) -> CommCluster:
                     "needs cluster.host_cores (the host's cores the CPU time is spread over; "
                     f"0 = every process on a machine of its own, no host CPU) (got {raw[key]!r})",
                 )
+    if values.get("push_buffered") and not values.get("push_rendezvous"):
+        raise SpecError(
+            "cluster.push_buffered",
+            "needs cluster.push_rendezvous (without it a worker's uplink already sends on while "
+            "the server's NIC queues the push)",
+        )
     at = values.get("message_cpu_at", CommCluster.message_cpu_at)
     if at != CommCluster.message_cpu_at and not values.get("message_cpu_us"):
         raise SpecError(

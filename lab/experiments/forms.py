@@ -78,6 +78,7 @@ CLUSTER_KEYS = (
     "message_cpu_at",
     "pull_rendezvous",
     "push_rendezvous",
+    "push_buffered",
     "host_cores",
     "host_message_cpu_us",
     "host_cpu_ns_per_byte",
@@ -394,6 +395,14 @@ class ExperimentForm(_ClusterArenaFields):
         help_text="a push holds its worker's sender and its server's receiver together, one at "
         "a time on each, as the lab's real gloo transport (unticked: cut-through, the worker "
         "sends on while the server's NIC queues the push)",
+    )
+    cluster_push_buffered = forms.BooleanField(
+        label="pushes handed over",
+        required=False,
+        initial=_DEFAULTS.push_buffered,
+        help_text="with pushes meeting their receiver: a worker's sender is free once a push's "
+        "bytes are handed to its NIC, which sends them first in, first out (a gloo send on "
+        "TCP; unticked: the sender is held until they are through)",
     )
     cluster_host_cores = forms.IntegerField(
         label="host cores",

@@ -97,7 +97,7 @@ class _Station:
     task, since with consecutive sequence numbers nothing can sort between them."""
 
     __slots__ = ("begin", "fifo", "free_at", "name", "pending", "queue", "server", "tokens",
-                 "tokens_at")  # fmt: skip
+                 "tokens_at", "wire_free")  # fmt: skip
 
     def __init__(self, name: str, fifo: bool, server: int = -1) -> None:
         self.name = name
@@ -109,6 +109,8 @@ class _Station:
         # A NIC's token bucket (``cluster.link_burst_bytes``): bytes it held at ``tokens_at``.
         self.tokens = 0.0
         self.tokens_at = 0.0
+        # ``cluster.push_buffered``: when the bytes handed to this uplink so far are through
+        self.wire_free = 0.0
         # Set by ``_PSJob._bind``: ``begin(st, item)`` starts ``item`` on this idle station;
         # ``begin(st)``, the event at ``free_at``, serves the queue.
         self.begin: Callable[..., None] = _unbound
@@ -230,6 +232,7 @@ class _PSJob(ComputeJob):
         if self.rendezvous and any(g.count != 1 for g in setup.groups):
             raise ValueError("cluster.pull_rendezvous needs one worker per group (``run``)")
         self.push_rendezvous = c.push_rendezvous
+        self.push_buffered = c.push_buffered
         if self.push_rendezvous and any(g.count != 1 for g in setup.groups):
             raise ValueError("cluster.push_rendezvous needs one worker per group (``run``)")
         # ``cluster.push_rendezvous``: per server, the workers' senders waiting for its
@@ -365,7 +368,8 @@ class _PSJob(ComputeJob):
         if it:
             # The first gradient of ``it``: every push of ``it - 1`` has left the uplink (the
             # forward of ``it`` needed their pulls), and nothing else has used it since.
-            self.push_done[g][it - 1] = self.uplink[g].free_at
+            up = self.uplink[g]
+            self.push_done[g][it - 1] = max(up.free_at, up.wire_free)
         self.parts_left[g][it] = list(self.n_parts)
         self.layers_left[g][it] = self.n_layers - len(self.keyless)
         for layer in self.keyless:
@@ -498,6 +502,7 @@ class _PSJob(ComputeJob):
         rendezvous = self.rendezvous
         offers: list[deque[tuple[_Station, int, int, int]]] = [deque() for _ in range(n_groups)]
         push_rendezvous, push_offers = self.push_rendezvous, self.push_offers
+        push_buffered = self.push_buffered
 
         # ``cluster.overlap_model: integrated``: the running ops re-timed as links turn busy
         watch_links = self.integrated and self.shared is None
@@ -709,13 +714,38 @@ class _PSJob(ComputeJob):
                 si.pending = True
                 heappush(evq, (si.free_at, next(evseq), begin_in, (si,)))
 
+        def buffered_s(up: _Station, si: _Station, now: float, it: int, size: int, g: int,
+                       server: int) -> tuple[float, float]:  # fmt: skip
+            """(``cluster.push_buffered``.) A rendezvous push whose bytes the worker's NIC
+            takes behind those handed to it before: when its bytes are through (the later of
+            the worker's NIC, from when it is free of them, and the server's, from now, each
+            through its token bucket) and when the sender is free again (after the latency)."""
+            slow = link_slow[g]
+            rate = bw_worker if slow is None or it >= len(slow) else bw_worker * slow[it]
+            start = up.wire_free if up.wire_free > now else now
+            latency = now + alpha - start if now + alpha > start else 0.0
+            if burst:
+                wire = start + bucket(up, start, size, rate, latency)
+                end = now + bucket(si, now, size, server_bw[server][it], 0.0)
+            else:
+                wire = start + latency + size / rate
+                end = now + size / server_bw[server][it]
+            end = wire if wire > end else end
+            up.wire_free = end
+            return end, now + alpha
+
         def start_push(up: _Station, si: _Station, it: int, task: int, g: int, server: int):
             """A rendezvous push: the worker's sender and the server's receiver both held for
-            the longer of the two NICs' times (each through its token bucket)."""
+            the longer of the two NICs' times (each through its token bucket); with
+            ``cluster.push_buffered`` the sender only until its bytes are handed over."""
             now = loop.now
             size = sizes[task]
-            duration = held_s(up, si, now, it, size, g, server)
-            end = now + duration
+            if push_buffered:
+                end, freed = buffered_s(up, si, now, it, size, g, server)
+                duration = end - now
+            else:
+                duration = held_s(up, si, now, it, size, g, server)
+                end = freed = now + duration
             if push_cpu and (busy[g] or bwd_next[g] >= 0):  # ``cluster.message_cpu_us``
                 cpu_debt[g] += push_cpu
             if shared is not None:  # ``cluster.host_cpu_model``: its CPU on the shared cores
@@ -728,9 +758,9 @@ class _PSJob(ComputeJob):
             if recorded[it]:
                 timeline.append((it, up.name, "push", labels[task], now, end, size))
                 timeline.append((it, si.name, "push", labels[task], now, end, size))
-            up.free_at = si.free_at = end
+            up.free_at, si.free_at = freed, end
             up.pending = si.pending = True
-            heappush(evq, (end, next(evseq), begin_up, (up,)))  # its next push, if any
+            heappush(evq, (freed, next(evseq), begin_up, (up,)))  # its next push, if any
             heappush(evq, (end, next(evseq), arrived_end, (si, it, task, g, server)))
 
         def begin_down(

@@ -491,6 +491,43 @@ def test_each_message_takes_its_cpu_from_the_op_its_worker_computes_by_hand(cpu_
     assert backward_a == pytest.approx([0.020 + 2 * cpu_us * 1e-6] * len(backward_a), rel=1e-9)
 
 
+def test_a_handed_over_push_frees_its_sender_and_its_bytes_queue_on_the_nic():
+    """``push_buffered`` by hand. Four 1 MB layers a -> b -> c -> d (forward 10 ms, backward
+    1 ms each), one worker, one PS, 0.8 Gbit/s (1 MB = 10 ms), no latency, rendezvous pushes,
+    ps-default's random push order. The backward hands d's push over at 31 ms, c's at 32, b's
+    and a's at 33 and 34. Held until its bytes are through (the default), the sender is busy
+    with d until 41 and then takes c, b and a in the drawn order. Handed over, the sender is
+    free at once and takes c as it comes; c then waits for the server's receiver, held until
+    d's bytes are through, and b and a queue behind it in the drawn order: every iteration
+    pushes d, then c. Either way the NIC sends one push at a time, 10 ms each."""
+    layers = tuple(
+        LayerTimes(name, 0.010, 0.001, MB, (i - 1,) if i else ()) for i, name in enumerate("abcd")
+    )
+    orders = {}
+    for buffered in (False, True):
+        _, result = run_layers(
+            "ps-default", layers, workers=1, ps=1, servers=1, bandwidth_gbps=0.8,
+            server_agg_gbps=80, latency_us=0, push_rendezvous=True, push_buffered=buffered,
+            iterations=6, params={"bigarray_bound_elems": 10**9},
+        )  # fmt: skip
+        pushes = defaultdict(list)
+        for it, r, op, name, start, end, _ in result.timeline:
+            if r == "uplink" and op == "push":
+                pushes[it].append((start, end, name))
+        for it, spans in pushes.items():
+            spans.sort()
+            starts = [start for start, _, _ in spans]
+            assert [end - start for start, end, _ in spans] == pytest.approx([0.010] * 4)
+            assert starts == pytest.approx([starts[0] + 0.010 * k for k in range(4)]), it
+        orders[buffered] = ["".join(name for _, _, name in pushes[it]) for it in sorted(pushes)]
+    assert all(order.startswith("dc") for order in orders[True])
+    assert not all(order.startswith("dc") for order in orders[False])  # the drawn orders
+    with pytest.raises(SpecError, match="needs cluster.push_rendezvous") as err:
+        validate(raw_spec("ps-default", push_buffered=True))
+    assert err.value.field == "cluster.push_buffered"
+    assert "push_buffered" not in validate(raw_spec("ps-default")).as_dict()["cluster"]
+
+
 @pytest.mark.parametrize(
     ("model", "iteration_ms", "backward_a_ms"), [("start", 83.0, 40.0), ("integrated", 64.0, 21.0)]
 )
