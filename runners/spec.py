@@ -81,7 +81,7 @@ class CommCluster:
     """Cluster of a communication arena (one training job). The ``ps``/``server*`` fields are
     used by the parameter-server arena only (accepted and ignored elsewhere); so are
     ``jitter_groups``, ``message_cpu_us``, ``message_cpu_at``, ``pull_rendezvous``,
-    ``push_rendezvous``, ``server_agg_fixed_us`` and the ``host_*`` fields
+    ``push_rendezvous``, ``push_buffered``, ``server_agg_fixed_us`` and the ``host_*`` fields
     (``PS_ONLY_FIELDS``), which other arenas refuse unless default (a model they would
     silently not apply).
 

@@ -715,11 +715,12 @@ class _PSJob(ComputeJob):
                 heappush(evq, (si.free_at, next(evseq), begin_in, (si,)))
 
         def buffered_s(up: _Station, si: _Station, now: float, it: int, size: int, g: int,
-                       server: int) -> tuple[float, float]:  # fmt: skip
+                       server: int) -> tuple[float, float, float]:  # fmt: skip
             """(``cluster.push_buffered``.) A rendezvous push whose bytes the worker's NIC
             takes behind those handed to it before: when its bytes are through (the later of
             the worker's NIC, from when it is free of them, and the server's, from now, each
-            through its token bucket) and when the sender is free again (after the latency)."""
+            through its token bucket), when the sender is free again (after the latency) and
+            when the worker's NIC starts on them."""
             slow = link_slow[g]
             rate = bw_worker if slow is None or it >= len(slow) else bw_worker * slow[it]
             start = up.wire_free if up.wire_free > now else now
@@ -732,7 +733,7 @@ class _PSJob(ComputeJob):
                 end = now + size / server_bw[server][it]
             end = wire if wire > end else end
             up.wire_free = end
-            return end, now + alpha
+            return end, now + alpha, start
 
         def start_push(up: _Station, si: _Station, it: int, task: int, g: int, server: int):
             """A rendezvous push: the worker's sender and the server's receiver both held for
@@ -741,11 +742,12 @@ class _PSJob(ComputeJob):
             now = loop.now
             size = sizes[task]
             if push_buffered:
-                end, freed = buffered_s(up, si, now, it, size, g, server)
+                end, freed, start = buffered_s(up, si, now, it, size, g, server)
                 duration = end - now
             else:
                 duration = held_s(up, si, now, it, size, g, server)
                 end = freed = now + duration
+                start = now
             if push_cpu and (busy[g] or bwd_next[g] >= 0):  # ``cluster.message_cpu_us``
                 cpu_debt[g] += push_cpu
             if shared is not None:  # ``cluster.host_cpu_model``: its CPU on the shared cores
@@ -754,9 +756,9 @@ class _PSJob(ComputeJob):
                 link_busy(g, now, end)
             busy_s[server][it] += duration
             if g == 0:
-                comm_up[it] += duration
-            if recorded[it]:
-                timeline.append((it, up.name, "push", labels[task], now, end, size))
+                comm_up[it] += duration if start == now else end - start
+            if recorded[it]:  # the worker's NIC from when it starts on the bytes
+                timeline.append((it, up.name, "push", labels[task], start, end, size))
                 timeline.append((it, si.name, "push", labels[task], now, end, size))
             up.free_at, si.free_at = freed, end
             up.pending = si.pending = True
