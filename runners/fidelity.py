@@ -1514,6 +1514,8 @@ def fidelity(
     ]
     # with the host's cores shared op by op (``mape_with``'s ``shared_cores``; PS twins alone)
     shared = [shared_cores_twin(sim, testbed) for _, _, sim in checked]
+    # with a push's CPU charged as it is handed over (``mape_with``'s ``handover``; PS twins)
+    handover = [handover_twin(sim) for _, _, sim in checked]
     for _, real_spec, _ in checked:
         launch.preflight(real_spec)
     raw_reals = [r for _, (r, _) in pairs]
@@ -1631,6 +1633,10 @@ def fidelity(
                     row["sim_shared_cpu_cores"] = (
                         metrics["host_cpu_s"] / metrics["iteration_time_s"]
                     )
+                if handover[k] is not None:  # a PS twin charging a push's CPU at handover
+                    metrics = _twin(real_spec, handover[k]).metrics
+                    row["sim_handover_s"] = metrics["iteration_time_s"]
+                    row["sim_handover_compute_s"] = metrics["compute_time_s"]
                 configs.append(row)
                 if on_config is not None:
                     on_config(row)
@@ -1697,14 +1703,8 @@ def fidelity(
             _run_checked(row, real_spec, sim, run_checks[k], steps[row["workload"]][0])
         if all("sim_run_checked_s" in row for row in configs):  # else the text says why
             with_["run_checked"] = _mape_of(configs, "sim_run_checked_s")
-    # PS twins on one host, its cores shared (``shared_cores``, simulated with the rows);
-    # and PS twins charging a push's CPU as it is handed over (``handover``)
-    handover = [handover_twin(sim) for sim in sims]
-    for real_spec, twin, row in zip(real_specs, handover, configs, strict=True):
-        if twin is not None:
-            metrics = _twin(real_spec, twin).metrics
-            row["sim_handover_s"] = metrics["iteration_time_s"]
-            row["sim_handover_compute_s"] = metrics["compute_time_s"]
+    # PS twins on one host, its cores shared (``shared_cores``), and PS twins charging a
+    # push's CPU as it is handed over (``handover``); both simulated with the rows
     for name, twins in (("shared_cores", shared), ("handover", handover)):
         if not any(twin is not None for twin in twins):
             continue

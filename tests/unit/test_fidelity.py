@@ -1482,9 +1482,14 @@ def test_the_ps_twins_are_also_scored_charging_a_push_s_cpu_as_it_is_handed_over
 
     monkeypatch.setattr(launch, "run", fake_run)
     monkeypatch.setattr(fidelity, "_twin", fake_twin)
+    printed = []
     result = fidelity.fidelity(
-        "cpu", ("ps-default", "wfbp"), ("vgg16-debug",), (1.0,), 5, repeats=1, check_runs=True
-    )
+        "cpu", ("ps-default", "wfbp"), ("vgg16-debug",), (1.0,), 5, repeats=1, check_runs=True,
+        on_config=lambda row: printed.append(dict(row)),
+    )  # fmt: skip
+    # in the row printed as its runs finish (the run-checked one needs every run's checks)
+    assert printed[0]["sim_handover_s"] == 0.048
+    assert "sim_handover_run_checked_s" not in printed[0]
     assert ("ps-default", "handover", "floor", 400.0) in twins
     assert not any(system == "wfbp" and at == "handover" for system, at, _, _ in twins)
     ps, wfbp = result["configs"]
