@@ -494,7 +494,7 @@ class _PSJob(ComputeJob):
         msg_cpu = self.cpu_per_message
         # ``cluster.message_cpu_at`` handover: a push's CPU is charged as its gradient is
         # handed to the transport (``gradient_ready``), not as it reaches the link
-        push_cpu = 0.0 if self.cpu_at_handover else msg_cpu
+        push_cpu, handover_cpu = (0.0, msg_cpu) if self.cpu_at_handover else (msg_cpu, 0.0)
         shared, message_work = self.shared, self.message_work
         cpu_debt, bwd_next = self.cpu_debt, self.bwd_next
         # ``cluster.pull_rendezvous``: per group, the servers whose sender waits for the
@@ -575,9 +575,9 @@ class _PSJob(ComputeJob):
 
         def gradient_ready(g: int, it: int, layer: int) -> None:
             nonlocal seq
-            if msg_cpu and not push_cpu and (busy[g] or bwd_next[g] >= 0):
+            if handover_cpu and (busy[g] or bwd_next[g] >= 0):
                 # ``cluster.message_cpu_at`` handover: the layer's pushes' CPU, now
-                cpu_debt[g] += msg_cpu * n_parts[layer]
+                cpu_debt[g] += handover_cpu * n_parts[layer]
             if parts_left[g][it] is None:
                 group_state(g, it)
             assign = assign_of[it]

@@ -1380,9 +1380,19 @@ HOST_PS_POINT = {  # a PS point with the host's CPU per message
 
 def _host_ps_set(monkeypatch, priority: str) -> None:
     """A set on a calibration whose PS point has the host's CPU per message (its threads at
-    ``priority``), each model's step 1.2 times the calibration's at every check; the real runs
-    and twins are the test's own fakes."""
+    ``priority``), each model's step 1.2 times the calibration's at every check, each real run
+    50 ms an iteration, 10 ms of it computing, 1.7 of the machine's cores busy; the twins are
+    the test's own fakes."""
+    from types import SimpleNamespace
+
     from runners.real import launch
+
+    def fake_run(spec, work):
+        metrics = {"iteration_time_s": 0.050, "iteration_time_median_s": 0.050,
+                   "compute_time_s": 0.010, "machine_busy_cores": 1.7}  # fmt: skip
+        return SimpleNamespace(metrics=metrics, units={}, network=SimpleNamespace(kind="shaped"))
+
+    monkeypatch.setattr(launch, "run", fake_run)
 
     network = [TESTBED["network"][0], {**TESTBED["network"][1], "ps": HOST_PS_POINT}]
     testbed = {**TESTBED, "network": network, "comm_priority": priority,
@@ -1405,15 +1415,7 @@ def test_the_ps_twins_are_also_scored_with_the_host_s_cores_shared(monkeypatch, 
     The all-reduce rows keep their own twin in it."""
     from types import SimpleNamespace
 
-    from runners.real import launch
-
     _host_ps_set(monkeypatch, priority)
-
-    def fake_run(spec, work):
-        metrics = {"iteration_time_s": 0.050, "iteration_time_median_s": 0.050,
-                   "compute_time_s": 0.01, "machine_busy_cores": 1.7}  # fmt: skip
-        return SimpleNamespace(metrics=metrics, units={}, network=SimpleNamespace(kind="shaped"))
-
     twins = []
 
     def fake_twin(real_spec, sim_spec):
@@ -1425,7 +1427,6 @@ def test_the_ps_twins_are_also_scored_with_the_host_s_cores_shared(monkeypatch, 
             metrics["host_cpu_s"] = 0.9 * 2 * t  # 1.8 cores busy
         return SimpleNamespace(metrics=metrics)
 
-    monkeypatch.setattr(launch, "run", fake_run)
     monkeypatch.setattr(fidelity, "_twin", fake_twin)
     printed = []
     result = fidelity.fidelity(
@@ -1459,15 +1460,7 @@ def test_the_ps_twins_are_also_scored_charging_a_push_s_cpu_as_it_is_handed_over
     report's twins'. The all-reduce rows keep their own twin in it."""
     from types import SimpleNamespace
 
-    from runners.real import launch
-
     _host_ps_set(monkeypatch, "realtime")
-
-    def fake_run(spec, work):
-        metrics = {"iteration_time_s": 0.050, "iteration_time_median_s": 0.050,
-                   "compute_time_s": 0.010, "machine_busy_cores": 1.7}  # fmt: skip
-        return SimpleNamespace(metrics=metrics, units={}, network=SimpleNamespace(kind="shaped"))
-
     twins = []
 
     def fake_twin(real_spec, sim_spec):
@@ -1480,7 +1473,6 @@ def test_the_ps_twins_are_also_scored_charging_a_push_s_cpu_as_it_is_handed_over
             metrics["host_cpu_s"] = 1.8 * t
         return SimpleNamespace(metrics=metrics)
 
-    monkeypatch.setattr(launch, "run", fake_run)
     monkeypatch.setattr(fidelity, "_twin", fake_twin)
     printed = []
     result = fidelity.fidelity(

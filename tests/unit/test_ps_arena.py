@@ -541,10 +541,9 @@ def test_the_slow_down_integrated_over_the_worker_s_transfers_by_hand(
     the uplink busy, so it takes twice its 20 ms. ``integrated``: it runs at half speed while
     the push and the pull run, 2 ms, losing 1 ms. The forward ops find the links idle. The
     iteration: 20 + 20 + a's backward + a's push, aggregation and pull (3 ms)."""
-    layers = (LayerTimes("a", 0.010, 0.020, MB), LayerTimes("b", 0.010, 0.020, MB, (0,)))
     _, result = run_layers(
         "tictac-tic",
-        layers,
+        TWO_LAYERS,
         workers=1,
         ps=1,
         servers=1,
