@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require_binary, skip_or_fail, wait_for
-from tests.integration.stack import free_port
+from tests.integration.stack import far_nightly_cron, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -59,6 +59,7 @@ def lab(tmp_path):
                 "LAB_ADMIN_USER=admin",
                 f"LAB_ADMIN_PASSWORD={password}",
                 "LAB_RECONCILE_INTERVAL_S=1",
+                f"LAB_NIGHTLY_CRON={far_nightly_cron()}",
                 "",
             ]
         )
