@@ -498,7 +498,8 @@ def _run(
     elif nodes is not None:
         per_node = n // nodes.count
         argv = [sys.executable, "-m", "torch.distributed.run", "--max-restarts", "0",
-                "--nnodes", str(nodes.count), "--node-rank", str(nodes.rank),
+                *torchrun_log_dir(work), "--nnodes", str(nodes.count),
+                "--node-rank", str(nodes.rank),
                 "--nproc-per-node", str(per_node), "--rdzv-backend", "c10d",
                 "--rdzv-endpoint", nodes.endpoint, "--rdzv-id", nodes.run_id,
                 "--rdzv-conf", f"is_host={'true' if nodes.rank == 0 else 'false'}",
@@ -748,12 +749,24 @@ def _torchrun(
     return torchrun_argv("runners.real.worker", work, n, node, bed)
 
 
+TORCHRUN_LOGS = ".torchrun"  # under a launch's work folder; removed when the launch ends
+
+
+def torchrun_log_dir(work: Path) -> list[str]:
+    """``torchrun``'s own folder (its agent's per-attempt files) inside ``work``, removed by
+    ``_supervise``: by default torchrun makes a ``torchelastic_*`` folder in the system's
+    temporary folder for every launch and never removes it (3,311 of them had piled up in
+    this machine's /tmp over the real runs and calibrations of a few weeks)."""
+    return ["--log-dir", str(work / TORCHRUN_LOGS)]
+
+
 def torchrun_argv(
     module: str, work: Path, nodes: int, node: int | None, bed: tb.Testbed | None
 ) -> list[str]:
     """``torchrun`` starting ``python -m module work``: all ``nodes`` ranks here (loopback),
     or rank ``node`` in its namespace of ``bed`` (c10d rendezvous at node 0)."""
-    base = [sys.executable, "-m", "torch.distributed.run", "--max-restarts", "0"]
+    base = [sys.executable, "-m", "torch.distributed.run", "--max-restarts", "0",
+            *torchrun_log_dir(work)]  # fmt: skip
     target = ["--module", module, str(work)]
     if bed is None or node is None:
         # The loopback address, not the host name: a container without a network (the docker
@@ -821,6 +834,7 @@ def _supervise(
             reader.join(timeout=5)
     finally:
         _stop(procs)
+        shutil.rmtree(work / TORCHRUN_LOGS, ignore_errors=True)
 
 
 def _die_with_parent() -> None:

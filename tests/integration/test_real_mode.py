@@ -17,6 +17,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -394,11 +395,18 @@ def test_the_shaper_s_token_bucket_is_what_the_simulator_models():
     )
 
 
+def _torchrun_leftovers() -> set[str]:
+    """The folders torchrun makes in the temporary folder when not given ``--log-dir``."""
+    return {p.name for p in Path(tempfile.gettempdir()).glob("torchelastic_*")}
+
+
 def test_a_real_run_on_the_shaped_network(tmp_path):
     require_root("the emulated network")
     raw = _spec("wfbp", network="shaped", dataset="synthetic")
     raw["cluster"]["bandwidth_gbps"] = 0.05
+    before = _torchrun_leftovers()
     summary = run_to_directory(validate(raw), tmp_path / "run", ["test"])
+    assert _torchrun_leftovers() <= before  # one torchrun per namespace, none left a folder
     assert summary["network"]["kind"] == "shaped"
     assert summary["network"]["bandwidth_gbps"] == 0.05
     # Ring all-reduce of 2 ranks: each sends the gradients' size once over its 50 Mbit/s NIC.
