@@ -251,15 +251,18 @@ class CommCluster:
     most a layer's gradient).
 
     ``push_server_buffered`` (PS arena, with ``push_buffered``): a handed-over push does not
-    wait for its server's receiver either: the server's kernel takes its bytes as they come,
-    while the receiver takes another worker's message, and the bytes of the pushes to one
-    server pass that server's NIC first in, first out. False (the default): the sender waits
-    until the server's receiver is free before handing the push over. Seen in the real
-    runs' timelines (a worker's push to a server whose receiver was busy with the other
-    worker's started at once, and its receive, when it came, took 0.3 ms for 66 KB at
-    0.25 Gbit/s: the bytes were already there). A reconstruction, labelled as such: the
-    server's receive buffer is taken as unbounded, and two workers' pushes to one server
-    share its NIC one after the other, not side by side.
+    wait for its server's receiver either: its worker's NIC sends it at once (behind the bytes
+    handed to it before) while the receiver takes another worker's message. The pushes to one
+    server take its NIC one after the other: a push's bytes take the server's NIC time once
+    the push before it to that server is through, and it is in at the later of that and its
+    worker's NIC's end. False (the default): the sender waits until the server's receiver is
+    free before handing the push over. Seen in the real runs' timelines (a worker's push to a
+    server whose receiver was busy with the other worker's started at once, and its receive,
+    when it came, took 0.3 ms for 66 KB at 0.25 Gbit/s: the bytes were already there). A
+    reconstruction, labelled as such: the server's receive buffer is taken as unbounded, and
+    two workers' pushes to one server are not taken side by side. (Counting the server's NIC
+    free once its own time for the push before is over, instead of once that push is
+    through, scored worse on every PS set: docs/fidelity-history.md.)
 
     ``server_agg_fixed_us`` (PS arena): a fixed CPU time of every aggregation a server runs
     (a key's round in ``sync`` and ``sync-round``, a push in ``async``), besides the bytes'

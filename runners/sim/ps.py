@@ -110,7 +110,7 @@ class _Station:
         self.tokens = 0.0
         self.tokens_at = 0.0
         # ``cluster.push_buffered``: when the bytes handed to this uplink so far are through;
-        # on a server's receiver with ``push_server_buffered``, those sent to it so far
+        # on a server's receiver with ``push_server_buffered``, the pushes sent to it so far
         self.wire_free = 0.0
         # Set by ``_PSJob._bind``: ``begin(st, item)`` starts ``item`` on this idle station;
         # ``begin(st)``, the event at ``free_at``, serves the queue.

@@ -1566,3 +1566,46 @@ def test_psld_migrates_keys_under_rendezvous_pushes_and_pulls():
     pushes = Counter(r for _, r, op, *_ in psld.timeline if op == "push")
     assert pushes["uplink[w0]"] == pushes["uplink[w1]"] > 0
     assert sum(n for r, n in pushes.items() if r.endswith(".in")) == 2 * pushes["uplink[w0]"]
+
+
+def test_a_push_the_server_s_kernel_buffers_waits_for_no_receiver():
+    """``push_server_buffered`` by hand. Two workers, one PS; two 1 MB layers a -> b (forward
+    10 ms, backward 1 ms each); each worker's NIC 0.8 Gbit/s (1 MB = 10 ms), the server's 8
+    (1 ms); no latency; rendezvous pushes handed over (``push_buffered``), TicTac's ready
+    order. Both workers hand b's push over at 21 ms. Waiting for the server's receiver (the
+    default), worker 1's b waits until worker 0's bytes are through (31 ms), and the a's wait
+    their turns behind it: worker 0 pushes at 21-31 and 41-51 ms, worker 1 at 31-41 and
+    51-61 ms. Waiting for no receiver, both workers' NICs start on b at 21 ms and on a as
+    soon as b's bytes are through. The server's NIC takes the pushes one after the other,
+    each 1 ms once the one before is through: worker 0's b is in at 31 ms (its own NIC's
+    end), worker 1's at 32, worker 0's a at 41 and worker 1's at 42."""
+    layers = (LayerTimes("a", 0.010, 0.001, MB), LayerTimes("b", 0.010, 0.001, MB, (0,)))
+    spans, iteration = {}, {}
+    for server_buffered in (False, True):
+        _, result = run_layers(
+            "tictac-tic", layers, workers=2, ps=1, servers=1, bandwidth_gbps=0.8,
+            server_bandwidth_gbps=8, server_agg_gbps=800, latency_us=0, push_rendezvous=True,
+            push_buffered=True, push_server_buffered=server_buffered, iterations=3, warmup=0,
+        )  # fmt: skip
+        starts = {(r, s) for i, r, op, name, s, _, _ in result.timeline
+                  if i == 0 and op == "forward" and name == "a"}  # fmt: skip
+        assert starts == {("compute[w0]", 0.0), ("compute[w1]", 0.0)}
+        spans[server_buffered] = {
+            (r, name): (s, e)
+            for i, r, op, name, s, e, _ in result.timeline
+            if i == 0 and op == "push" and r.startswith("uplink")
+        }
+        iteration[server_buffered] = result.series[0]["iteration_time_s"]
+    w0, w1 = sorted({r for r, _ in spans[True]})
+    ms = 1e-3
+    held = {(w0, "b"): (21, 31), (w0, "a"): (41, 51), (w1, "b"): (31, 41), (w1, "a"): (51, 61)}
+    taken = {(w0, "b"): (21, 31), (w0, "a"): (31, 41), (w1, "b"): (21, 32), (w1, "a"): (32, 42)}
+    for got, want in ((spans[False], held), (spans[True], taken)):
+        assert set(got) == set(want)
+        for key, (start, end) in want.items():
+            assert got[key] == pytest.approx((start * ms, end * ms), abs=1e-9), key
+    assert iteration[True] < iteration[False] - 0.015  # a's round complete 19 ms sooner
+    with pytest.raises(SpecError, match="needs cluster.push_buffered") as err:
+        validate(raw_spec("ps-default", push_rendezvous=True, push_server_buffered=True))
+    assert err.value.field == "cluster.push_server_buffered"
+    assert "push_server_buffered" not in validate(raw_spec("ps-default")).as_dict()["cluster"]
