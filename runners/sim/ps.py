@@ -725,7 +725,7 @@ class _PSJob(ComputeJob):
             the worker's NIC, from when it is free of them, and the server's, each through
             its token bucket), when the sender is free again (after the latency), when the
             worker's NIC starts on them and when the server's does: now, or with
-            ``cluster.push_server_buffered`` once it is free of the bytes sent to it before."""
+            ``cluster.push_server_buffered`` once the pushes sent to it before are through."""
             slow = link_slow[g]
             rate = bw_worker if slow is None or it >= len(slow) else bw_worker * slow[it]
             start = up.wire_free if up.wire_free > now else now
