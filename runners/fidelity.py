@@ -1201,8 +1201,7 @@ def matched_specs(
     engine; slow-down, aggregation rate and message CPU; the ranks' step noise as the
     all-reduce twins; and ``cluster.pull_rendezvous`` and ``push_rendezvous``, the real
     transport's pulls and pushes, each holding its sender and its receiver, a push's sender
-    free once its bytes are handed over, ``cluster.push_buffered``, without waiting for the
-    server's receiver, ``cluster.push_server_buffered``; the slow-down
+    free once its bytes are handed over, ``cluster.push_buffered``; the slow-down
     integrated over each op's overlap with its worker's transfers, ``cluster.overlap_model``:
     ``TWIN_OVERLAP_MODEL``), and both twins
     as many
@@ -1310,8 +1309,6 @@ def matched_specs(
         sim["cluster"]["push_rendezvous"] = True
         # ... a push's sender free once its bytes are handed over (a gloo send on TCP)
         sim["cluster"]["push_buffered"] = True
-        # ... and waiting for no server's receiver: the server's kernel takes the bytes
-        sim["cluster"]["push_server_buffered"] = True
         # the probe's slow-down is against pushes that never pause: an op pays it only while
         # a transfer on its worker's links overlaps it (``TWIN_OVERLAP_MODEL``)
         sim["cluster"]["overlap_model"] = TWIN_OVERLAP_MODEL
@@ -1876,7 +1873,6 @@ ABLATIONS = (
     "pull_rendezvous",
     "push_rendezvous",
     "push_buffered",
-    "push_server_buffered",
     "server_agg_fixed_us",
     "host_cores",
 )

@@ -81,9 +81,9 @@ class CommCluster:
     """Cluster of a communication arena (one training job). The ``ps``/``server*`` fields are
     used by the parameter-server arena only (accepted and ignored elsewhere); so are
     ``jitter_groups``, ``message_cpu_us``, ``message_cpu_at``, ``pull_rendezvous``,
-    ``push_rendezvous``, ``push_buffered``, ``push_server_buffered``, ``server_agg_fixed_us``
-    and the ``host_*`` fields (``PS_ONLY_FIELDS``), which other arenas refuse unless default
-    (a model they would silently not apply).
+    ``push_rendezvous``, ``push_buffered``, ``server_agg_fixed_us`` and the ``host_*`` fields
+    (``PS_ONLY_FIELDS``), which other arenas refuse unless default (a model they would
+    silently not apply).
 
     ``jitter_groups`` is a modelling assumption of the PS arena's simulator, not a property of
     the hardware: workers' compute noise (``compute_jitter_cv``) is independent per group. The
@@ -250,20 +250,6 @@ class CommCluster:
     socket's buffer is taken as unbounded (Linux's ``tcp_wmem`` allows 4 MiB; a push is at
     most a layer's gradient).
 
-    ``push_server_buffered`` (PS arena, with ``push_buffered``): a handed-over push does not
-    wait for its server's receiver either: its worker's NIC sends it at once (behind the bytes
-    handed to it before) while the receiver takes another worker's message. The pushes to one
-    server take its NIC one after the other: a push's bytes take the server's NIC time once
-    the push before it to that server is through, and it is in at the later of that and its
-    worker's NIC's end. False (the default): the sender waits until the server's receiver is
-    free before handing the push over. Seen in the real runs' timelines (a worker's push to a
-    server whose receiver was busy with the other worker's started at once, and its receive,
-    when it came, took 0.3 ms for 66 KB at 0.25 Gbit/s: the bytes were already there). A
-    reconstruction, labelled as such: the server's receive buffer is taken as unbounded, and
-    two workers' pushes to one server are not taken side by side. (Counting the server's NIC
-    free once its own time for the push before is over, instead of once that push is
-    through, scored worse on every PS set: docs/fidelity-history.md.)
-
     ``server_agg_fixed_us`` (PS arena): a fixed CPU time of every aggregation a server runs
     (a key's round in ``sync`` and ``sync-round``, a push in ``async``), besides the bytes'
     ``n * S / server_agg_gbps``: the Python and operator overheads of handling the message
@@ -348,7 +334,6 @@ class CommCluster:
     pull_rendezvous: bool = False  # PS arena: a pull holds a server's sender and a receiver
     push_rendezvous: bool = False  # PS arena: a push holds a worker's sender and a receiver
     push_buffered: bool = False  # PS arena: a rendezvous push frees its sender once handed over
-    push_server_buffered: bool = False  # PS arena: a handed-over push waits for no receiver
     host_cores: int = 0  # PS arena: the cores every process shares (0: a machine each)
     host_message_cpu_us: float = 0.0  # PS arena: host CPU per message besides its bytes'
     host_cpu_ns_per_byte: float = 0.0  # PS arena: host CPU per byte of a message
@@ -483,7 +468,6 @@ PS_ONLY_FIELDS = (
     "pull_rendezvous",
     "push_rendezvous",
     "push_buffered",
-    "push_server_buffered",
     "server_agg_fixed_us",
     "host_cores",
     "host_message_cpu_us",
@@ -507,7 +491,6 @@ _OMITTED_AT_DEFAULT = {
     "pull_rendezvous": CommCluster.pull_rendezvous,
     "push_rendezvous": CommCluster.push_rendezvous,
     "push_buffered": CommCluster.push_buffered,
-    "push_server_buffered": CommCluster.push_server_buffered,
     "server_agg_fixed_us": CommCluster.server_agg_fixed_us,
     "host_cores": CommCluster.host_cores,
     "host_message_cpu_us": CommCluster.host_message_cpu_us,
@@ -755,13 +738,6 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         "true or false (PS arena, with cluster.push_rendezvous: a push's sender is free once "
         "its bytes are handed to its NIC, which sends them behind those before them; false: "
         "held until they are through)",
-    ),
-    "push_server_buffered": (
-        bool,
-        lambda v: True,
-        "true or false (PS arena, with cluster.push_buffered: a handed-over push does not wait "
-        "for its server's receiver; the server's kernel takes the bytes as they come; false: "
-        "the sender waits until the server's receiver is free)",
     ),
     "push_rendezvous": (
         bool,
@@ -1037,12 +1013,6 @@ def _cluster(raw: Any) -> CommCluster:
             "cluster.push_buffered",
             "needs cluster.push_rendezvous (without it a worker's uplink already sends on while "
             "the server's NIC queues the push)",
-        )
-    if values.get("push_server_buffered") and not values.get("push_buffered"):
-        raise SpecError(
-            "cluster.push_server_buffered",
-            "needs cluster.push_buffered (a push held until its bytes are through has no "
-            "server buffer to fill)",
         )
     at = values.get("message_cpu_at", CommCluster.message_cpu_at)
     if at != CommCluster.message_cpu_at and not values.get("message_cpu_us"):

@@ -79,7 +79,6 @@ CLUSTER_KEYS = (
     "pull_rendezvous",
     "push_rendezvous",
     "push_buffered",
-    "push_server_buffered",
     "host_cores",
     "host_message_cpu_us",
     "host_cpu_ns_per_byte",
@@ -404,14 +403,6 @@ class ExperimentForm(_ClusterArenaFields):
         help_text="with pushes meeting their receiver: a worker's sender is free once a push's "
         "bytes are handed to its NIC, which sends them first in, first out (a gloo send on "
         "TCP; unticked: the sender is held until they are through)",
-    )
-    cluster_push_server_buffered = forms.BooleanField(
-        label="pushes wait for no receiver",
-        required=False,
-        initial=_DEFAULTS.push_server_buffered,
-        help_text="with pushes handed over: a push does not wait for its server's receiver; its "
-        "worker's NIC sends it at once, and the pushes to one server take its NIC one after the "
-        "other (unticked: the sender waits until the receiver is free)",
     )
     cluster_host_cores = forms.IntegerField(
         label="host cores",

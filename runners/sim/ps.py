@@ -109,8 +109,7 @@ class _Station:
         # A NIC's token bucket (``cluster.link_burst_bytes``): bytes it held at ``tokens_at``.
         self.tokens = 0.0
         self.tokens_at = 0.0
-        # ``cluster.push_buffered``: when the bytes handed to this uplink so far are through;
-        # on a server's receiver with ``push_server_buffered``, the pushes sent to it so far
+        # ``cluster.push_buffered``: when the bytes handed to this uplink so far are through
         self.wire_free = 0.0
         # Set by ``_PSJob._bind``: ``begin(st, item)`` starts ``item`` on this idle station;
         # ``begin(st)``, the event at ``free_at``, serves the queue.
@@ -234,8 +233,6 @@ class _PSJob(ComputeJob):
             raise ValueError("cluster.pull_rendezvous needs one worker per group (``run``)")
         self.push_rendezvous = c.push_rendezvous
         self.push_buffered = c.push_buffered
-        # (inert without ``push_buffered``, which the spec asks for: an ablation may drop it)
-        self.server_buffered = c.push_server_buffered and c.push_buffered
         if self.push_rendezvous and any(g.count != 1 for g in setup.groups):
             raise ValueError("cluster.push_rendezvous needs one worker per group (``run``)")
         # ``cluster.push_rendezvous``: per server, the workers' senders waiting for its
@@ -505,7 +502,7 @@ class _PSJob(ComputeJob):
         rendezvous = self.rendezvous
         offers: list[deque[tuple[_Station, int, int, int]]] = [deque() for _ in range(n_groups)]
         push_rendezvous, push_offers = self.push_rendezvous, self.push_offers
-        push_buffered, server_buffered = self.push_buffered, self.server_buffered
+        push_buffered = self.push_buffered
 
         # ``cluster.overlap_model: integrated``: the running ops re-timed as links turn busy
         watch_links = self.integrated and self.shared is None
@@ -707,8 +704,7 @@ class _PSJob(ComputeJob):
             waits for it, taking nothing else meanwhile."""
             si = s_in[server]
             waiting = push_offers[server]
-            # ``cluster.push_server_buffered``: the push waits for no receiver
-            if server_buffered or (not si.pending and si.free_at <= loop.now and not waiting):
+            if not si.pending and si.free_at <= loop.now and not waiting:
                 start_push(up, si, it, task, g, server)
                 return
             waiting.append((up, it, task, g))
@@ -719,44 +715,39 @@ class _PSJob(ComputeJob):
                 heappush(evq, (si.free_at, next(evseq), begin_in, (si,)))
 
         def buffered_s(up: _Station, si: _Station, now: float, it: int, size: int, g: int,
-                       server: int) -> tuple[float, float, float, float]:  # fmt: skip
+                       server: int) -> tuple[float, float, float]:  # fmt: skip
             """(``cluster.push_buffered``.) A rendezvous push whose bytes the worker's NIC
             takes behind those handed to it before: when its bytes are through (the later of
-            the worker's NIC, from when it is free of them, and the server's, each through
-            its token bucket), when the sender is free again (after the latency), when the
-            worker's NIC starts on them and when the server's does: now, or with
-            ``cluster.push_server_buffered`` once the pushes sent to it before are through."""
+            the worker's NIC, from when it is free of them, and the server's, from now, each
+            through its token bucket), when the sender is free again (after the latency) and
+            when the worker's NIC starts on them."""
             slow = link_slow[g]
             rate = bw_worker if slow is None or it >= len(slow) else bw_worker * slow[it]
             start = up.wire_free if up.wire_free > now else now
             latency = now + alpha - start if now + alpha > start else 0.0
-            s_start = si.wire_free if server_buffered and si.wire_free > now else now
             if burst:
                 wire = start + bucket(up, start, size, rate, latency)
-                end = s_start + bucket(si, s_start, size, server_bw[server][it], 0.0)
+                end = now + bucket(si, now, size, server_bw[server][it], 0.0)
             else:
                 wire = start + latency + size / rate
-                end = s_start + size / server_bw[server][it]
+                end = now + size / server_bw[server][it]
             end = wire if wire > end else end
             up.wire_free = end
-            if server_buffered:
-                si.wire_free = end
-            return end, now + alpha, start, s_start
+            return end, now + alpha, start
 
         def start_push(up: _Station, si: _Station, it: int, task: int, g: int, server: int):
             """A rendezvous push: the worker's sender and the server's receiver both held for
             the longer of the two NICs' times (each through its token bucket); with
-            ``cluster.push_buffered`` the sender only until its bytes are handed over (and
-            with ``push_server_buffered`` the push waited for no receiver)."""
+            ``cluster.push_buffered`` the sender only until its bytes are handed over."""
             now = loop.now
             size = sizes[task]
             if push_buffered:
-                end, freed, start, s_start = buffered_s(up, si, now, it, size, g, server)
-                duration = end - s_start
+                end, freed, start = buffered_s(up, si, now, it, size, g, server)
+                duration = end - now
             else:
                 duration = held_s(up, si, now, it, size, g, server)
                 end = freed = now + duration
-                start = s_start = now
+                start = now
             if push_cpu and (busy[g] or bwd_next[g] >= 0):  # ``cluster.message_cpu_us``
                 cpu_debt[g] += push_cpu
             if shared is not None:  # ``cluster.host_cpu_model``: its CPU on the shared cores
@@ -765,13 +756,11 @@ class _PSJob(ComputeJob):
                 link_busy(g, now, end)
             busy_s[server][it] += duration
             if g == 0:
-                comm_up[it] += end - start
-            if recorded[it]:  # each NIC from when it starts on the bytes
+                comm_up[it] += duration if start == now else end - start
+            if recorded[it]:  # the worker's NIC from when it starts on the bytes
                 timeline.append((it, up.name, "push", labels[task], start, end, size))
-                timeline.append((it, si.name, "push", labels[task], s_start, end, size))
-            up.free_at = freed
-            # (``push_server_buffered``: the receiver may still hold an earlier push)
-            si.free_at = end if end > si.free_at else si.free_at
+                timeline.append((it, si.name, "push", labels[task], now, end, size))
+            up.free_at, si.free_at = freed, end
             up.pending = si.pending = True
             heappush(evq, (freed, next(evseq), begin_up, (up,)))  # its next push, if any
             heappush(evq, (end, next(evseq), arrived_end, (si, it, task, g, server)))

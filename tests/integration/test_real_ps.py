@@ -196,6 +196,55 @@ def test_the_channel_threads_keep_gloo_messages_whole_and_in_order(tmp_path):
     ]  # fmt: skip
 
 
+_BUSY_RECEIVER_PROBE = """
+import os, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+me = dist.get_rank()
+header = torch.zeros(2, dtype=torch.int64)
+dist.barrier()
+t0 = time.perf_counter()
+if me == 0:  # a server's receiver: a header from any source, then that source's payload
+    for _ in range(2):
+        src = dist.recv(header, src=None, tag=0)
+        dist.recv(torch.zeros(int(header[1]) // 4), src=src, tag=1)
+        os.write(1, f"payload {src} {time.perf_counter() - t0:.3f}\\n".encode())
+elif me == 1:  # worker 0: its header now, its payload 0.5 s later
+    header[1] = 148 * 1024
+    dist.send(header, 0, tag=0)
+    time.sleep(0.5)
+    dist.send(torch.ones(148 * 256), 0, tag=1)
+else:  # worker 1: its header at 0.1 s, while the receiver waits for worker 0's payload
+    time.sleep(0.1)
+    header[1] = 64 * 1024
+    dist.send(header, 0, tag=0)
+    os.write(1, f"header 2 {time.perf_counter() - t0:.3f}\\n".encode())
+    dist.send(torch.ones(64 * 256), 0, tag=1)
+dist.destroy_process_group()
+"""
+
+
+def test_a_push_waits_for_a_busy_server_receiver(tmp_path):
+    """What ``cluster.push_rendezvous`` models (and why a twin whose pushes passed a busy
+    receiver was removed, docs/fidelity-history.md 2026-11-29): a server's receiver takes a
+    header from any source, then that source's payload, as ``runners.real.ps``'s does. Worker
+    0 sends its header, and its payload only 0.5 s later; worker 1 sends its header at 0.1 s.
+    Worker 1's send returns only when the receiver, done with worker 0's payload, posts its
+    next receive: gloo's send is a rendezvous with the receiver, not a write into a buffer."""
+    script = tmp_path / "probe.py"
+    script.write_text(_BUSY_RECEIVER_PROBE)
+    result = torchrun(script, 3, ROOT)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    words = [line.split() for line in result.stdout.splitlines()]
+    times = {(w[0], w[1]): float(w[2]) for w in words if w[:1] in (["payload"], ["header"])}
+    assert set(times) == {("payload", "1"), ("payload", "2"), ("header", "2")}, result.stdout
+    # (each rank's clock starts as it leaves the barrier: a few ms apart)
+    assert times["payload", "1"] >= 0.45, times  # worker 0's payload, sent at 0.5 s
+    # worker 1's header, sent at 0.1 s, went through only once that payload was in: a send
+    # into a buffer would have returned at about 0.1 s
+    assert times["header", "2"] >= 0.45, times
+    assert times["payload", "2"] >= 0.45, times
+
+
 # --- the asynchronous modes: their update equations ----------------------------------------
 
 

@@ -296,14 +296,12 @@ def test_a_ps_system_s_twins_get_the_ps_arena_s_measurements(monkeypatch):
     assert real_spec.cluster.servers == c.servers == 3  # PSLD starts no more processes
     assert c.link_burst_bytes == int(262144 * 0.94)
     assert c.pull_rendezvous and c.push_rendezvous and c.push_buffered
-    assert c.push_server_buffered
     assert c.server_agg_fixed_us == 0.0  # a calibration that timed the sum alone: none
     # an all-reduce system at the same network keeps the all-reduce measurements
     _, wfbp = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, measured, latency="busy")
     assert (wfbp["cluster"]["latency_us"], wfbp["cluster"]["overlap_slowdown"]) == (900.0, 0.4)
     assert c.step_jitter_cv == wfbp["cluster"]["step_jitter_cv"] == 0.05
-    assert not {"pull_rendezvous", "push_rendezvous", "push_buffered",
-                "push_server_buffered"} & set(wfbp["cluster"])  # fmt: skip
+    assert not {"pull_rendezvous", "push_rendezvous", "push_buffered"} & set(wfbp["cluster"])
     # a PS twin needs none of the all-reduce measurements
     for key in ("overlap_slowdown", "latency_busy_us"):
         del measured["network"][1][key]

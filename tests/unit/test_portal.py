@@ -264,7 +264,7 @@ def test_the_message_cpu_reaches_ps_runs_and_is_dropped_elsewhere(browser):
     fields = {"cluster_message_cpu_us": "350", "cluster_message_cpu_at": "handover",
               "cluster_jitter_groups": "2",
               "cluster_pull_rendezvous": "on", "cluster_push_rendezvous": "on",
-              "cluster_push_buffered": "on", "cluster_push_server_buffered": "on",
+              "cluster_push_buffered": "on",
               "cluster_server_agg_fixed_us": "40",
               "cluster_host_cores": "2", "cluster_host_message_cpu_us": "550",
               "cluster_host_cpu_ns_per_byte": "3.5"}  # fmt: skip
@@ -275,15 +275,13 @@ def test_the_message_cpu_reaches_ps_runs_and_is_dropped_elsewhere(browser):
     assert cluster["message_cpu_at"] == "handover"
     assert cluster["pull_rendezvous"] is True and cluster["server_agg_fixed_us"] == 40.0
     assert cluster["push_rendezvous"] is True and cluster["push_buffered"] is True
-    assert cluster["push_server_buffered"] is True
     assert (cluster["host_cores"], cluster["host_message_cpu_us"]) == (2, 550.0)
     assert cluster["host_cpu_ns_per_byte"] == 3.5
     allreduce = {**FORM, **fields}
     assert browser.post(reverse("experiment-new"), allreduce).status_code == 302
     run = Experiment.objects.order_by("-pk").first().runs.first()
     assert not {"message_cpu_us", "message_cpu_at"} & set(run.spec["cluster"])
-    assert not {"pull_rendezvous", "push_rendezvous", "push_buffered",
-                "push_server_buffered"} & set(run.spec["cluster"])  # fmt: skip
+    assert not {"pull_rendezvous", "push_rendezvous", "push_buffered"} & set(run.spec["cluster"])
     assert "server_agg_fixed_us" not in run.spec["cluster"]
     assert not {"host_cores", "host_message_cpu_us", "host_cpu_ns_per_byte"} & set(
         run.spec["cluster"]
