@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,7 @@ import torch
 
 from runners.execute import run_to_directory
 from runners.policies.ps import lr_scale
-from runners.real import launch
+from runners.real import launch, testbed
 from runners.real import ps as real_ps
 from runners.real.engine import bind_layers
 from runners.spec import SpecError, validate
@@ -243,6 +245,61 @@ def test_a_push_waits_for_a_busy_server_receiver(tmp_path):
     # into a buffer would have returned at about 0.1 s
     assert times["header", "2"] >= 0.45, times
     assert times["payload", "2"] >= 0.45, times
+
+
+_HANDOVER_PROBE = """
+import json, sys, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+me, stamps = dist.get_rank(), []
+payload = torch.ones(148 * 256)  # 148 KB, vgg16-debug's largest key
+dist.barrier()
+for _ in range(12):  # rank 0 sends, rank 1 receives each as soon as the last is in
+    (dist.send if me == 0 else dist.recv)(payload, 1 - me, tag=1)
+    stamps.append(time.perf_counter())  # one clock for both namespaces (CLOCK_MONOTONIC)
+json.dump(stamps, open(f"{sys.argv[1]}/rank{me}.json", "w"))
+dist.destroy_process_group()
+"""
+
+
+def test_a_send_to_a_ready_receiver_returns_before_its_bytes_are_through(tmp_path):
+    """What ``cluster.push_buffered`` models: on the shaped network (0.25 Gbit/s, 148 KB =
+    4.8 ms), a gloo send returns once its receiver has posted its receive (it waits for the
+    message before to be in) and its bytes are handed to the socket, not once they are
+    through: back to back, the sender stays about one message ahead of the receiver
+    (2026-11-29: each send returned 4.7-5.2 ms before its message was in, 0.1-0.2 ms after
+    the one before it was)."""
+    require_root("the emulated network")
+    script = tmp_path / "probe.py"
+    script.write_text(_HANDOVER_PROBE)
+    gbps, size = 0.25, 148 * 1024
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+           "GLOO_SOCKET_IFNAME": "eth0"}  # fmt: skip
+    with testbed.testbed([gbps, gbps]) as bed:
+
+        def argv(k: int) -> list[str]:  # torchrun in node k's namespace, as a PS run's
+            return bed.wrap(k, [
+                sys.executable, "-m", "torch.distributed.run",
+                "--log-dir", str(tmp_path / f"torchrun{k}"), "--nnodes", "2",
+                "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", f"{bed.address(0)}:29400", "--rdzv-id", bed.name,
+                "--rdzv-conf", f"is_host={'true' if k == 0 else 'false'}",
+                "--local-addr", bed.address(k), str(script), str(tmp_path),
+            ])  # fmt: skip
+
+        pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
+        procs = [subprocess.Popen(argv(k), cwd=ROOT, env=env, **pipe) for k in range(2)]
+        for proc in procs:
+            out, _ = proc.communicate(timeout=120)
+            assert proc.returncode == 0, out[-2000:]
+    sent = json.loads((tmp_path / "rank0.json").read_text())
+    received = json.loads((tmp_path / "rank1.json").read_text())
+    wire = size * 8 / (gbps * 1e9)
+    steady = range(4, 12)  # past the token bucket's burst
+    ahead = statistics.median(received[i] - sent[i] for i in steady)
+    after_last = statistics.median(sent[i] - received[i - 1] for i in steady)
+    assert ahead > 0.6 * wire, (ahead, wire)  # handed over, not through
+    assert after_last > -0.2 * wire, (after_last, wire)  # but not before its receiver posted
+    assert not _ours()
 
 
 # --- the asynchronous modes: their update equations ----------------------------------------
