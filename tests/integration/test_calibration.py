@@ -35,7 +35,16 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
     require_root("the emulated network")
     argv = ["calibrate", "--label", label, "--models", MODEL, "--bandwidths", "0.5"]
     # 3 message-CPU probes a network, not the default 5: the test's time, not the figures
-    assert cli.main([*argv, "--repeats", "3", "--ps-cpu-probes", "3", "--json"]) == 0
+    calibrate = [*argv, "--repeats", "3", "--ps-cpu-probes", "3", "--json"]
+    code = cli.main(calibrate)
+    if code:
+        # A probe disturbed beyond the simulator's bound stops the command, which says to
+        # calibrate again (once in CI, 2026-11-29: compute beside the loopback PS pushes
+        # 111x as slow, where full calibrations measured 1.0-1.7x); the test does, once.
+        err = capsys.readouterr().err
+        assert "beyond what the simulator takes" in err, err[-3000:]
+        code = cli.main(calibrate)
+    assert code == 0
     result = json.loads(capsys.readouterr().out)
     testbed = fidelity.load_testbed(label)
     loop, shaped = testbed["network"]
