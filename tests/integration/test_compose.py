@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -26,11 +27,51 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
+STALE = re.compile(r"labtest(?:(\d+)x)?[0-9a-f]+")  # labtest<pid>x<hex>; before: labtest<hex>
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        pass
+    return True
+
+
+def remove_stale_stacks() -> list[str]:
+    """Remove the compose stacks of earlier runs of this test whose process is gone (a run
+    killed before its teardown leaves the stack running, its worker and beat taking CPU from
+    every later run and measurement on the machine): their containers, networks and volumes.
+    A stack's project is named after the pid of the test process that made it; the names of
+    before had no pid and are always stale. Returns the projects removed."""
+    import docker
+
+    client = docker.from_env()
+    label = "com.docker.compose.project"
+    stale = set()
+    for container in client.containers.list(all=True, filters={"label": label}):
+        project = container.labels[label]
+        match = STALE.fullmatch(project)
+        if match and not (match.group(1) and _alive(int(match.group(1)))):
+            stale.add(project)
+            container.remove(force=True)
+    for project in stale:
+        for network in client.networks.list(filters={"label": f"{label}={project}"}):
+            network.remove()
+        for volume in client.volumes.list(filters={"label": f"{label}={project}"}):
+            volume.remove(force=True)
+    return sorted(stale)
+
+
 @pytest.fixture
 def lab(tmp_path):
     compose = require_binary("docker-compose")
     if subprocess.run(["docker", "info"], capture_output=True).returncode:
         skip_or_fail("no Docker engine: start dockerd, or run .ci/run")
+    for project in remove_stale_stacks():
+        print(f"removed the stale stack {project} of an earlier run")
     built = subprocess.run(
         ["scripts/images.sh", "runner", "portal", "services"],
         cwd=ROOT, env={**os.environ, "LAB_LOCAL_SERVICES": "1"},
@@ -67,7 +108,7 @@ def lab(tmp_path):
     # compose prefers the shell's variables to the env file's: none of the test process's.
     clean = {k: v for k, v in os.environ.items()
              if not k.startswith(("LAB_", "DJANGO_", "DATABASE_URL", "REDIS_URL"))}  # fmt: skip
-    project = f"labtest{secrets.token_hex(3)}"
+    project = f"labtest{os.getpid()}x{secrets.token_hex(3)}"  # remove_stale_stacks
     base = [compose, "-p", project, "--env-file", str(env_file), "-f", "docker/compose.yml"]
 
     def run(*args: str, timeout: float = 600) -> str:
@@ -165,3 +206,52 @@ def test_compose_brings_up_the_lab_and_runs_an_experiment_in_containers(lab):
             (lab["results"] / "runs" / str(run["id"]) / "run" / "manifest.json").read_text()
         )
         assert manifest["container_image"]["image"] == "lab-runner:cpu"
+
+
+def test_stale_stacks_of_dead_runs_are_removed_and_live_ones_kept():
+    """``remove_stale_stacks`` on stand-in stacks (created, never started, from an empty
+    image imported here): the stack of a test process that is gone, and one named as before
+    pids were in the names, go with their networks; the stack of a live process stays."""
+    if subprocess.run(["docker", "info"], capture_output=True).returncode:
+        skip_or_fail("no Docker engine: start dockerd, or run .ci/run")
+    import io
+    import tarfile
+
+    import docker
+
+    client = docker.from_env()
+    empty = io.BytesIO()
+    tarfile.open(fileobj=empty, mode="w").close()
+    client.api.import_image_from_data(empty.getvalue(), repository="lab-empty", tag="test")
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # its pid is free now (reused within this test only by chance)
+    tag = secrets.token_hex(3)
+    projects = {
+        "dead": f"labtest{gone.pid}x{tag}",
+        "old": f"labtest{tag}",
+        "live": f"labtest{os.getpid()}x{tag}",
+    }
+    label = "com.docker.compose.project"
+    try:
+        for project in projects.values():
+            client.networks.create(f"{project}_default", labels={label: project})
+            client.containers.create(
+                "lab-empty:test", command=["none"], name=f"{project}_web_1", labels={label: project}
+            )
+        removed = remove_stale_stacks()
+        assert projects["dead"] in removed and projects["old"] in removed
+        assert projects["live"] not in removed
+        left = {c.labels[label] for c in client.containers.list(all=True, filters={"label": label})}
+        assert projects["live"] in left and not {projects["dead"], projects["old"]} & left
+        nets = {n.name for n in client.networks.list(filters={"label": label})}
+        assert f"{projects['live']}_default" in nets
+        assert not {f"{projects['dead']}_default", f"{projects['old']}_default"} & nets
+    finally:
+        for project in projects.values():
+            for container in client.containers.list(
+                all=True, filters={"label": f"{label}={project}"}
+            ):
+                container.remove(force=True)
+            for network in client.networks.list(filters={"label": f"{label}={project}"}):
+                network.remove()
+        client.images.remove("lab-empty:test", force=True)
