@@ -450,6 +450,13 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
     assert fewer["method"] == f"m; {fidelity.PS_METHOD}"
     _, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, stored, latency="busy")
     assert validate(sim).cluster.latency_us == 4000.0
+    # the twin shares the host's cores op by op: no message CPU of its own (the calibration's
+    # priority, normal here: fair); the floor's twin has it
+    assert validate(sim).cluster.message_cpu_us == 0.0
+    assert validate(sim).cluster.host_cpu_model == "fair"
+    _, sim = fidelity.matched_specs(
+        "ps-default", "vgg16-debug", 1.0, stored, latency="busy", host_cpu="floor"
+    )
     assert validate(sim).cluster.message_cpu_us == 400.0
     assert validate(sim).cluster.server_agg_fixed_us == 100.0
     assert validate(sim).cluster.server_agg_gbps == 32.0
@@ -489,7 +496,9 @@ def test_a_busy_machine_s_slowdown_is_written_as_measured_with_a_warning_or_refu
         return
     assert "warning:" in err and "busy with other work" in err
     stored = json.loads((tmp_path / "cpu.json").read_text())
-    _, sim = fidelity.matched_specs("ps-default", "vgg16-debug", 1.0, stored, latency="busy")
+    _, sim = fidelity.matched_specs(  # the floor's twin has it (the shared cores replace it)
+        "ps-default", "vgg16-debug", 1.0, stored, latency="busy", host_cpu="floor"
+    )
     assert validate(sim).cluster.overlap_slowdown == slowdown
 
 
@@ -1407,12 +1416,15 @@ def _host_ps_set(monkeypatch, priority: str) -> None:
 @pytest.mark.parametrize(
     ("priority", "model"), [("realtime", "messages-first"), ("normal", "fair")]
 )
-def test_the_ps_twins_are_also_scored_with_the_host_s_cores_shared(monkeypatch, priority, model):
-    """``mape_with``'s ``shared_cores``: the same real runs against PS twins whose host cores
-    are shared op by op (the messages first where the calibration's communication threads ran
-    at realtime priority), the twins' message CPU and slow-down left to the sharing; with each
-    run checked, also at each run's speed; their cores busy beside the machine's in the text.
-    The all-reduce rows keep their own twin in it."""
+def test_the_ps_twins_share_the_host_s_cores_and_are_also_scored_with_the_floor(
+    monkeypatch, priority, model
+):
+    """The PS twins share their host's cores op by op (the messages first where the
+    calibration's communication threads ran at realtime priority), the twins' message CPU and
+    slow-down left to the sharing. ``mape_with``'s ``floor``: the same real runs against the
+    floor's twins (the model before: the work-conserving floor, the calibrated message CPU
+    and slow-down); with each run checked, also at each run's speed; their cores busy beside
+    the machine's in the text. The all-reduce rows keep their own twin in it."""
     from types import SimpleNamespace
 
     _host_ps_set(monkeypatch, priority)
@@ -1434,30 +1446,31 @@ def test_the_ps_twins_are_also_scored_with_the_host_s_cores_shared(monkeypatch, 
         on_config=lambda row: printed.append(dict(row)),
     )  # fmt: skip
     # in the row printed as its runs finish (the run-checked ones need every run's checks)
-    assert printed[0]["sim_shared_cores_s"] == 0.045
-    assert "sim_shared_cores_run_checked_s" not in printed[0]
-    assert ("ps-default", model, 0.0, 0.0) in twins
-    assert ("ps-default", "floor", 400.0, 0.5) in twins  # the report's own twin keeps them
+    assert printed[0]["sim_iteration_s"] == 0.045  # the report's twin: the shared cores
+    assert printed[0]["sim_floor_s"] == 0.040
+    assert "sim_floor_run_checked_s" not in printed[0]
+    assert ("ps-default", model, 0.0, 0.0) in twins  # the report's own twin
+    assert ("ps-default", "floor", 400.0, 0.5) in twins  # the floor's keeps them
     assert not any(system == "wfbp" and m != "floor" for system, m, _, _ in twins)
     ps, wfbp = result["configs"]
-    assert ps["sim_shared_cores_s"] == 0.045 and "sim_shared_cores_s" not in wfbp
-    assert ps["sim_shared_cpu_cores"] == pytest.approx(1.8)
-    assert ps["sim_shared_cores_run_checked_s"] == pytest.approx(0.045 * 1.2)
-    # ps-default 10 % off (45 against 50 ms), wfbp scored with its own twin (40 ms: 20 %)
-    assert result["mape_with"]["shared_cores"] == pytest.approx(15.0)
-    # at each run's speed: 54 ms (8 %) and wfbp's run-checked twin, 48 ms (4 %)
-    assert result["mape_with"]["shared_cores_run_checked"] == pytest.approx(6.0)
+    assert ps["sim_floor_s"] == 0.040 and "sim_floor_s" not in wfbp
+    assert ps["sim_floor_cpu_cores"] == pytest.approx(1.8)
+    assert ps["sim_floor_run_checked_s"] == pytest.approx(0.040 * 1.2)
+    # ps-default 20 % off (40 against 50 ms), wfbp scored with its own twin (40 ms: 20 %)
+    assert result["mape_with"]["floor"] == pytest.approx(20.0)
+    # at each run's speed: 48 ms (4 %) and wfbp's run-checked twin, 48 ms (4 %)
+    assert result["mape_with"]["floor_run_checked"] == pytest.approx(4.0)
     text = " ".join(fidelity.format_report(result).split())
-    assert "shared_cores 15.0%, run_checked 6.0% (ps-default 10.0%)" in text
+    assert "floor 20.0%, run_checked 4.0% (ps-default 20.0%)" in text
     assert "their cores busy a median 1.80 against the machine's 1.70" in text
 
 
 def test_the_ps_twins_are_also_scored_charging_a_push_s_cpu_as_it_is_handed_over(monkeypatch):
     """``mape_with``'s ``handover``: the same real runs against PS twins that charge a push's
     CPU as the backward hands it over (``cluster.message_cpu_at``), the rest of the twin as
-    the report's (the floor, the message CPU); with each run checked, also at each run's
+    the floor's (the floor, the message CPU); with each run checked, also at each run's
     speed; the text says how far their compute per step is from the real runs', beside the
-    report's twins'. The all-reduce rows keep their own twin in it."""
+    floor's twins' and the report's. The all-reduce rows keep their own twin in it."""
     from types import SimpleNamespace
 
     _host_ps_set(monkeypatch, "realtime")
@@ -1494,8 +1507,10 @@ def test_the_ps_twins_are_also_scored_charging_a_push_s_cpu_as_it_is_handed_over
     assert result["mape_with"]["handover_run_checked"] == pytest.approx(9.6)
     text = " ".join(fidelity.format_report(result).split())
     assert "handover 12.0%, run_checked 9.6% (ps-default 4.0%)" in text
-    # the twins' compute: 12 ms against the real 10 (20 %); the report's twin's 7 ms (30 %)
+    # the twins' compute: 12 ms against the real 10 (20 %); the floor's and the report's
+    # twins' 7 ms (30 %)
     assert "compute per step 20.0% off the real runs' (30.0% charging it as" in text
+    assert "30.0% sharing the cores op by op" in text
 
 
 def _run_of_40_ms(spec, work):
