@@ -1216,8 +1216,10 @@ def matched_specs(
     transport's pulls and pushes, each holding its sender and its receiver, a push's sender
     free once its bytes are handed over, ``cluster.push_buffered``; the slow-down
     integrated over each op's overlap with its worker's transfers, ``cluster.overlap_model``:
-    ``TWIN_OVERLAP_MODEL``), and both twins
-    as many
+    ``TWIN_OVERLAP_MODEL``; every process on the calibration's cores, ``cluster.host_cores``
+    with the measured host CPU per message, shared op by op with ``host_cpu`` ``shared``,
+    the default, in place of the slow-down and the message CPU, or the floor over them with
+    both, ``host_cpu`` ``floor``: ``HOST_CPU_TWINS``), and both twins as many
     server processes and machines as the probe had. On a shaped network, both arenas' twins
     have the NICs' token bucket (``cluster.link_burst_bytes``: the depth
     ``runners.real.testbed`` gives its shaper, in payload bytes; not fitted). An all-reduce

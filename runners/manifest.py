@@ -77,6 +77,18 @@ def busy_ticks(stat: str = "/proc/stat") -> tuple[int, int, int] | None:
     return busy, busy + idle + iowait + steal, max(cpus, 1)
 
 
+def thread_sched(schedstat: str = "/proc/thread-self/schedstat") -> tuple[int, int] | None:
+    """(on CPU, waiting) in ns: the calling thread's time on a CPU and its time runnable but
+    waiting for one (in a run queue) since it started, from the kernel's scheduler
+    statistics (``schedstat``: the first two fields); ``None`` where they cannot be read."""
+    try:
+        with open(schedstat) as f:
+            fields = f.read().split()
+        return int(fields[0]), int(fields[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def busy_cores(busy: int, total: int, cpus: int) -> float | None:
     """The machine's cores kept busy over an interval whose ``busy_ticks`` deltas are
     ``busy`` of ``total`` (``cpus`` CPUs); ``None`` for an interval with no tick."""

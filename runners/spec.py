@@ -287,7 +287,8 @@ class CommCluster:
     ``realtime``). A compute op then ends when its work is done at the speed it was given,
     and a machine can idle while the workers wait for their pulls (the floor packs the work
     on every core). Neither ``message_cpu_us`` nor ``overlap_slowdown`` may be set with them:
-    the shared cores are what slows the compute beside the messages. A reconstruction,
+    the shared cores are what slows the compute beside the messages. ``fidelity``'s PS twins
+    share their host's cores so (``runners.fidelity.HOST_CPU_TWINS``). A reconstruction,
     labelled as such: a message's CPU does not delay its transfer, its work is one thread's
     (at most one core), and PSLD's migrations and the servers' idle loops take no CPU.
 

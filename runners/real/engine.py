@@ -231,10 +231,12 @@ def iteration_row(
     warmup: bool,
     cpu_begin: float | None = None,
     machine_begin: tuple[int, int, int] | None = None,
+    sched_begin: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """A rank's record of iteration ``it`` (``times``: forward start, backward start, end;
     ``cpu_begin``: the process's CPU time, ``time.process_time()``, at ``begin``;
-    ``machine_begin``: the machine's ``busy_ticks`` then, on the rank that reads them)."""
+    ``machine_begin``: the machine's ``busy_ticks`` then, on the rank that reads them;
+    ``sched_begin``: the training thread's ``thread_sched`` then)."""
     forward_start, backward_start, end = times
     row = {
         "iteration": it,
@@ -248,6 +250,8 @@ def iteration_row(
         row["cpu_begin"] = cpu_begin
     if machine_begin is not None:
         row["machine_begin"] = machine_begin
+    if sched_begin is not None:
+        row["sched_begin"] = sched_begin
     return row
 
 
@@ -257,6 +261,7 @@ def set_iteration_times(
     stats: Callable[[int], dict[str, float]] | None = None,
     cpu_finished: float | None = None,
     machine_finished: tuple[int, int, int] | None = None,
+    sched_finished: tuple[int, int] | None = None,
 ) -> None:
     """An iteration lasts from its begin to the next one's (the last: to ``finished``); with
     ``stats``, each row also gets the executor's per-iteration statistics. Rows with a
@@ -264,7 +269,10 @@ def set_iteration_times(
     communication, gloo's) used over the same interval (the last: to ``cpu_finished``).
     Rows with a ``machine_begin`` get ``machine_ticks``: ``[busy, total, cpus]``, the
     machine's busy and total clock ticks over the same interval (the last: to
-    ``machine_finished``; ``runners.manifest.busy_ticks``), every process's on it."""
+    ``machine_finished``; ``runners.manifest.busy_ticks``), every process's on it. Rows with
+    a ``sched_begin`` get ``thread_cpu_s`` and ``runq_wait_s``: the training thread's time on
+    a CPU and its time ready to run but waiting for one over the same interval (the last: to
+    ``sched_finished``; ``runners.manifest.thread_sched``)."""
     for i, row in enumerate(iterations):
         nxt = iterations[i + 1] if i + 1 < len(iterations) else None
         row["iteration_time_s"] = (finished if nxt is None else nxt["begin"]) - row["begin"]
@@ -283,6 +291,11 @@ def set_iteration_times(
                 machine_end[1] - machine_begin[1],
                 machine_begin[2],
             ]
+        sched_begin = row.pop("sched_begin", None)
+        sched_end = sched_finished if nxt is None else nxt.get("sched_begin")
+        if sched_begin is not None and sched_end is not None:
+            row["thread_cpu_s"] = (sched_end[0] - sched_begin[0]) / 1e9
+            row["runq_wait_s"] = (sched_end[1] - sched_begin[1]) / 1e9
 
 
 def write_record(job_dir: Path, name: str, rank: int, result: dict[str, Any]) -> None:

@@ -940,6 +940,9 @@ def _results(spec: RunSpec, ranks: list[dict[str, Any]], network: Network) -> Re
         }
         if all("cpu_s" in row for row in rows):  # the process's, every thread of it
             entry["cpu_time_s"] = statistics.fmean(row["cpu_s"] for row in rows)
+        if all("runq_wait_s" in row for row in rows):  # the training thread's alone
+            entry["train_thread_cpu_s"] = statistics.fmean(row["thread_cpu_s"] for row in rows)
+            entry["train_runq_wait_s"] = statistics.fmean(row["runq_wait_s"] for row in rows)
         if "comm_s" in rows[0]:
             entry["comm_time_s"] = statistics.fmean(row["comm_s"] for row in rows)
             entry["exposed_comm_s"] = statistics.fmean(row["wait_s"] for row in rows)
@@ -993,6 +996,13 @@ def _results(spec: RunSpec, ranks: list[dict[str, Any]], network: Network) -> Re
         metrics["cpu_cores_per_rank"] = metrics["cpu_time_s"] / mean if mean > 0 else math.nan
         metrics["cpu_cores"] = len(ranks) * metrics["cpu_cores_per_rank"]  # the PS: + servers'
         units.update(cpu_time_s="s", cpu_cores_per_rank="cores", cpu_cores="cores")
+    if all("train_runq_wait_s" in s for s in steady):
+        # A rank's training thread per iteration: its time on a core, and its time ready to
+        # run but waiting for one (the cores taken by the other ranks, the servers and the
+        # communication threads, which preempt it at realtime priority)
+        for key in ("train_thread_cpu_s", "train_runq_wait_s"):
+            metrics[key] = statistics.fmean(s[key] for s in steady)
+            units[key] = "s"
     steady_its = {s["iteration"] for s in steady}
     ticks = [
         row["machine_ticks"]

@@ -115,7 +115,7 @@ import workloads
 from workloads import data
 from workloads.models import build_model
 
-from ..manifest import busy_ticks
+from ..manifest import busy_ticks, thread_sched
 from ..policies.ps import ORDERS, SERVER_MODES, PSPlan, PSTask, lr_scale
 from ..spec import RealOptions, RunSpec, SpecError
 from . import priority
@@ -969,7 +969,7 @@ def _work(ctx: Context) -> dict[str, Any]:
         straggle.factor = slowdown(stragglers, worker, it)
         inputs, targets = next(batches)
         begin = time.perf_counter()
-        cpu_begin = time.process_time()
+        cpu_begin, sched_begin = time.process_time(), thread_sched()
         machine_begin = busy_ticks() if worker == 0 else None  # the machine worker 0 runs on
         ps.begin(it)
         straggle.reset()
@@ -980,15 +980,20 @@ def _work(ctx: Context) -> dict[str, Any]:
         end = time.perf_counter()
         times = (forward_start, backward_start, end)
         warmup = it < int(spec["warmup_iterations"])
-        iterations.append(iteration_row(it, begin, times, loss, warmup, cpu_begin, machine_begin))
+        iterations.append(
+            iteration_row(it, begin, times, loss, warmup, cpu_begin, machine_begin, sched_begin)
+        )
         if worker == 0:
             print(f"progress {it + 1} {total}", flush=True)
     threads = priority.census()  # while the transport's threads are alive
     ps.finish()
     finished, cpu_finished = time.perf_counter(), time.process_time()
+    sched_finished = thread_sched()
     machine_finished = busy_ticks() if worker == 0 else None
     ps.close()
-    set_iteration_times(iterations, finished, ps.stats, cpu_finished, machine_finished)
+    set_iteration_times(
+        iterations, finished, ps.stats, cpu_finished, machine_finished, sched_finished
+    )
     info: dict[str, Any] = {"assignment": ps.assign.by_it[max(ps.assign.by_it)]}
     if controller is not None:
         info["psld"] = {

@@ -26,7 +26,7 @@ from torch import nn
 from workloads import data
 from workloads.models import build_model
 
-from ..manifest import busy_ticks
+from ..manifest import busy_ticks, thread_sched
 from ..policies.allreduce import CommPlan, CommTask
 from . import priority
 from .engine import (
@@ -307,7 +307,7 @@ def _train(
             targets = targets.to(device, non_blocking=True)
         sync()  # the previous iteration's kernels are done: the timers read the GPU's time
         begin = time.perf_counter()
-        cpu_begin = time.process_time()
+        cpu_begin, sched_begin = time.process_time(), thread_sched()
         machine_begin = busy_ticks() if rank == 0 else None  # the machine rank 0 runs on
         synced_s = None  # Horovod's or DDP's wait in its step (``_horovod_step``, ``_ddp_step``)
         if engine is not None:
@@ -326,7 +326,7 @@ def _train(
             forward_start, backward_start, end, loss, synced_s = step(inputs, targets, loss_fn)
         times = (forward_start, backward_start, end)
         warmup = it < int(spec["warmup_iterations"])
-        row = iteration_row(it, begin, times, loss, warmup, cpu_begin, machine_begin)
+        row = iteration_row(it, begin, times, loss, warmup, cpu_begin, machine_begin, sched_begin)
         if synced_s is not None:  # Horovod or DDP: its wait for the all-reduces
             row["sync_s"] = synced_s
         iterations.append(row)
@@ -337,12 +337,14 @@ def _train(
         engine.finish()
     sync()  # the final updates
     finished, cpu_finished = time.perf_counter(), time.process_time()
+    sched_finished = thread_sched()
     set_iteration_times(
         iterations,
         finished,
         engine.stats if engine is not None else None,
         cpu_finished,
         busy_ticks() if rank == 0 else None,
+        sched_finished,
     )
     result: dict[str, Any] = {
         "rank": rank,

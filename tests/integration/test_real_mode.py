@@ -413,6 +413,10 @@ def test_a_real_run_on_the_shaped_network(tmp_path):
     wire_s = _wire_s(0.05)
     assert 0.8 * wire_s <= summary["metrics"]["comm_time_s"] <= 2.0 * wire_s
     assert summary["metrics"]["iteration_time_s"] >= 0.8 * wire_s
+    # a rank's training thread: its own CPU (within its process's) and its wait for a core
+    metrics = summary["metrics"]
+    assert 0 < metrics["train_thread_cpu_s"] <= metrics["cpu_time_s"]
+    assert 0 <= metrics["train_runq_wait_s"] < metrics["iteration_time_s"]
     assert not _ours()
 
 

@@ -121,6 +121,9 @@ def test_sync_ps_systems_match_single_process_sgd(system, params, tmp_path, monk
     # the processes' CPU time: the workers' per iteration, the servers' as cores
     # (each server's over its own span: their sum is not bounded by the machine's cores)
     assert metrics["cpu_time_s"] > 0 and metrics["server_cpu_cores"] > 0
+    # a worker's training thread: its own CPU (within its process's) and its wait for a core
+    assert 0 < metrics["train_thread_cpu_s"] <= metrics["cpu_time_s"]
+    assert 0 <= metrics["train_runq_wait_s"] < metrics["iteration_time_s"]
     # the hypervisor's share of the machine while it ran, in the run directory (Linux)
     assert 0 <= metrics["machine_steal_pct"] <= 100 and summary["units"]["machine_steal_pct"] == "%"
     # the cores the machine kept busy over the steady iterations: some, at most all of them

@@ -226,6 +226,50 @@ def test_busy_ticks_reads_the_machine_s_busy_and_total_ticks_and_its_cpus(tmp_pa
     assert busy_ticks(str(tmp_path / "missing")) is None
 
 
+def test_the_training_thread_s_cpu_and_run_queue_wait_per_iteration():
+    """``set_iteration_times`` turns the training thread's scheduler statistics at each row's
+    begin (``thread_sched``: ns on a CPU, ns waiting for one) into the interval's seconds;
+    ``_results`` averages them over the ranks and the steady iterations (none without every
+    steady row's)."""
+    from runners.real.engine import iteration_row, set_iteration_times
+
+    loss = __import__("torch").tensor(1.0)
+    marks = [(0, 0), (4_000_000, 1_000_000), (10_000_000, 5_000_000)]
+    rows = [iteration_row(i, 0.1 * i, (0.1 * i,) * 3, loss, False, None, None, marks[i])
+            for i in range(3)]  # fmt: skip
+    set_iteration_times(rows, 0.3, sched_finished=(13_000_000, 5_000_000))
+    assert [(r["thread_cpu_s"], r["runq_wait_s"]) for r in rows] == [
+        (0.004, 0.001), (0.006, 0.004), (0.003, 0.0)
+    ]  # fmt: skip
+    assert not any("sched_begin" in row for row in rows)
+    times = [0.020, 0.022, 0.021, 0.023]
+    ranks = [_rank(times, drain=0.05), _rank(times, drain=0.05)]
+    for k, rank in enumerate(ranks):
+        for row in rank["iterations"]:
+            row["thread_cpu_s"] = 0.010 + 0.002 * k
+            row["runq_wait_s"] = 0.001 * row["iteration"] + 0.002 * k
+    result = launch._results(_spec(len(times)), ranks, launch.Network("loopback"))
+    assert result.metrics["train_thread_cpu_s"] == pytest.approx(0.011)
+    # steady iterations 1-3 (the warm-up and the last left out), ranks 0 and 1
+    assert result.metrics["train_runq_wait_s"] == pytest.approx(0.002 + 0.001)
+    assert result.units["train_runq_wait_s"] == "s"
+    del ranks[1]["iterations"][2]["runq_wait_s"]
+    result = launch._results(_spec(len(times)), ranks, launch.Network("loopback"))
+    assert "train_runq_wait_s" not in result.metrics
+
+
+def test_thread_sched_reads_the_thread_s_time_on_a_cpu_and_waiting_for_one(tmp_path):
+    from runners.manifest import thread_sched
+
+    assert thread_sched() is not None  # Linux: this thread's own
+    stat = tmp_path / "schedstat"
+    stat.write_text("123 456 7\n")
+    assert thread_sched(str(stat)) == (123, 456)
+    stat.write_text("x\n")
+    assert thread_sched(str(stat)) is None
+    assert thread_sched(str(tmp_path / "missing")) is None
+
+
 def _clocked(rank: int, boot: str | None, barrier_s: float, rows: list[list]) -> dict:
     return {"rank": rank, "clock": {"boot_id": boot, "barrier_s": barrier_s}, "timeline": rows}
 
