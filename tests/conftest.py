@@ -18,6 +18,18 @@ from typing import Any, NoReturn
 
 import pytest
 
+# The exact all-reduce schedulers as the real-mode correctness tests run them on the debug
+# model (small buckets, partitions and chunks, so that each schedules several collectives;
+# ``ddp-lab``: DDP's buckets executed by the lab's engine), on the CPU and on a GPU.
+EXACT_SCHEDULERS = [
+    ("wfbp", {}),
+    ("ddp", {"bucket_bytes": 200_000, "first_bucket_bytes": 50_000}),
+    ("ddp-lab", {"bucket_bytes": 200_000, "first_bucket_bytes": 50_000}),
+    ("bytescheduler", {"partition_bytes": 40_000, "credit_bytes": 80_000}),
+    ("pace", {"chunk_bytes": 64_000, "fusion": "none"}),
+    ("dear", {"fusion_bytes": 100_000}),
+]
+
 
 def skip_or_fail(message: str) -> NoReturn:
     """Skip with ``message``; fail instead under LAB_REQUIRE_SERVICES=1 (CI)."""

@@ -24,6 +24,7 @@ import torch
 
 from runners.execute import run_to_directory
 from runners.spec import validate
+from tests.conftest import EXACT_SCHEDULERS
 from workloads import data
 from workloads.models import build_model
 
@@ -88,17 +89,7 @@ def reference() -> dict:
     return _reference_sgd()
 
 
-@pytest.mark.parametrize(
-    ("system", "params"),
-    [
-        ("wfbp", {}),
-        ("ddp", {"bucket_bytes": 200_000, "first_bucket_bytes": 50_000}),
-        ("ddp-lab", {"bucket_bytes": 200_000, "first_bucket_bytes": 50_000}),
-        ("bytescheduler", {"partition_bytes": 40_000, "credit_bytes": 80_000}),
-        ("pace", {"chunk_bytes": 64_000, "fusion": "none"}),
-        ("dear", {"fusion_bytes": 100_000}),
-    ],
-)
+@pytest.mark.parametrize(("system", "params"), EXACT_SCHEDULERS)
 def test_exact_schedulers_train_on_the_gpu_as_single_process_sgd(
     system, params, reference, tmp_path, monkeypatch
 ):

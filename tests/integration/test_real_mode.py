@@ -27,7 +27,7 @@ import torch
 from runners.execute import run_to_directory
 from runners.real import testbed
 from runners.spec import SpecError, validate
-from tests.conftest import require_horovod, require_root, torchrun, wait_for
+from tests.conftest import EXACT_SCHEDULERS, require_horovod, require_root, torchrun, wait_for
 from workloads import data
 from workloads.models import build_model
 
@@ -116,15 +116,7 @@ def _each_iteration_holds_its_compute_and_wait(run_dir: Path) -> None:
 
 @pytest.mark.parametrize(
     ("system", "params"),
-    [
-        ("wfbp", {}),
-        ("ddp", {"bucket_bytes": 200_000, "first_bucket_bytes": 50_000}),
-        ("ddp-lab", {"bucket_bytes": 200_000, "first_bucket_bytes": 50_000}),
-        ("bytescheduler", {"partition_bytes": 40_000, "credit_bytes": 80_000}),
-        ("pace", {"chunk_bytes": 64_000, "fusion": "none"}),
-        ("dear", {"fusion_bytes": 100_000}),
-        ("horovod", {"fusion_threshold_bytes": 100_000, "cycle_time_ms": 1.0}),
-    ],
+    [*EXACT_SCHEDULERS, ("horovod", {"fusion_threshold_bytes": 100_000, "cycle_time_ms": 1.0})],
 )
 def test_exact_schedulers_match_single_process_sgd(system, params, tmp_path, monkeypatch):
     """``ddp-lab``: DDP's buckets executed by the lab's engine (``real.implementation: lab``),
