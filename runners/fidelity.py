@@ -328,15 +328,15 @@ def check_slowdowns(
                     f"{_where(point['nominal_gbps'])}: {what} of {model} measured "
                     f"{1 + value:.1f}x as slow as alone"
                 )
+                # the all-reduce arena's, on the unshaped network: not only a busy machine
+                unshaped = point["nominal_gbps"] is None and kind == "overlap_slowdown"
                 if value > SLOWDOWN_MAX:
                     raise CalibrationError(
                         f"{said}, beyond what the simulator takes (cluster.{field} <= "
-                        f"{SLOWDOWN_MAX:g}): the machine was busy with other work; calibrate "
-                        f"again when it is quiet ({kept})"
+                        f"{SLOWDOWN_MAX:g}): {_UNSHAPED_NOTE if unshaped else ''}the machine "
+                        f"was busy with other work; calibrate again when it is quiet ({kept})"
                     )
                 if value > SLOWDOWN_WARN:
-                    # the all-reduce arena's, on the unshaped network: not only a busy machine
-                    unshaped = point["nominal_gbps"] is None and kind == "overlap_slowdown"
                     say(
                         f"warning: {said}: {_UNSHAPED_NOTE if unshaped else ''}was the machine "
                         "busy with other work? If so, measure again when it is quiet"
@@ -2029,6 +2029,12 @@ def _row(
         row["sim_cpu_cores"] = sim.metrics["host_cpu_s"] / predicted if predicted > 0 else None
     if all("machine_steal_pct" in r.metrics for r in runs):  # the hypervisor's share
         row["real_steal_pct"] = statistics.median(r.metrics["machine_steal_pct"] for r in runs)
+    if all("train_runq_wait_s" in r.metrics for r in runs):  # runs from before: none
+        # per iteration, the training threads' time on a core and runnable but waiting for
+        # one (/proc/thread-self/schedstat): how far the compute waits for the cores the
+        # twins share (``cluster.host_cpu_model``)
+        for key in ("train_thread_cpu_s", "train_runq_wait_s"):
+            row[f"real_{key}"] = statistics.median(r.metrics[key] for r in runs)
     return row
 
 
@@ -2359,6 +2365,14 @@ def format_report(result: dict[str, Any]) -> str:
             f"twins' host work {busy['sim']:.2f} (at most {busy['max_gap']:+.2f} more than "
             "the real): a twin at its host's floor keeps every core busy, one sharing them "
             "op by op idles them only while its workers wait for the network"
+        )
+    sched = [c for c in result["configs"] if "real_train_runq_wait_s" in c]
+    if sched:
+        waits = [c["real_train_runq_wait_s"] / c["real_iteration_s"] for c in sched]
+        lines.append(
+            "the real runs' training threads waited, runnable, for a core a median "
+            f"{100 * statistics.median(waits):.0f} % of an iteration (configurations "
+            f"{100 * min(waits):.0f}-{100 * max(waits):.0f} %; rows' real_train_runq_wait_s)"
         )
     host_error = result.get("host_cpu_error_pct")
     if with_host:

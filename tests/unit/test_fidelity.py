@@ -514,6 +514,14 @@ def test_a_large_slowdown_on_the_unshaped_network_is_told_with_its_likely_cause(
     assert len(said) == 3 and all("busy with other work" in line for line in said)
     assert "42.5x as slow" in said[0] and "overlap_model integrated" in said[0]
     assert "overlap_model" not in said[1] and "overlap_model" not in said[2]
+    # beyond the simulator's bound the calibration stops, with the same likely cause
+    beyond = fidelity.SLOWDOWN_MAX + 1
+    for point, unshaped in ((loopback, True), (shaped, False)):
+        point = {**point, "overlap_slowdown": {"resnet50-debug": beyond}}
+        with pytest.raises(fidelity.CalibrationError) as err:
+            fidelity.check_slowdowns([point], said.append, ("overlap_slowdown",))
+        assert "busy with other work" in str(err.value)
+        assert ("overlap_model integrated" in str(err.value)) is unshaped
 
 
 def test_calibrate_overlap_only_measures_the_interference_again_and_split_uses_it(
@@ -1328,6 +1336,8 @@ def test_repeated_real_runs_go_in_rounds_and_their_median_is_scored(monkeypatch)
         metrics = {"iteration_time_s": t, "iteration_time_median_s": t, "compute_time_s": 0.01}
         metrics["cpu_cores"] = 40 * t  # the processes' cores (ranks and servers)
         metrics["machine_steal_pct"] = 10 * t  # launch.run's: the hypervisor's share
+        if spec.system == "wfbp":  # the training threads' scheduling (ddp's: an older run)
+            metrics["train_thread_cpu_s"], metrics["train_runq_wait_s"] = t / 2, t / 4
         return SimpleNamespace(metrics=metrics, units={}, network=SimpleNamespace(kind="shaped"))
 
     def fake_twin(real_spec, sim_spec):
@@ -1372,6 +1382,13 @@ def test_repeated_real_runs_go_in_rounds_and_their_median_is_scored(monkeypatch)
     assert wfbp["real_steal_pct"] == pytest.approx(100 * 0.036 / 10)
     assert ddp["real_steal_pct"] == pytest.approx(100 * 0.050 / 10)
     assert result["steal_max_pct"] == pytest.approx(0.5)
+    # the training threads' time on a core and waiting for one: medians, where every run has it
+    assert wfbp["real_train_thread_cpu_s"] == pytest.approx(0.018)
+    assert wfbp["real_train_runq_wait_s"] == pytest.approx(0.009)
+    assert "real_train_runq_wait_s" not in ddp
+    assert "waited, runnable, for a core a median 25 % of an iteration" in fidelity.format_report(
+        result
+    )
 
 
 HOST_PS_POINT = {  # a PS point with the host's CPU per message
