@@ -1398,6 +1398,10 @@ def _profile(model: str, label: str) -> workloads.MeasuredProfile | None:
 # twins' compute stale, and the report's error then measures the machine's drift as much as
 # the simulator's model.
 COMPUTE_DRIFT_PCT = 10.0  # beyond this the report says to measure again (the MAPE target)
+# The PS twins' host CPU per iteration this far from the real runs' (the median over rows):
+# the report says to measure the PS transport again (its CPU per message moved by up to 28 %
+# within hours on our machine, 2026-11-29, which ``fidelity`` does not check during a set)
+HOST_CPU_HINT_PCT = 5.0
 
 
 def _moved(entry: dict[str, Any], key: str) -> bool:
@@ -2386,6 +2390,14 @@ def format_report(result: dict[str, Any]) -> str:
                 if host_error
                 else ")"
             )
+        )
+    if host_error and abs(host_error["median"]) >= HOST_CPU_HINT_PCT:
+        lines.append(
+            f"the twins' host CPU per iteration is a median {host_error['median']:+.1f}% off "
+            "the real runs': where the compute check found the compute at the calibration's "
+            "speed, the PS transport's CPU per message has likely moved since the calibration; "
+            f"measure it again (python -m runners calibrate --label {result['label']} "
+            "--ps-only, about 20 minutes) and compare on the same day"
         )
     lines.append("")
     intervals = result.get("per_system_mape_ci_pct", {})  # reports from before it: none

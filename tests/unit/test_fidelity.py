@@ -945,6 +945,10 @@ def test_the_host_cpu_check_sets_each_twin_s_cpu_work_beside_the_real_runs():
     assert "60.0 / 72.0" in text.splitlines()[1]
     assert text.splitlines()[4].rstrip().endswith("-")  # the all-reduce row has no twin's
     assert "the twin's against the real's: +10.0%, median (-10.0 to +20.0%)" in text
+    # that far off, the text says to measure the PS transport again; under the hint's bound not
+    assert "calibrate --label unit --ps-only" in text
+    near = [{**r, "sim_host_cpu_s": r["real_host_cpu_s"] * 1.04} for r in rows[:3]]
+    assert "--ps-only" not in fidelity.format_report(fidelity.report(near, "unit"))
     assert fidelity.report(rows[3:], "unit")["host_cpu_error_pct"] is None
     assert "host CPU" not in fidelity.format_report(fidelity.report(rows[3:], "unit"))
 
