@@ -11,7 +11,8 @@
                                  | --compute-only] [--ps-cpu-probes N]
     python -m runners fidelity [--label L] [--systems S,..] [--models M,..] [--bandwidths G,..]
                                [--iterations I] [--repeats R] [--latency busy|idle|split|engine]
-                               [--no-compute-check] [--check-each-run] [--json]
+                               [--no-compute-check] [--no-transport-check] [--check-each-run]
+                               [--json]
     python -m runners twin RUN_DIR [--label L] [--json]
 
 ``grid`` expands a sweep (systems x workloads x cluster/params/spec axes x seeds, see
@@ -236,6 +237,15 @@ def _parser() -> argparse.ArgumentParser:
         help="skip timing each model's step before, between the rounds of and after the real "
         "runs against the calibration's (about 6 s per model each time; the report's "
         "compute_drift, and mape_with's compute_checked)",
+    )
+    p.add_argument(
+        "--no-transport-check",
+        dest="transport_check",
+        action="store_false",
+        help="skip probing the PS transport's CPU per message (as calibrate does) at each "
+        "network with PS systems before, between the rounds of and after the real runs "
+        "(about 30 s per network each time; the report's transport_check, and mape_with's "
+        "transport_checked)",
     )
     p.add_argument(
         "--check-each-run",
@@ -727,7 +737,7 @@ def _print_point(point: dict[str, Any]) -> None:
 
 
 def _fidelity(args: argparse.Namespace) -> int:
-    from . import fidelity
+    from . import fidelity, fidelity_transport
 
     try:
         systems = _names(
@@ -788,6 +798,7 @@ def _fidelity(args: argparse.Namespace) -> int:
             journal=journal,
             resume=args.resume,
             check_runs=args.check_runs,
+            transport_check=args.transport_check,
         )
     except SpecError as err:
         print(f"invalid arguments: {err}", file=sys.stderr)
@@ -806,6 +817,9 @@ def _fidelity(args: argparse.Namespace) -> int:
     if args.json:
         if result["compute_drift"] is not None:  # the text report's line, on stderr
             print(f"[fidelity] {fidelity.drift_line(result)}", file=sys.stderr, flush=True)
+        if result.get("transport_check"):  # the same for the transport check
+            line = fidelity_transport.transport_line(result["transport_check"], result["label"])
+            print(f"[fidelity] {line}", file=sys.stderr, flush=True)
         print(json.dumps(result))
         return 0
     print(fidelity.format_report(result))

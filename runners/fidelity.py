@@ -82,7 +82,7 @@ import numpy as np
 
 import workloads
 
-from . import registry
+from . import fidelity_transport, registry
 from .fidelity_journal import Journal, fingerprint, profiles_fingerprint
 from .manifest import usable_cpus
 from .spec import SLOWDOWN_MAX, SPLIT_COST_MAX, CommCluster, RunSpec, SpecError, validate
@@ -1494,6 +1494,7 @@ def fidelity(
     journal: Path | None = None,
     resume: bool = False,
     check_runs: bool = False,
+    transport_check: bool = True,
 ) -> dict[str, Any]:
     """Run every configuration for real and simulated; the report (see the module docstring).
 
@@ -1520,7 +1521,15 @@ def fidelity(
     geometric mean of its two checks over the calibration's step (``mape_with``'s
     ``run_checked``, each row's ``sim_run_checked_s``: the median of its runs' twins; the
     rows keep ``run_checks_s``). On a machine whose speed moves within minutes, what is left
-    is the simulator's error given the compute of the moment rather than of the set."""
+    is the simulator's error given the compute of the moment rather than of the set.
+
+    ``transport_check``: where the set has PS systems, also probe the PS transport's CPU per
+    message at each of their networks, as the calibration does, at the compute check's
+    stages (``fidelity_transport``: about 30 s a network each time), report how far it has
+    moved (``transport_check``) and score the same runs with PS twins given it
+    (``mape_with``'s ``transport_checked``, ``transport_compute_checked`` with the compute
+    check's speed too and, with ``check_runs``, ``transport_checked_run_checked``; rows'
+    ``sim_transport_checked_s`` and so on)."""
     from .real import launch
 
     if repeats < 1:
@@ -1570,6 +1579,29 @@ def fidelity(
     elif book is not None:
         say(f"journal: {book.path} (each real run kept as it finishes; if the set stops, the "
             "same command with --resume goes on from there)")  # fmt: skip
+    networks = (
+        fidelity_transport.transport_networks(systems, bandwidths, testbed)
+        if transport_check
+        else ()
+    )
+    transport: fidelity_transport.TransportChecks = {}
+
+    def check_transport(stage: str) -> bool:
+        """The transport check at ``stage`` (the journal's, where it has it); whether it
+        probed now."""
+        nonlocal transport
+        if not networks:
+            return False
+        keys = [fidelity_transport.network_key(b) for b in networks]
+        kept = None if book is None else book.transport_stage(stage, keys)
+        if kept is not None:
+            transport = kept
+            return False
+        fidelity_transport.check_transport(networks, testbed, stage, transport, say)
+        if book is not None:
+            book.add_transport_stage(stage, transport)
+        return True
+
     drift: dict[str, dict[str, Any]] | None = {} if compute_check else None
     kept_before = None if book is None or drift is None else book.stage("before", models)
     if kept_before is not None:
@@ -1590,6 +1622,7 @@ def fidelity(
                 f"runners calibrate --label {label} --compute-only first, or let it go on; "
                 "--check-each-run scores each run with the speed timed beside it)"
             )
+    check_transport("before")
     runs: list[list[Any]] = [[] for _ in checked]
     run_checks: list[list[list[float | None] | None]] = [[] for _ in checked]
     # (model, step) of the check taken last in this sitting, nothing run since (None: none)
@@ -1683,6 +1716,8 @@ def fidelity(
                 if len(entry.get("between_pct", ())) == round_ + 1
             ]
             say(f"compute check between rounds: {', '.join(moves) or 'not timed'}")
+        if round_ < repeats - 1 and check_transport(f"between-{round_}"):
+            last_check = None  # a probe ran since: not a run's check
     kept_after = None if book is None or drift is None else book.stage("after", models)
     if kept_after is not None:
         drift = kept_after
@@ -1691,6 +1726,7 @@ def fidelity(
         compute_drift(models, label, testbed, "after", drift)
         if book is not None:
             book.add_stage("after", drift)
+    check_transport("after")
     real_specs = [real_spec for _, real_spec, _ in checked]
     sims = [sim_spec for _, _, sim_spec in checked]
 
@@ -1745,6 +1781,10 @@ def fidelity(
                     if times is not None:
                         row[f"sim_{name}_run_checked_s"] = statistics.median(times)
         _score_variant(configs, name, with_)
+    if transport:
+        _transport_checked(configs, real_specs, sims, transport, scales, with_,
+                           [run_checks[k] for k in range(len(configs))] if check_runs else None,
+                           steps)  # fmt: skip
     priority = testbed.get("comm_priority", "normal")
     result = report(
         configs,
@@ -1755,6 +1795,7 @@ def fidelity(
         mape_without=without,
         compute_drift=drift,
         mape_with=with_,
+        transport_check=transport or None,
     )
     if book is not None:
         made = sum(len(r) for r in runs)
@@ -1831,6 +1872,54 @@ def _score_variant(configs: list[dict[str, Any]], name: str, with_: dict[str, fl
         with_[f"{name}_run_checked"] = statistics.fmean(
             _ape(
                 row.get(f"sim_{name}_run_checked_s", row["sim_run_checked_s"]),
+                row["real_iteration_s"],
+            )
+            for row in configs
+        )
+
+
+def _transport_checked(
+    configs: list[dict[str, Any]],
+    real_specs: list[RunSpec],
+    sims: list[RunSpec],
+    checks: fidelity_transport.TransportChecks,
+    scales: dict[str, float],
+    with_: dict[str, float],
+    run_checks: list[list[list[float | None] | None]] | None,
+    steps: dict[str, tuple[float, int]],
+) -> None:
+    """(The transport check.) The PS rows' ``sim_transport_checked_s`` (their twins given
+    the host's CPU per message measured during the set: ``fidelity_transport.
+    transport_twin``), with every model's compute check ``sim_transport_compute_checked_s``
+    (at its ``scales``) and with ``run_checks`` ``sim_transport_checked_run_checked_s``; and
+    ``mape_with``'s ``transport_checked``, ``transport_compute_checked`` and
+    ``transport_checked_run_checked``, the other rows scored with their own twin's (the
+    compute-checked one's, the run-checked one's)."""
+    twins = [
+        fidelity_transport.transport_twin(sim, checks, row["bandwidth_gbps"])
+        for sim, row in zip(sims, configs, strict=True)
+    ]
+    if not any(twin is not None for twin in twins):
+        return
+    scaled = bool(scales) and all(row["workload"] in scales for row in configs)
+    for k, (real_spec, twin, row) in enumerate(zip(real_specs, twins, configs, strict=True)):
+        if twin is None:
+            continue
+        row["sim_transport_checked_s"] = _twin(real_spec, twin).metrics["iteration_time_s"]
+        if scaled:
+            at = _scaled_twin(twin, scales[row["workload"]])
+            row["sim_transport_compute_checked_s"] = _twin(real_spec, at).metrics[
+                "iteration_time_s"
+            ]
+        if run_checks is not None:
+            times = _run_checked_times(real_spec, twin, run_checks[k], steps[row["workload"]][0])
+            if times is not None:
+                row["sim_transport_checked_run_checked_s"] = statistics.median(times)
+    _score_variant(configs, "transport_checked", with_)
+    if scaled and "compute_checked" in with_:
+        with_["transport_compute_checked"] = statistics.fmean(
+            _ape(
+                row.get("sim_transport_compute_checked_s", row["sim_compute_checked_s"]),
                 row["real_iteration_s"],
             )
             for row in configs
@@ -2101,6 +2190,7 @@ def report(
     mape_without: dict[str, float] | None = None,
     compute_drift: dict[str, dict[str, Any]] | None = None,
     mape_with: dict[str, float] | None = None,
+    transport_check: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """MAPE per system and overall, and each system's speedup over the baselines, real and
     simulated, per (model, bandwidth); ``mape_by_latency``: the same real runs scored with
@@ -2116,7 +2206,10 @@ def report(
     ``_run_checked``);
     ``compute_drift``: each model's step now against the calibration's
     (``fidelity``'s compute check; None where it was not made), and ``calibration_stale``
-    whether any moved more than ``COMPUTE_DRIFT_PCT`` at any check."""
+    whether any moved more than ``COMPUTE_DRIFT_PCT`` at any check; ``transport_check``: the PS
+    transport's CPU per message measured during the set per network
+    (``fidelity_transport.TransportChecks``; None where it was not made), whose twins
+    ``mape_with``'s ``transport_checked`` and its kin score."""
     by_system: dict[str, list[dict[str, Any]]] = {}
     for c in configs:
         by_system.setdefault(c["system"], []).append(c)
@@ -2184,6 +2277,9 @@ def report(
         # against the calibration's (None: not checked)
         "compute_drift": compute_drift,
         "calibration_stale": any(_moved(d, "drift_pct") for d in (compute_drift or {}).values()),
+        # the PS transport's CPU per message probed before, between the rounds of and after
+        # the real runs, per network (None: not checked)
+        "transport_check": transport_check,
         "target_pct": MAPE_TARGET_PCT,
         "meets_target": mape < MAPE_TARGET_PCT and len(configs) >= MAPE_MIN_CONFIGS,
         "per_system_mape_pct": per_system,
@@ -2391,7 +2487,11 @@ def format_report(result: dict[str, Any]) -> str:
                 else ")"
             )
         )
-    if host_error and abs(host_error["median"]) >= HOST_CPU_HINT_PCT:
+    if (
+        host_error
+        and abs(host_error["median"]) >= HOST_CPU_HINT_PCT
+        and ("transport_checked" not in result.get("mape_with", {}))
+    ):  # with the transport check, its own lines below say what it measured
         lines.append(
             f"the twins' host CPU per iteration is a median {host_error['median']:+.1f}% off "
             "the real runs': where the compute check found the compute at the calibration's "
@@ -2420,6 +2520,8 @@ def format_report(result: dict[str, Any]) -> str:
         )
     if result.get("compute_drift") is not None:
         lines.append(drift_line(result))
+    if result.get("transport_check"):
+        lines.append(fidelity_transport.transport_line(result["transport_check"], result["label"]))
     others = {
         k: v for k, v in result.get("mape_by_latency", {}).items() if k != result.get("latency")
     }
@@ -2453,6 +2555,23 @@ def format_report(result: dict[str, Any]) -> str:
         lines.append(
             "the same real runs, each run's twin given its model's compute as timed just "
             f"before and after it: run_checked {with_['run_checked']:.1f}% ({systems})"
+        )
+    if "transport_checked" in with_:
+        rows = [c for c in result["configs"] if "sim_transport_checked_s" in c]
+        also = [
+            f"{words} {with_[key]:.1f}%"
+            for key, words in (
+                ("transport_compute_checked", "with the compute check's speed too"),
+                ("transport_checked_run_checked", "with each run's compute"),
+            )
+            if key in with_
+        ]
+        lines.append(
+            "the same real runs, the PS twins given the host's CPU per message as the "
+            f"transport check measured it during the set: transport_checked "
+            f"{with_['transport_checked']:.1f}% "
+            f"({_per_system({**result, 'configs': rows}, 'sim_transport_checked_s')})"
+            + (f"; {', '.join(also)}" if also else "")
         )
     if "floor" in with_:
         rows = [c for c in result["configs"] if "sim_floor_s" in c]

@@ -20,7 +20,10 @@ only what it lacks.
   round, system, workload, bandwidth and the two attempts' errors (the resumed set's row
   lists them among its ``failed_attempts``);
 - one ``{"drift": {...}, "stage": ...}`` per compute check: the whole ``compute_drift``
-  mapping after the check, the stage ``before``, ``between-<round>`` or ``after``.
+  mapping after the check, the stage ``before``, ``between-<round>`` or ``after``;
+- one ``{"transport": {...}, "stage": ...}`` per transport check (PS sets): the whole
+  ``fidelity_transport.TransportChecks`` mapping after the check, its stages named as the
+  compute check's.
 
 Each line is flushed and fsynced before ``fidelity`` goes on. A crash while writing leaves at
 most a torn last line; reading ignores it, and the next append overwrites it.
@@ -32,7 +35,8 @@ mixed in. The twins are simulated again from the current calibration, so a resum
 also rescore a finished set's real runs with a changed simulator without running them again,
 or with a calibration measured again since: ``Journal.calibration_changed`` says so, and the
 report with it.
-The compute checks' stages are reused only when the journal's cover the same models. A set
+The compute checks' stages are reused only when the journal's cover the same models, the
+transport checks' only when they cover the same networks. A set
 with other systems, models or bandwidths reuses the runs it shares with the journal and
 makes the rest.
 """
@@ -135,6 +139,7 @@ class Journal:
         self.calibration_changed = False
         self._runs: dict[tuple, tuple[dict[str, Any], KeptRun]] = {}
         self._stages: dict[str, dict[str, Any]] = {}
+        self._transport: dict[str, dict[str, Any]] = {}
         self._failed: dict[tuple, list[str]] = {}
         self.reused = 0
         if resume:
@@ -207,8 +212,10 @@ class Journal:
             self._failed.setdefault(key, []).extend(bad["attempts"])
         elif "drift" in entry:
             self._stages[str(entry["stage"])] = entry["drift"]
+        elif "transport" in entry:
+            self._transport[str(entry["stage"])] = entry["transport"]
         else:
-            raise KeyError("run, failed or drift")
+            raise KeyError("run, failed, drift or transport")
 
     def _check_header(self, entry: Any) -> None:
         if not isinstance(entry, dict) or entry.get("fidelity_journal") != VERSION:
@@ -297,12 +304,27 @@ class Journal:
     def stage(self, name: str, models: tuple[str, ...]) -> dict[str, Any] | None:
         """The compute checks' ``compute_drift`` as it stood after stage ``name``, where the
         journal has that stage for exactly ``models`` (None otherwise)."""
-        drift = self._stages.get(name)
-        if drift is None or set(drift) != set(models):
-            return None
-        return _plain(drift)
+        return _covering(self._stages.get(name), models)
 
     def add_stage(self, name: str, drift: dict[str, Any]) -> None:
         """Keep the compute checks' ``compute_drift`` after stage ``name``."""
         self._append({"drift": drift, "stage": name})
         self._stages[name] = _plain(drift)
+
+    def transport_stage(self, name: str, networks: Sequence[str]) -> dict[str, Any] | None:
+        """The transport checks as they stood after stage ``name``, where the journal has that
+        stage for exactly ``networks`` (``fidelity_transport.network_key``s; None otherwise)."""
+        return _covering(self._transport.get(name), networks)
+
+    def add_transport_stage(self, name: str, checks: dict[str, Any]) -> None:
+        """Keep the transport checks after stage ``name``."""
+        self._append({"stage": name, "transport": checks})
+        self._transport[name] = _plain(checks)
+
+
+def _covering(kept: dict[str, Any] | None, keys: Sequence[str]) -> dict[str, Any] | None:
+    """A stage's checks as the journal holds them (a copy), where they cover exactly
+    ``keys``; None otherwise."""
+    if kept is None or set(kept) != set(keys):
+        return None
+    return _plain(kept)

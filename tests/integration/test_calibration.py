@@ -118,9 +118,28 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
     rows = [json.loads(line) for line in lines[:6]]
     report = json.loads(lines[-1])
     # the report's rows are the printed ones, with the prediction given the compute the check
+    # measured, and the PS rows' given the transport's CPU per message the transport check
     # measured (known only after the last check)
     checked = [row.pop("sim_compute_checked_s") for row in report["configs"]]
+    transport = {
+        row["bandwidth_gbps"]: [
+            row.pop(f"sim_transport_{kind}_s") for kind in ("checked", "compute_checked")
+        ]
+        for row in report["configs"]
+        if row["system"] == "ps-default"
+    }
     assert report["configs"] == rows
+    # the transport check: one probe at each message size before and after the real runs, at
+    # both networks (each has the PS arena's host CPU per message); the PS twins given it
+    checks = report["transport_check"]
+    assert set(checks) == {"0.5", "loopback"}
+    for entry in checks.values():
+        assert entry["stages"] == ["before", "after"], entry.get("errors")
+        assert entry["host_cpu_small_us"] > 10 and entry["host_cpu_big_us"] > 10
+        assert entry["host_cpu_ns_per_byte"] >= 0
+    assert all(t > 0 for pair in transport.values() for t in pair) and len(transport) == 2
+    assert "transport_checked" in report["mape_with"]
+    assert "transport check, the PS transport's host CPU" in out.err
     assert all(t > 0 for t in checked)
     assert report["mape_with"]["compute_checked"] == pytest.approx(
         statistics.fmean(

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import workloads
-from runners import cli, fidelity, fidelity_journal
+from runners import cli, fidelity, fidelity_journal, fidelity_transport
 from runners.real import probe
 from runners.sim.network import RingAllReduce
 from runners.spec import validate
@@ -21,13 +21,19 @@ from runners.spec import validate
 
 @pytest.fixture(autouse=True)
 def _no_measuring_processes(monkeypatch):
-    """``fidelity``'s compute check starts measuring processes: in these tests only where a
-    test fakes them (a test that forgets fails here rather than timing torch for real)."""
+    """``fidelity``'s compute check starts measuring processes, its transport check probes:
+    in these tests only where a test fakes them (a test that forgets fails here rather than
+    timing torch or the transport for real)."""
 
     def refuse(*args, **kwargs):
         raise AssertionError("a unit test started the compute check's measuring processes")
 
     monkeypatch.setattr(fidelity, "_concurrent_docs", refuse)
+
+    def refuse_probe(*args, **kwargs):
+        raise AssertionError("a unit test started the transport check's probes")
+
+    monkeypatch.setattr(fidelity_transport, "probe_once", refuse_probe)
 
 
 TESTBED = {
@@ -1154,7 +1160,7 @@ def test_fidelity_json_ends_with_the_report(monkeypatch, capsys):
     def fake(label, systems, models, bandwidths, iterations, on_config=None, **options):
         assert options == {
             "latency": "engine", "repeats": 3, "progress": options["progress"],
-            "compute_check": True, "resume": False, "check_runs": False,
+            "compute_check": True, "resume": False, "check_runs": False, "transport_check": True,
             "journal": fidelity_journal.default_path("unit", ["wfbp"], ["vgg16-debug"], [1.0]),
         }  # fmt: skip
         for row in rows:

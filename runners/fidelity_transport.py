@@ -1,0 +1,202 @@
+"""``fidelity``'s transport check: the PS transport's CPU per message measured during a set.
+
+Why. The PS twins charge each message the host CPU the calibration measured
+(``host_message_cpu_us + S x host_cpu_ns_per_byte``, every process together;
+``runners.real.probe.ps_message_cpu``). On the lab's machine that cost moved up to 28 %
+within hours (``docs/fidelity-history.md``, 2026-11-29), and where the cores are full an
+iteration lasts about its CPU work over the cores: a PS set then scores the calibration's
+staleness as much as the simulator. The compute check (``fidelity.compute_drift``) sees the
+compute move, not the transport.
+
+What. At each of the compute check's stages (before the real runs, between their rounds,
+after them) and at each of the set's networks where it has PS systems, one of the
+calibration's message-CPU probes at each of its two message sizes (4 KiB and 64 KiB), about
+30 s a network. The checks accumulate per network (``TransportChecks``): every probe kept,
+the medians of the probes so far, the line through them as the calibration fits it
+(``probe.host_cpu_fit``), and each size's median against the calibration's. ``fidelity``
+scores the same real runs with the PS twins given that line (``transport_twin``;
+``mape_with``'s ``transport_checked``, with the compute check's speed too
+``transport_compute_checked``, with each run's ``transport_checked_run_checked``). Measured
+apart from the runs it scores, as the compute check is: nothing is fitted to them.
+
+A probe that fails (the testbed cannot be set up, a rank dies) is noted under the network's
+``errors``, and the set goes on: its real runs are kept either way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import registry
+from .spec import RunSpec
+
+# A network's checks: {"loopback" or "<gbps>": {...}} (``check_transport``)
+TransportChecks = dict[str, dict[str, Any]]
+# The calibration's values a network's check is against, and that a twin gets from it
+FITTED = ("host_message_cpu_us", "host_cpu_ns_per_byte")
+SIZES = ("small", "big")  # the probe's two message sizes: 4 KiB, 64 KiB
+
+
+def network_key(nominal: float | None) -> str:
+    """A network's key in ``TransportChecks`` (JSON keys are strings)."""
+    return "loopback" if nominal is None else f"{nominal:g}"
+
+
+def transport_networks(
+    systems: tuple[str, ...], bandwidths: tuple[float | None, ...], testbed: dict[str, Any]
+) -> tuple[float | None, ...]:
+    """The set's networks to check: every one, where the set has a PS system and the
+    calibration measured the host's CPU per message there (none otherwise)."""
+    if not any(registry.get(s).arena == "ps" for s in systems):
+        return ()
+    have = {
+        p["nominal_gbps"] for p in testbed["network"] if "host_cpu_small_us" in (p.get("ps") or {})
+    }
+    return tuple(b for b in bandwidths if b in have)
+
+
+def probe_once(
+    workers: int, servers: int, nominal: float | None, threads: int, comm_priority: str, width: int
+) -> Any:
+    """One of the calibration's message-CPU probes (``probe.ps_message_cpu``) in a scratch
+    directory; its ``compute_s`` and ``host_s`` in seconds."""
+    from .real import probe
+
+    with tempfile.TemporaryDirectory(prefix="lab-transport-") as tmp:
+        return probe.ps_message_cpu(
+            workers, servers, nominal, Path(tmp), threads=threads,
+            comm_priority=comm_priority, width=width,
+        )  # fmt: skip
+
+
+def _summarise(entry: dict[str, Any]) -> None:
+    """``entry``'s medians, line and moves from the probes it holds (none: left as is)."""
+    from .real import probe
+
+    small, big = entry["host_cpu_small_probes_us"], entry["host_cpu_big_probes_us"]
+    if not small or not big:
+        return
+    entry["host_cpu_small_us"] = statistics.median(small)
+    entry["host_cpu_big_us"] = statistics.median(big)
+    fixed_s, per_byte_s = probe.host_cpu_fit(
+        entry["host_cpu_small_us"] * 1e-6, entry["host_cpu_big_us"] * 1e-6
+    )
+    entry["host_message_cpu_us"] = fixed_s * 1e6
+    entry["host_cpu_ns_per_byte"] = per_byte_s * 1e9
+    entry["message_cpu_us"] = statistics.median(entry["message_cpu_probes_us"])
+    calibrated = entry["calibrated"]
+    for size in SIZES:
+        entry[f"{size}_pct"] = 100.0 * (
+            entry[f"host_cpu_{size}_us"] / calibrated[f"host_cpu_{size}_us"] - 1.0
+        )
+
+
+def check_transport(
+    networks: tuple[float | None, ...],
+    testbed: dict[str, Any],
+    when: str,
+    checks: TransportChecks,
+    say: Callable[[str], None],
+) -> None:
+    """Probe the PS transport's CPU per message at each of ``networks`` (one probe at each
+    message size), at stage ``when`` (``before``, ``between-<round>``, ``after``), into
+    ``checks``: each network's ``calibrated`` values (the calibration's medians and line),
+    ``stages`` (when each probe pair was taken), every probe (``host_cpu_small_probes_us``,
+    ``host_cpu_big_probes_us``, ``message_cpu_probes_us``), and from them the medians
+    (``host_cpu_small_us``, ``host_cpu_big_us``, ``message_cpu_us``), the calibration's line
+    through them (``host_message_cpu_us``, ``host_cpu_ns_per_byte``) and each size's median
+    over the calibration's, minus 1, in percent (``small_pct``, ``big_pct``). A failed
+    probe: ``errors`` (the set goes on)."""
+    from .real import probe
+
+    workers, threads = int(testbed["workers"]), int(testbed["threads"])
+    priority = testbed.get("comm_priority", "normal")
+    points = {p["nominal_gbps"]: p["ps"] for p in testbed["network"] if p.get("ps")}
+    for nominal in networks:
+        ps = points[nominal]
+        key = network_key(nominal)
+        entry = checks.setdefault(
+            key,
+            {
+                "nominal_gbps": nominal,
+                "calibrated": {
+                    k: float(ps[k])
+                    for k in (*FITTED, "host_cpu_small_us", "host_cpu_big_us", "message_cpu_us")
+                    if k in ps
+                },
+                "stages": [],
+                "host_cpu_small_probes_us": [],
+                "host_cpu_big_probes_us": [],
+                "message_cpu_probes_us": [],
+            },
+        )
+        where = "loopback" if nominal is None else f"{nominal:g} Gbit/s"
+        say(f"transport check ({when}): a PS message's CPU at {where}")
+        try:
+            small = probe_once(
+                workers, int(ps["servers"]), nominal, threads, priority, probe.PS_CPU_WIDTH
+            )
+            big = probe_once(
+                workers, int(ps["servers"]), nominal, threads, priority, probe.PS_CPU_BIG_WIDTH
+            )
+        except RuntimeError as err:  # a rank died, or the testbed could not be set up
+            entry.setdefault("errors", []).append(f"{when}: {str(err).splitlines()[0]}")
+            say(f"transport check at {where} failed ({err}); the set goes on")
+            continue
+        entry["stages"].append(when)
+        entry["host_cpu_small_probes_us"].append(small.host_s * 1e6)
+        entry["host_cpu_big_probes_us"].append(big.host_s * 1e6)
+        entry["message_cpu_probes_us"].append(small.compute_s * 1e6)
+        _summarise(entry)
+        say(
+            f"transport check at {where}: {small.host_s * 1e6:.0f} / {big.host_s * 1e6:.0f} us "
+            f"a 4 / 64 KiB message (the calibration's medians "
+            f"{entry['calibrated']['host_cpu_small_us']:.0f} / "
+            f"{entry['calibrated']['host_cpu_big_us']:.0f})"
+        )
+
+
+def transport_twin(sim: RunSpec, checks: TransportChecks, nominal: float | None) -> RunSpec | None:
+    """A PS twin with the host's CPU per message (and the message CPU, where the twin charges
+    it) the transport check measured at its network; None for a twin without the host's CPU
+    per message, or a network the check has no probe of."""
+    entry = checks.get(network_key(nominal))
+    c = sim.cluster
+    if sim.arena != "ps" or not c.host_cores or entry is None or "host_cpu_small_us" not in entry:
+        return None
+    changes: dict[str, Any] = {k: float(entry[k]) for k in FITTED}
+    if c.message_cpu_us:  # the floor's twins charge it (the shared twins leave it out)
+        changes["message_cpu_us"] = float(entry["message_cpu_us"])
+    return dataclasses.replace(sim, cluster=dataclasses.replace(c, **changes))
+
+
+def transport_line(checks: TransportChecks, label: str) -> str:
+    """The transport check in words: each network's median host CPU per message at both
+    sizes against the calibration's."""
+    parts = []
+    for entry in checks.values():
+        nominal = entry["nominal_gbps"]
+        where = "loopback" if nominal is None else f"{nominal:g} Gbit/s"
+        calibrated = entry["calibrated"]
+        if "host_cpu_small_us" not in entry:
+            parts.append(f"{where} not measured ({'; '.join(entry.get('errors', ())) or '-'})")
+            continue
+        part = (
+            f"{where} {entry['host_cpu_small_us']:.0f} / {entry['host_cpu_big_us']:.0f} us "
+            f"({entry['small_pct']:+.1f} / {entry['big_pct']:+.1f}% against "
+            f"{calibrated['host_cpu_small_us']:.0f} / {calibrated['host_cpu_big_us']:.0f}; "
+            f"the median of {len(entry['stages'])} probe(s) each, "
+            f"{', '.join(entry['stages'])})"
+        )
+        if entry.get("errors"):
+            part += f", {len(entry['errors'])} failed"
+        parts.append(part)
+    return (
+        f"transport check, the PS transport's host CPU per 4 / 64 KiB message against the "
+        f"calibration {label}'s: " + "; ".join(parts)
+    )
