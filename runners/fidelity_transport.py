@@ -186,12 +186,14 @@ def transport_line(checks: TransportChecks, label: str) -> str:
         if "host_cpu_small_us" not in entry:
             parts.append(f"{where} not measured ({'; '.join(entry.get('errors', ())) or '-'})")
             continue
+        small, big = entry["host_cpu_small_probes_us"], entry["host_cpu_big_probes_us"]
         part = (
             f"{where} {entry['host_cpu_small_us']:.0f} / {entry['host_cpu_big_us']:.0f} us "
             f"({entry['small_pct']:+.1f} / {entry['big_pct']:+.1f}% against "
             f"{calibrated['host_cpu_small_us']:.0f} / {calibrated['host_cpu_big_us']:.0f}; "
             f"the median of {len(entry['stages'])} probe(s) each, "
-            f"{', '.join(entry['stages'])})"
+            f"{', '.join(entry['stages'])}; the probes {min(small):.0f}-{max(small):.0f} / "
+            f"{min(big):.0f}-{max(big):.0f})"
         )
         if entry.get("errors"):
             part += f", {len(entry['errors'])} failed"

@@ -140,7 +140,7 @@ def test_a_ps_set_probes_the_transport_at_each_stage_and_scores_twins_given_it(p
     assert (
         "transport check, the PS transport's host CPU per 4 / 64 KiB message against the "
         "calibration cpu's: 1 Gbit/s 650 / 800 us (+27.9 / +26.8% against 508 / 631; the "
-        "median of 3 probe(s) each, before, between-0, after)"
+        "median of 3 probe(s) each, before, between-0, after; the probes 600-700 / 750-850)"
     ) in text
     assert f"transport_checked {mape:.1f}% (ps-default" in text
     assert "with the compute check's speed too" in text
