@@ -58,7 +58,9 @@ The twins keep the calibration's compute, so a stale calibration is reported, no
 The report also scores the same real runs with twins whose compute is scaled by what these
 checks measured (``cluster.compute_scale``: the geometric mean of a model's checks over the
 calibration's step; ``mape_with``'s ``compute_checked``). That is the simulator given the
-machine's speed during the set, measured apart from the runs it scores.
+machine's speed during the set, measured apart from the runs it scores. A set with PS systems
+probes the PS transport's CPU per message at the same stages, the same way
+(``runners.fidelity_transport``: ``transport_check``, ``mape_with``'s ``transport_checked``).
 """
 
 from __future__ import annotations
@@ -1782,9 +1784,8 @@ def fidelity(
                         row[f"sim_{name}_run_checked_s"] = statistics.median(times)
         _score_variant(configs, name, with_)
     if transport:
-        _transport_checked(configs, real_specs, sims, transport, scales, with_,
-                           [run_checks[k] for k in range(len(configs))] if check_runs else None,
-                           steps)  # fmt: skip
+        checks = run_checks if check_runs else None
+        _transport_checked(configs, real_specs, sims, transport, scales, with_, checks, steps)
     priority = testbed.get("comm_priority", "normal")
     result = report(
         configs,
