@@ -598,11 +598,9 @@ def _probe_ps(
     for k in range(cpu_rounds):
         say(f"  PS arena: a message's CPU beside {servers} server processes ({k + 1}/{cpu_rounds})")
         for width, hosts in ((probe.PS_CPU_WIDTH, host_small), (probe.PS_CPU_BIG_WIDTH, host_big)):
-            with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
-                cost = probe.ps_message_cpu(
-                    workers, servers, nominal, Path(tmp), threads=threads,
-                    comm_priority=comm_priority, width=width,
-                )  # fmt: skip
+            cost = fidelity_transport.probe_once(
+                workers, servers, nominal, threads, comm_priority, width
+            )
             if width == probe.PS_CPU_WIDTH:
                 cpus.append(cost.compute_s)
             hosts.append(cost.host_s)
@@ -1902,7 +1900,7 @@ def _transport_checked(
     ]
     if not any(twin is not None for twin in twins):
         return
-    scaled = bool(scales) and all(row["workload"] in scales for row in configs)
+    scaled = "compute_checked" in with_  # every model's compute checked (``scales``)
     for k, (real_spec, twin, row) in enumerate(zip(real_specs, twins, configs, strict=True)):
         if twin is None:
             continue
@@ -1917,7 +1915,7 @@ def _transport_checked(
             if times is not None:
                 row["sim_transport_checked_run_checked_s"] = statistics.median(times)
     _score_variant(configs, "transport_checked", with_)
-    if scaled and "compute_checked" in with_:
+    if scaled:
         with_["transport_compute_checked"] = statistics.fmean(
             _ape(
                 row.get("sim_transport_compute_checked_s", row["sim_compute_checked_s"]),
@@ -2491,7 +2489,7 @@ def format_report(result: dict[str, Any]) -> str:
     if (
         host_error
         and abs(host_error["median"]) >= HOST_CPU_HINT_PCT
-        and ("transport_checked" not in result.get("mape_with", {}))
+        and "transport_checked" not in result.get("mape_with", {})
     ):  # with the transport check, its own lines below say what it measured
         lines.append(
             f"the twins' host CPU per iteration is a median {host_error['median']:+.1f}% off "

@@ -64,10 +64,11 @@ def probe_once(
     workers: int, servers: int, nominal: float | None, threads: int, comm_priority: str, width: int
 ) -> Any:
     """One of the calibration's message-CPU probes (``probe.ps_message_cpu``) in a scratch
-    directory; its ``compute_s`` and ``host_s`` in seconds."""
+    directory; its ``compute_s`` and ``host_s`` in seconds. ``calibrate`` takes its probes
+    through it too."""
     from .real import probe
 
-    with tempfile.TemporaryDirectory(prefix="lab-transport-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
         return probe.ps_message_cpu(
             workers, servers, nominal, Path(tmp), threads=threads,
             comm_priority=comm_priority, width=width,
@@ -75,14 +76,11 @@ def probe_once(
 
 
 def _summarise(entry: dict[str, Any]) -> None:
-    """``entry``'s medians, line and moves from the probes it holds (none: left as is)."""
+    """``entry``'s medians, line and moves from the probes it holds (at least one a size)."""
     from .real import probe
 
-    small, big = entry["host_cpu_small_probes_us"], entry["host_cpu_big_probes_us"]
-    if not small or not big:
-        return
-    entry["host_cpu_small_us"] = statistics.median(small)
-    entry["host_cpu_big_us"] = statistics.median(big)
+    entry["host_cpu_small_us"] = statistics.median(entry["host_cpu_small_probes_us"])
+    entry["host_cpu_big_us"] = statistics.median(entry["host_cpu_big_probes_us"])
     fixed_s, per_byte_s = probe.host_cpu_fit(
         entry["host_cpu_small_us"] * 1e-6, entry["host_cpu_big_us"] * 1e-6
     )

@@ -33,7 +33,7 @@ def _no_measuring_processes(monkeypatch):
     def refuse_probe(*args, **kwargs):
         raise AssertionError("a unit test started the transport check's probes")
 
-    monkeypatch.setattr(fidelity_transport, "probe_once", refuse_probe)
+    monkeypatch.setattr(fidelity_transport, "check_transport", refuse_probe)
 
 
 TESTBED = {
