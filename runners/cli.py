@@ -13,6 +13,7 @@
                                [--iterations I] [--repeats R] [--latency busy|idle|split|engine]
                                [--no-compute-check] [--no-transport-check] [--check-each-run]
                                [--json]
+    python -m runners fidelity-pool JOURNAL JOURNAL.. [--latency L] [--json]
     python -m runners twin RUN_DIR [--label L] [--json]
 
 ``grid`` expands a sweep (systems x workloads x cluster/params/spec axes x seeds, see
@@ -278,6 +279,33 @@ def _parser() -> argparse.ArgumentParser:
         help="one JSON line per configuration, then the report (mape_pct, configs, ...)",
     )
     p.set_defaults(func=_fidelity)
+    p = sub.add_parser(
+        "fidelity-pool",
+        help="score the real runs of several fidelity sets of one calibration together",
+        description="Pool the real runs of fidelity sets made against one calibration (their "
+        "journals) per configuration and score the median of each configuration's runs "
+        "against its twin, as fidelity does, with each set's own score beside it. Nothing "
+        "real runs; pool every set of a calibration, not the good ones.",
+    )
+    p.add_argument(
+        "journals",
+        metavar="JOURNAL",
+        nargs="+",
+        type=Path,
+        help="a fidelity set's journal (fidelity's --journal; two or more)",
+    )
+    p.add_argument(
+        "--latency",
+        choices=fidelity.LATENCIES,
+        default=fidelity.DEFAULT_LATENCY,
+        help="the simulator's latency model, as fidelity's --latency",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="the report as one JSON object (fidelity's, with pool: each set's own score)",
+    )
+    p.set_defaults(func=_fidelity_pool)
     p = sub.add_parser(
         "twin",
         help="the simulator's prediction of a finished real run (its fidelity twin), beside it",
@@ -823,6 +851,27 @@ def _fidelity(args: argparse.Namespace) -> int:
         print(json.dumps(result))
         return 0
     print(fidelity.format_report(result))
+    return 0
+
+
+def _fidelity_pool(args: argparse.Namespace) -> int:
+    """``fidelity-pool``: exit 2 for journals that cannot be pooled (the error names the
+    file and what differs)."""
+    from . import fidelity, fidelity_pool
+
+    try:
+        result = fidelity_pool.pool(
+            args.journals,
+            args.latency,
+            progress=lambda m: print(f"[fidelity-pool] {m}", file=sys.stderr, flush=True),
+        )
+    except (SpecError, fidelity.CalibrationMissing) as err:
+        print(f"invalid arguments: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(fidelity_pool.format_pool(result))
     return 0
 
 

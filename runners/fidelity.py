@@ -1559,19 +1559,7 @@ def fidelity(
     steps = _run_check_steps(models, label) if check_runs else {}
     book = None
     if journal is not None:
-        book = Journal(
-            journal,
-            label,
-            resume,
-            fingerprint(testbed_path(label)),
-            # the files the twins' profiles are read from (``_profile``), in its models' order
-            profiles_fingerprint(
-                [
-                    workloads.measured_path(model, label, workloads.MEASURED_DIR)
-                    for model in testbed.get("profiles", ())
-                ]
-            ),
-        )
+        book = Journal(journal, label, resume, *calibration_prints(label, testbed))
     if book is not None and resume:
         say(f"resuming from {book.path}: it holds {book.runs} real run(s)")
         if book.calibration_changed:
@@ -1801,6 +1789,18 @@ def fidelity(
         result["journal"] = {"path": str(book.path), "reused_runs": book.reused, "runs": made,
                              "calibration_changed": book.calibration_changed}  # fmt: skip
     return result
+
+
+def calibration_prints(label: str, testbed: dict[str, Any]) -> tuple[str, str]:
+    """The fingerprints a journal keeps of calibration ``label`` as it is now: its file's, and
+    its measured compute profiles' (the files the twins' profiles are read from, ``_profile``,
+    in its models' order)."""
+    return fingerprint(testbed_path(label)), profiles_fingerprint(
+        [
+            workloads.measured_path(model, label, workloads.MEASURED_DIR)
+            for model in testbed.get("profiles", ())
+        ]
+    )
 
 
 def _run_check_steps(models: tuple[str, ...], label: str) -> dict[str, tuple[float, int]]:
@@ -2634,7 +2634,8 @@ def format_report(result: dict[str, Any]) -> str:
             f"{MAPE_MIN_CONFIGS}",
         }[result["target_verdict"]]
         verdict = (
-            f"{low:.1f}-{high:.1f}% with other draws of the same runs, "
+            f"{low:.1f}-{high:.1f}% with other draws of "
+            f"{result.get('mape_ci_of', 'the same runs')}, "
             f"{result.get('mape_ci', MAPE_CI) * 100:g}% bootstrap; {judged}"
         )
     else:

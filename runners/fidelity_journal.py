@@ -117,6 +117,26 @@ def _plain(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
+def journal_label(path: Path) -> str:
+    """The calibration a journal's runs were made against (its header's label); ``SpecError``
+    naming the file where it is missing or not a journal."""
+    path = Path(path)
+    try:
+        with path.open("rb") as fh:
+            header = json.loads(fh.readline() or b"null")
+    except OSError as err:
+        raise SpecError("JOURNAL", f"{path}: cannot be read ({err.strerror})") from None
+    except ValueError:
+        header = None
+    if not isinstance(header, dict) or header.get("fidelity_journal") != VERSION:
+        raise SpecError(
+            "JOURNAL",
+            f"{path} is not a fidelity journal (version {VERSION}): give the --journal files "
+            "of fidelity sets",
+        )
+    return str(header.get("label"))
+
+
 def _key(round_: int, system: str, model: str, nominal: float | None) -> tuple:
     return (round_, system, model, _gbps(nominal))
 
@@ -125,10 +145,18 @@ class Journal:
     """The journal at ``path`` for a set against calibration ``label``. ``resume``: read the
     runs and checks it holds (``SpecError`` naming ``--resume`` when there is none, or when it
     is another calibration's); otherwise start a new one. An existing file is kept as
-    ``<path>.prev``, so one set started by mistake without ``--resume`` loses nothing."""
+    ``<path>.prev``, so one set started by mistake without ``--resume`` loses nothing.
+    ``read_only`` (with ``resume``): read it without cutting a torn last line off, as of a
+    set that may still be running (``fidelity_pool``); such a journal is not appended to."""
 
     def __init__(
-        self, path: Path, label: str, resume: bool, calibration: str = "", profiles: str = ""
+        self,
+        path: Path,
+        label: str,
+        resume: bool,
+        calibration: str = "",
+        profiles: str = "",
+        read_only: bool = False,
     ) -> None:
         self.path = Path(path)
         self.label = label
@@ -142,6 +170,7 @@ class Journal:
         self._transport: dict[str, dict[str, Any]] = {}
         self._failed: dict[tuple, list[str]] = {}
         self.reused = 0
+        self.read_only = read_only
         if resume:
             self._read()
         else:
@@ -184,12 +213,16 @@ class Journal:
             except (ValueError, KeyError, TypeError, AttributeError) as err:
                 if isinstance(err, SpecError):
                     raise
+                advice = (
+                    "leave it out, or mend that line"
+                    if self.read_only
+                    else "give another --journal, or run without --resume"
+                )
                 raise SpecError(
                     "--resume",
-                    f"{self.path} line {number} is not a journal entry ({err!r}): give "
-                    "another --journal, or run without --resume",
+                    f"{self.path} line {number} is not a journal entry ({err!r}): {advice}",
                 ) from None
-        if good < len(data):  # a journal: the next append starts on a clean line
+        if good < len(data) and not self.read_only:  # the next append on a clean line
             with self.path.open("r+b") as fh:
                 fh.truncate(good)
 
@@ -237,11 +270,25 @@ class Journal:
         )
 
     def _append(self, entry: dict[str, Any]) -> None:
+        if self.read_only:
+            raise RuntimeError(f"{self.path} was read read-only: not appended to")
         line = json.dumps(entry) + "\n"
         with self.path.open("a", encoding="utf-8") as fh:
             fh.write(line)
             fh.flush()
             os.fsync(fh.fileno())
+
+    def runs_by_config(self) -> dict[tuple, list[tuple[dict[str, Any], KeptRun]]]:
+        """Every real run the journal holds, per configuration ``(system, model, nominal
+        Gbit/s or None)`` in the order the set made them (its first round's order), each
+        with the real spec it ran: their rounds' order within a configuration."""
+        found: dict[tuple, list[tuple[int, dict[str, Any], KeptRun]]] = {}
+        for (round_, system, model, nominal), (spec, kept) in self._runs.items():
+            found.setdefault((system, model, nominal), []).append((round_, spec, kept))
+        return {
+            config: [(spec, kept) for _, spec, kept in sorted(runs, key=lambda r: r[0])]
+            for config, runs in found.items()
+        }
 
     def kept(
         self, round_: int, system: str, model: str, nominal: float | None, spec: dict[str, Any]
