@@ -292,7 +292,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="JOURNAL",
         nargs="+",
         type=Path,
-        help="a fidelity set's journal (fidelity's --journal; two or more)",
+        help="a fidelity set's journal, two or more (fidelity's --journal; by default "
+        "$LAB_RESULTS_DIR/fidelity/<label>-<set>.journal.jsonl, the set before it there "
+        "as .prev)",
     )
     p.add_argument(
         "--latency",
