@@ -2648,6 +2648,14 @@ def format_report(result: dict[str, Any]) -> str:
         f"({verdict}; simulator latency: {result.get('latency', 'busy')}; real runs' "
         f"communication threads at {result.get('comm_priority', 'normal')} priority)"
     )  # older reports: busy, normal
+    if result.get("target_verdict") == "not resolved" and book is not None and "pool" not in result:
+        path = book["path"]
+        lines.append(
+            "more runs resolve it: run the same command again without --resume (this set's "
+            f"journal is then kept as {path}.prev) and score both sets together: "
+            "python -m runners fidelity-pool "
+            f"{path}.prev {path}"
+        )
     if result["speedups"]:
         lines.append("")
         lines.append(

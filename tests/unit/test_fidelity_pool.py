@@ -198,3 +198,19 @@ def test_the_two_stage_range_draws_the_sets_then_their_runs():
     assert fidelity_pool.sets_interval([(0.035, [[0.030, 0.031]])]) is None  # one set
     with pytest.raises(ValueError, match="each of the same sets"):
         fidelity_pool.sets_interval([(0.035, [[0.030], [0.040]]), (0.035, [[0.030]])])
+
+
+def test_a_set_not_resolved_says_how_to_pool_it_with_the_next(fakes, tmp_path):  # noqa: F811
+    """A set's text report, where its verdict is not resolved, gives the command that pools
+    it with the same set run again; that command works (the journal kept as ``.prev``)."""
+    path = tmp_path / "j.jsonl"
+    first = _set(path, FakeRuns(), fakes)
+    assert "fidelity-pool" not in fidelity.format_report(first)  # too few configurations
+    first["target_verdict"] = "not resolved"
+    hint = f"python -m runners fidelity-pool {path}.prev {path}"
+    assert hint in fidelity.format_report(first)
+    _set(path, Later(), fakes)
+    pooled = fidelity_pool.pool([tmp_path / "j.jsonl.prev", path])
+    assert [s["runs"] for s in pooled["pool"]["sets"]] == [4, 4]
+    pooled["target_verdict"] = "not resolved"
+    assert "fidelity-pool" not in fidelity.format_report(pooled)  # already pooled
