@@ -916,13 +916,19 @@ def _bench(args: argparse.Namespace) -> int:
             f"{case['simulated_jobs_per_s']:9,.0f} jobs/s  (target {goal}){flag}"
         )
     for case in report.get("real", []):
-        flag = "" if case["meets_target"] else f"  (over the {case['target_pct']:g}% target)"
+
+        def span(values: list[float] | None) -> str:
+            return "" if values is None else " ({:+.1f} to {:+.1f}%)".format(*values)
+
+        flag = f"  {case['verdict']} (target {case['target_pct']:g}%)"
         if case["failures"]:
             flag += f"  ({len(case['failures'])} failed runs: {case['failures'][0]})"
         print(
             f"real {case['name']:42} DDP {case['ddp_iteration_s'] * 1e3:7.1f} ms  "
             f"engine {case['engine_iteration_s'] * 1e3:7.1f} ms  "
-            f"overhead {case['overhead_pct']:+5.1f}%{flag}"
+            f"overhead {case['overhead_pct']:+5.1f}%{span(case['overhead_ci_pct'])} over "
+            f"{case['repeats']} pairs; the medians' ratio {case['overhead_unpaired_pct']:+.1f}%"
+            f"{span(case['overhead_unpaired_ci_pct'])}{flag}"
         )
     if report.get("real"):
         ratios = [1 + c["overhead_pct"] / 100 for c in report["real"]]
