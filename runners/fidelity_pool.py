@@ -32,6 +32,7 @@ a range. The pooled report's ``mape_ci_pct`` and verdict are therefore a two-sta
 with replacement, and scores the pooled medians; so the range counts how the sets differ as
 well as how their runs spread. The runs-alone range is kept beside it
 (``pool``'s ``mape_ci_runs_pct``).
+
 Beside the pooled score, each set's own with the same twins (what ``fidelity --resume`` of its
 journal reports as its headline), so a pooled score is read with the sets it came from.
 
