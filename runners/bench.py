@@ -217,6 +217,7 @@ def run_real(
     for i, model in enumerate(models):
         times: dict[str, list[float]] = {"default": [], "lab": []}
         pairs: list[tuple[float, float]] = []
+        ddp_first = 0  # of the pairs, those whose DDP run went first
         failures: list[str] = []
         for repeat in range(max(1, repeats)):
             pair: dict[str, float] = {}
@@ -248,6 +249,7 @@ def run_real(
                     break
             if len(pair) == 2:
                 pairs.append((pair["default"], pair["lab"]))
+                ddp_first += pair_order(repeat)[0] == "default"
         if not pairs:
             raise RuntimeError(f"{model}: no repeat ran both sides: {failures}")
         overhead, interval = paired_overhead(pairs)
@@ -271,6 +273,8 @@ def run_real(
                 "runs": {k: v for k, v in times.items()},
                 "pairs": [list(p) for p in pairs],
                 "repeats": len(pairs),
+                # an odd number of pairs has one more of one order than of the other
+                "ddp_first_pairs": ddp_first,
                 "failures": failures,
                 "target_pct": REAL_OVERHEAD_TARGET_PCT,
                 "meets_target": verdict == "met",

@@ -270,8 +270,8 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="where each real run is kept as it finishes (default "
         "$LAB_RESULTS_DIR/fidelity/<label>-<set>.journal.jsonl, results/ without it, <set> "
-        "naming the systems, models and bandwidths; an earlier journal there is kept as .prev "
-        "unless --resume)",
+        "naming the systems, models and bandwidths; an earlier journal there is kept as .prev, "
+        "or .prev2, .prev3, ... where that is taken, unless --resume)",
     )
     p.add_argument(
         "--json",
@@ -293,8 +293,8 @@ def _parser() -> argparse.ArgumentParser:
         nargs="+",
         type=Path,
         help="a fidelity set's journal, two or more (fidelity's --journal; by default "
-        "$LAB_RESULTS_DIR/fidelity/<label>-<set>.journal.jsonl, the set before it there "
-        "as .prev)",
+        "$LAB_RESULTS_DIR/fidelity/<label>-<set>.journal.jsonl, the sets before it there "
+        "as .prev, .prev2, ...)",
     )
     p.add_argument(
         "--latency",

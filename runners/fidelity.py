@@ -85,7 +85,7 @@ import numpy as np
 import workloads
 
 from . import fidelity_transport, registry
-from .fidelity_journal import Journal, fingerprint, profiles_fingerprint
+from .fidelity_journal import Journal, fingerprint, kept_as, profiles_fingerprint
 from .manifest import usable_cpus
 from .spec import SLOWDOWN_MAX, SPLIT_COST_MAX, CommCluster, RunSpec, SpecError, validate
 
@@ -1787,7 +1787,9 @@ def fidelity(
     if book is not None:
         made = sum(len(r) for r in runs)
         result["journal"] = {"path": str(book.path), "reused_runs": book.reused, "runs": made,
-                             "calibration_changed": book.calibration_changed}  # fmt: skip
+                             "calibration_changed": book.calibration_changed,
+                             # where the next set with this journal keeps it
+                             "kept_next_as": str(kept_as(book.path))}  # fmt: skip
     return result
 
 
@@ -2648,13 +2650,13 @@ def format_report(result: dict[str, Any]) -> str:
         f"({verdict}; simulator latency: {result.get('latency', 'busy')}; real runs' "
         f"communication threads at {result.get('comm_priority', 'normal')} priority)"
     )  # older reports: busy, normal
-    if result.get("target_verdict") == "not resolved" and book is not None and "pool" not in result:
-        path = book["path"]
+    if result.get("target_verdict") == "not resolved" and book and "kept_next_as" in book:
+        path, kept = book["path"], book["kept_next_as"]
         lines.append(
-            "more runs resolve it: run the same command again without --resume (this set's "
-            f"journal is then kept as {path}.prev) and score both sets together: "
-            "python -m runners fidelity-pool "
-            f"{path}.prev {path}"
+            "more sets may resolve it: run the same command again without --resume (this "
+            f"set's journal is then kept as {kept}) and score the sets together, "
+            f"python -m runners fidelity-pool {kept} {path} (with two sets the range spans "
+            "their difference: three or more resolve it better)"
         )
     if result["speedups"]:
         lines.append("")

@@ -117,6 +117,17 @@ def _plain(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
+def kept_as(path: Path) -> Path:
+    """Where a new set at ``path`` keeps the journal there: the first of ``<path>.prev``,
+    ``<path>.prev2``, ``<path>.prev3``, ... that does not exist (the sets in the order run)."""
+    path = Path(path)
+    candidate, n = path.with_name(path.name + ".prev"), 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}.prev{n}")
+    return candidate
+
+
 def journal_label(path: Path) -> str:
     """The calibration a journal's runs were made against (its header's label); ``SpecError``
     naming the file where it is missing or not a journal."""
@@ -128,13 +139,17 @@ def journal_label(path: Path) -> str:
         raise SpecError("JOURNAL", f"{path}: cannot be read ({err.strerror})") from None
     except ValueError:
         header = None
-    if not isinstance(header, dict) or header.get("fidelity_journal") != VERSION:
+    if (
+        not isinstance(header, dict)
+        or header.get("fidelity_journal") != VERSION
+        or not isinstance(header.get("label"), str)
+    ):
         raise SpecError(
             "JOURNAL",
             f"{path} is not a fidelity journal (version {VERSION}): give the --journal files "
             "of fidelity sets",
         )
-    return str(header.get("label"))
+    return header["label"]
 
 
 def _key(round_: int, system: str, model: str, nominal: float | None) -> tuple:
@@ -145,7 +160,9 @@ class Journal:
     """The journal at ``path`` for a set against calibration ``label``. ``resume``: read the
     runs and checks it holds (``SpecError`` naming ``--resume`` when there is none, or when it
     is another calibration's); otherwise start a new one. An existing file is kept as
-    ``<path>.prev``, so one set started by mistake without ``--resume`` loses nothing.
+    ``<path>.prev`` (``kept_as``: ``.prev2``, ``.prev3``, ... where that is taken), so one set
+    started by mistake without ``--resume`` loses nothing, and the sets run one after another
+    with the same command are all kept for ``fidelity-pool``.
     ``read_only`` (with ``resume``): read it without cutting a torn last line off, as of a
     set that may still be running (``fidelity_pool``); such a journal is not appended to."""
 
@@ -165,18 +182,22 @@ class Journal:
         # resumed: the journal's runs were made against another version of the calibration
         # (False where either fingerprint is unknown)
         self.calibration_changed = False
+        # read back: the header's fingerprint of the calibration file ("": none kept)
+        self.made_against = ""
         self._runs: dict[tuple, tuple[dict[str, Any], KeptRun]] = {}
         self._stages: dict[str, dict[str, Any]] = {}
         self._transport: dict[str, dict[str, Any]] = {}
         self._failed: dict[tuple, list[str]] = {}
         self.reused = 0
+        if read_only and not resume:
+            raise ValueError("a journal is read read-only only to resume from it")
         self.read_only = read_only
         if resume:
             self._read()
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if self.path.exists():
-                self.path.replace(self.path.with_name(self.path.name + ".prev"))
+                self.path.replace(kept_as(self.path))
             self._append({"fidelity_journal": VERSION, "label": label,
                           "calibration": calibration, "profiles": profiles})  # fmt: skip
 
@@ -263,6 +284,7 @@ class Journal:
                 f"'{self.label}': pass --label {entry.get('label')} or run without --resume",
             )
         then = entry.get("calibration") or ""
+        self.made_against = then  # the calibration file's fingerprint then ("": not kept)
         profiles = entry.get("profiles") or ""  # journals from before it: the file's alone
         self.calibration_changed = bool(
             (then and self.calibration and then != self.calibration)

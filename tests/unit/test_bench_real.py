@@ -60,6 +60,7 @@ def test_pairs_cancel_the_machine_s_drift_where_the_sides_medians_do_not(monkeyp
     assert case["overhead_ci_pct"] == pytest.approx([3.0, 3.0])
     assert case["verdict"] == "met" and case["meets_target"]
     assert case["repeats"] == 5 and case["pairs"][1] == pytest.approx([0.020, 0.0206])
+    assert case["ddp_first_pairs"] == 3
     low, high = case["overhead_unpaired_ci_pct"]
     assert high - low > 20.0, "the medians over separate runs carry the machine's swing"
 
@@ -69,6 +70,7 @@ def test_a_pair_with_a_side_that_failed_twice_is_left_out(monkeypatch):
     monkeypatch.setattr(launch, "run", runs)
     (case,) = bench.run_real(("vgg16-debug",), repeats=3, iterations=5, progress=False)
     assert case["repeats"] == 2 and len(case["failures"]) == 2
+    assert case["ddp_first_pairs"] == 2  # repeat 1, the engine first, left out
     assert case["failures"][0].startswith("lab: rank 1 died")
     assert case["runs"]["default"] == pytest.approx([0.010, 0.020, 0.011])
     assert len(case["runs"]["lab"]) == 2

@@ -115,6 +115,7 @@ def test_a_set_stopped_by_a_failing_configuration_goes_on_from_its_journal(fakes
         "reused_runs": 3,
         "runs": 4,
         "calibration_changed": False,
+        "kept_next_as": f"{path}.prev",
     }
     # the checks made before and between the rounds are the journal's; only "after" is new
     assert len(fakes.checks) == checks_before + 1
@@ -238,13 +239,23 @@ def test_a_torn_last_line_is_dropped_and_overwritten(fakes, tmp_path):
 
 
 def test_a_new_set_keeps_the_earlier_journal_as_prev(fakes, tmp_path):
+    """Each new set with the same journal keeps the one there, the first as ``.prev``, the
+    next as ``.prev2``: none is overwritten, so the sets can be pooled."""
     path = tmp_path / "j.jsonl"
     fakes.use(FakeRuns())
     _set(path, repeats=1)
-    earlier = path.read_text()
-    _set(path, repeats=1)
-    assert (tmp_path / "j.jsonl.prev").read_text() == earlier
+    first = path.read_text()
+    second = _set(path, repeats=1)
+    assert (tmp_path / "j.jsonl.prev").read_text() == first
     assert sum(1 for line in path.read_text().splitlines() if '"run"' in line) == 2
+    assert second["journal"]["kept_next_as"] == f"{path}.prev2"
+    again = path.read_text()
+    _set(path, repeats=1)
+    assert (tmp_path / "j.jsonl.prev").read_text() == first
+    assert (tmp_path / "j.jsonl.prev2").read_text() == again
+    with pytest.raises(ValueError, match="read-only only to resume"):
+        fidelity_journal.Journal(path, "cpu", False, read_only=True)
+    assert (tmp_path / "j.jsonl.prev2").read_text() == again and path.exists()
 
 
 def test_resume_without_a_journal_or_from_another_calibration_is_refused(fakes, tmp_path):

@@ -93,6 +93,7 @@ def test_only_the_configurations_of_every_set_are_pooled(fakes, tmp_path):  # no
     _set(b, FakeRuns(), fakes, systems=("wfbp",))
     result = fidelity_pool.pool([a, b])
     assert [c["system"] for c in result["configs"]] == ["wfbp"]
+    assert [one["runs"] for one in result["pool"]["sets"]] == [2, 2]  # the pooled runs alone
     assert result["pool"]["left_out"] == [
         {"system": "horovod", "workload": "vgg16-debug", "bandwidth_gbps": 1.0}
     ]
@@ -132,6 +133,10 @@ def test_journals_that_cannot_be_pooled_are_refused_naming_the_file(
     broken.write_text(header + "\n" + json.dumps({"run": {"round": 0}}) + "\n")
     with pytest.raises(SpecError, match="JOURNAL: .*broken.jsonl line 2 .*: leave it out"):
         fidelity_pool.pool([a, broken])
+    unlabelled = tmp_path / "unlabelled.jsonl"
+    unlabelled.write_text(json.dumps({"fidelity_journal": 1}) + "\n")
+    with pytest.raises(SpecError, match="unlabelled.jsonl is not a fidelity journal"):
+        fidelity_pool.pool([a, unlabelled])
     other = tmp_path / "other.jsonl"
     other.write_text(json.dumps({"fidelity_journal": 1, "label": "testbed-1127"}) + "\n")
     with pytest.raises(SpecError, match="other.jsonl is a set of calibration 'testbed-1127'"):
@@ -149,8 +154,12 @@ def test_journals_that_cannot_be_pooled_are_refused_naming_the_file(
     b.write_text("\n".join(lines) + "\n")
     with pytest.raises(SpecError, match=r"b.jsonl: its wfbp/.* \(real.threads: 2 in the journal"):
         fidelity_pool.pool([a, b])
-    # made against another version of the calibration than the one there now
+    # a journal that kept no fingerprint, where the calibration has one now: not checkable
+    _set(b, FakeRuns(), fakes)
     monkeypatch.setattr(fidelity, "calibration_prints", lambda label, testbed: ("f00", "ba4"))
+    with pytest.raises(SpecError, match="a.jsonl: its header keeps no fingerprint"):
+        fidelity_pool.pool([a, b])
+    # made against another version of the calibration than the one there now
     _set(a, FakeRuns(), fakes)
     _set(b, FakeRuns(), fakes)
     assert fidelity_pool.pool([a, b])["pool"]["runs"] == 8
@@ -209,6 +218,7 @@ def test_a_set_not_resolved_says_how_to_pool_it_with_the_next(fakes, tmp_path): 
     first["target_verdict"] = "not resolved"
     hint = f"python -m runners fidelity-pool {path}.prev {path}"
     assert hint in fidelity.format_report(first)
+    assert "more sets may resolve it" in fidelity.format_report(first)
     _set(path, Later(), fakes)
     pooled = fidelity_pool.pool([tmp_path / "j.jsonl.prev", path])
     assert [s["runs"] for s in pooled["pool"]["sets"]] == [4, 4]
