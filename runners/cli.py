@@ -915,11 +915,11 @@ def _bench(args: argparse.Namespace) -> int:
             f"cluster {case['name']:34} median {case['median_wall_s']:7.2f} s  "
             f"{case['simulated_jobs_per_s']:9,.0f} jobs/s  (target {goal}){flag}"
         )
+
+    def span(values: list[float] | None) -> str:
+        return "" if values is None else " ({:+.1f} to {:+.1f}%)".format(*values)
+
     for case in report.get("real", []):
-
-        def span(values: list[float] | None) -> str:
-            return "" if values is None else " ({:+.1f} to {:+.1f}%)".format(*values)
-
         flag = f"  {case['verdict']} (target {case['target_pct']:g}%)"
         if case["failures"]:
             flag += f"  ({len(case['failures'])} failed runs: {case['failures'][0]})"

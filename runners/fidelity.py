@@ -2182,6 +2182,31 @@ def target_verdict(mape: float, interval: tuple[float, float] | None, configs: i
     return "not resolved"
 
 
+def headline(configs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A set's headline: its MAPE, the MAPE's range over other draws of the same runs
+    (``mape_interval``; None: one run each), the verdict on it (``target_verdict``) and the
+    median over configurations of their real runs' range over their median (None: one run
+    each)."""
+    mape = statistics.fmean(c["ape_pct"] for c in configs)
+    interval = mape_interval(configs)
+    spreads = [
+        100.0 * (max(c["real_runs_s"]) - min(c["real_runs_s"])) / c["real_iteration_s"]
+        for c in configs
+        if len(c.get("real_runs_s", ())) > 1
+    ]
+    return {
+        "mape_pct": mape,
+        "mape_ci_pct": None if interval is None else list(interval),
+        "target_verdict": target_verdict(mape, interval, len(configs)),
+        "real_spread_pct": statistics.median(spreads) if spreads else None,
+    }
+
+
+def network_name(gbps: float | None) -> str:
+    """A fidelity row's network in words: ``loopback`` or ``<g> Gbit/s``."""
+    return "loopback" if gbps is None else f"{gbps:g} Gbit/s"
+
+
 def report(
     configs: list[dict[str, Any]],
     label: str,
@@ -2235,30 +2260,25 @@ def report(
                 }
             )
     steals = [c["real_steal_pct"] for c in configs if "real_steal_pct" in c]
-    interval = mape_interval(configs)
-    spreads = [
-        100.0 * (max(c["real_runs_s"]) - min(c["real_runs_s"])) / c["real_iteration_s"]
-        for c in configs
-        if len(c.get("real_runs_s", ())) > 1
-    ]
+    scored = headline(configs)
     return {
         "label": label,
         "latency": latency,
         "comm_priority": comm_priority,
         "repeats": max((len(c.get("real_runs_s", ())) for c in configs), default=1),
         # the real runs' own range over their median, per configuration (repeats > 1)
-        "real_spread_pct": statistics.median(spreads) if spreads else None,
+        "real_spread_pct": scored["real_spread_pct"],
         "sim_within_runs": sum(bool(c.get("sim_within_runs")) for c in configs)
-        if spreads
+        if scored["real_spread_pct"] is not None
         else None,
         "mape_pct": mape,
         # its range over other draws of the same runs, 95 % (``mape_interval``; None: one
         # run each)
-        "mape_ci_pct": None if interval is None else list(interval),
+        "mape_ci_pct": scored["mape_ci_pct"],
         "mape_ci": MAPE_CI,
         # judged on that interval: met (all of it under the target), missed (none of it),
         # not resolved (it spans the target); meets_target: the MAPE alone under it
-        "target_verdict": target_verdict(mape, interval, len(configs)),
+        "target_verdict": scored["target_verdict"],
         # the real runs' processes share this machine's cores (``real_cpu_cores`` per row)
         "machine_cores": usable_cpus(),
         # the twin's host CPU work per iteration against the real runs' (PS twins on one
@@ -2403,9 +2423,6 @@ def _per_system(result: dict[str, Any], predicted: str) -> str:
 def format_report(result: dict[str, Any]) -> str:
     """The report as text: one line per configuration, MAPE per system and overall, speedups."""
 
-    def where(gbps: float | None) -> str:
-        return "loopback" if gbps is None else f"{gbps:g} Gbit/s"
-
     cores = result.get("machine_cores")
     with_cores = cores is not None and any("real_cpu_cores" in c for c in result["configs"])
     # each step's compute, real and simulated: where an error lies, compute or communication
@@ -2419,7 +2436,7 @@ def format_report(result: dict[str, Any]) -> str:
     ]
     for c in result["configs"]:
         line = (
-            f"{c['system']:18} {c['workload']:18} {where(c['bandwidth_gbps']):12} "
+            f"{c['system']:18} {c['workload']:18} {network_name(c['bandwidth_gbps']):12} "
             f"{c['real_iteration_s'] * 1e3:9.1f} {c['sim_iteration_s'] * 1e3:9.1f} "
             f"{c['ape_pct']:6.1f}%"
         )
@@ -2666,6 +2683,6 @@ def format_report(result: dict[str, Any]) -> str:
         for s in result["speedups"]:
             lines.append(
                 f"{s['system']:18} {s['baseline']:10} {s['workload']:18} "
-                f"{where(s['bandwidth_gbps']):12} {s['real']:6.2f} {s['sim']:6.2f}"
+                f"{network_name(s['bandwidth_gbps']):12} {s['real']:6.2f} {s['sim']:6.2f}"
             )
     return "\n".join(lines)

@@ -42,7 +42,6 @@ Which sets go in is the user's choice: pool every set of a calibration, not the 
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,16 +49,13 @@ from typing import Any
 import numpy as np
 
 from . import fidelity
+from .fidelity import network_name
 from .fidelity_journal import Journal, KeptRun, _plain, journal_label
 from .spec import SpecError, validate
 
 FIELD = "JOURNAL"  # the command line's name for the journals, in its errors
 
 Config = tuple[str, str, float | None]  # (system, model, nominal Gbit/s or None: loopback)
-
-
-def _where(nominal: float | None) -> str:
-    return "loopback" if nominal is None else f"{nominal:g} Gbit/s"
 
 
 def _difference(now: Any, then: Any, at: str = "") -> str:
@@ -129,7 +125,7 @@ def _iterations(config: Config, held: list[tuple[Path, list[tuple[dict, KeptRun]
         system, model, nominal = config
         raise SpecError(
             FIELD,
-            f"the {system}/{model}/{_where(nominal)} runs measured different iterations "
+            f"the {system}/{model}/{network_name(nominal)} runs measured different iterations "
             f"({which}): pool sets run with the same --iterations",
         )
     return lengths[0]
@@ -177,23 +173,6 @@ def sets_interval(
     return float(low), float(high)
 
 
-def _score(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """A set's headline as ``fidelity.report`` gives it: MAPE, range, verdict, spread."""
-    mape = statistics.fmean(row["ape_pct"] for row in rows)
-    interval = fidelity.mape_interval(rows)
-    spreads = [
-        100.0 * (max(r["real_runs_s"]) - min(r["real_runs_s"])) / r["real_iteration_s"]
-        for r in rows
-        if len(r["real_runs_s"]) > 1
-    ]
-    return {
-        "mape_pct": mape,
-        "mape_ci_pct": None if interval is None else list(interval),
-        "target_verdict": fidelity.target_verdict(mape, interval, len(rows)),
-        "real_spread_pct": statistics.median(spreads) if spreads else None,
-    }
-
-
 def pool(
     paths: Sequence[Path],
     latency: str = fidelity.DEFAULT_LATENCY,
@@ -229,7 +208,7 @@ def pool(
                 if spec != _plain(real_raw):
                     raise SpecError(
                         FIELD,
-                        f"{path}: its {system}/{model}/{_where(nominal)} runs were made with "
+                        f"{path}: its {system}/{model}/{network_name(nominal)} runs were made with "
                         f"another real spec than the calibration gives now "
                         f"({_difference(_plain(real_raw), spec)}): pool sets made with the "
                         "same layout",
@@ -250,7 +229,7 @@ def pool(
             alone = [kept for _, kept in held_runs]
             per_set[k].append(fidelity._row(system, model, nominal, alone, twin))
         say(
-            f"{n}/{len(every)} {system}/{model}/{_where(nominal)}: {len(runs)} runs, real "
+            f"{n}/{len(every)} {system}/{model}/{network_name(nominal)}: {len(runs)} runs, real "
             f"{row['real_iteration_s'] * 1e3:.1f} ms, sim {row['sim_iteration_s'] * 1e3:.1f} ms "
             f"({row['ape_pct']:.1f}%)"
         )
@@ -291,7 +270,7 @@ def pool(
             {
                 "journal": str(book.path),
                 "runs": sum(len(r["real_runs_s"]) for r in rows),
-                **_score(rows),
+                **fidelity.headline(rows),
             }  # fmt: skip
             for book, rows in zip(books, per_set, strict=True)
         ],
@@ -342,7 +321,7 @@ def format_pool(result: dict[str, Any]) -> str:
     )
     if pooled["left_out"]:
         names = ", ".join(
-            f"{c['system']}/{c['workload']}/{_where(c['bandwidth_gbps'])}"
+            f"{c['system']}/{c['workload']}/{network_name(c['bandwidth_gbps'])}"
             for c in pooled["left_out"]
         )
         lines.append(f"not in every journal, left out: {names}")
