@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from . import registry
+from . import registry, resample
 from .execute import simulate
 from .sim import allreduce as ar_sim
 from .spec import validate
@@ -141,11 +141,6 @@ def pair_order(repeat: int) -> tuple[str, str]:
     return ("default", "lab") if repeat % 2 == 0 else ("lab", "default")
 
 
-def _quantiles(values: Any, ci: float) -> tuple[float, float]:
-    low, high = np.quantile(values, [(1.0 - ci) / 2.0, (1.0 + ci) / 2.0])
-    return float(low), float(high)
-
-
 def paired_overhead(
     pairs: list[tuple[float, float]],
     ci: float = OVERHEAD_CI,
@@ -162,9 +157,8 @@ def paired_overhead(
     if ratios.size < 2:
         return overhead, None
     rng = np.random.default_rng(seed)
-    draws = np.median(ratios[rng.integers(0, ratios.size, (resamples, ratios.size))], axis=1)
-    low, high = _quantiles(100.0 * (draws - 1.0), ci)
-    return overhead, (low, high)
+    draws = resample.medians(ratios, rng, resamples)
+    return overhead, resample.interval(100.0 * (draws - 1.0), ci)
 
 
 def unpaired_overhead(
@@ -180,10 +174,9 @@ def unpaired_overhead(
     if len(ddp) < 2 or len(lab) < 2:
         return overhead, None
     rng = np.random.default_rng(seed)
-    a, b = np.asarray(ddp), np.asarray(lab)
-    ddp_draws = np.median(a[rng.integers(0, a.size, (resamples, a.size))], axis=1)
-    lab_draws = np.median(b[rng.integers(0, b.size, (resamples, b.size))], axis=1)
-    return overhead, _quantiles(100.0 * (lab_draws / ddp_draws - 1.0), ci)
+    ddp_draws = resample.medians(ddp, rng, resamples)
+    lab_draws = resample.medians(lab, rng, resamples)
+    return overhead, resample.interval(100.0 * (lab_draws / ddp_draws - 1.0), ci)
 
 
 def overhead_verdict(overhead: float, interval: tuple[float, float] | None) -> str:

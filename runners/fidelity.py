@@ -84,7 +84,7 @@ import numpy as np
 
 import workloads
 
-from . import fidelity_transport, registry
+from . import fidelity_transport, registry, resample
 from .fidelity_journal import Journal, fingerprint, kept_as, profiles_fingerprint
 from .manifest import usable_cpus
 from .spec import SLOWDOWN_MAX, SPLIT_COST_MAX, CommCluster, RunSpec, SpecError, validate
@@ -2158,10 +2158,9 @@ def mape_interval(
     total = np.zeros(resamples)
     for c in configs:
         runs = np.asarray(c.get("real_runs_s") or [c["real_iteration_s"]], dtype=float)
-        medians = np.median(runs[rng.integers(0, runs.size, (resamples, runs.size))], axis=1)
+        medians = resample.medians(runs, rng, resamples)
         total += 100.0 * np.abs(c["sim_iteration_s"] - medians) / medians
-    low, high = np.quantile(total / len(configs), [(1.0 - ci) / 2.0, (1.0 + ci) / 2.0])
-    return float(low), float(high)
+    return resample.interval(total / len(configs), ci)
 
 
 def target_verdict(mape: float, interval: tuple[float, float] | None, configs: int) -> str:

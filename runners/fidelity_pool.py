@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from . import fidelity
+from . import fidelity, resample
 from .fidelity import network_name
 from .fidelity_journal import Journal, KeptRun, _plain, journal_label
 from .spec import SpecError, validate
@@ -169,8 +169,7 @@ def sets_interval(
         draws = np.where(slots < drawn, table[picks[..., None], which], np.nan)
         medians = np.nanmedian(draws.reshape(resamples, -1), axis=1)
         total += 100.0 * np.abs(predicted - medians) / medians
-    low, high = np.quantile(total / len(rows), [(1.0 - ci) / 2.0, (1.0 + ci) / 2.0])
-    return float(low), float(high)
+    return resample.interval(total / len(rows), ci)
 
 
 def pool(
