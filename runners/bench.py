@@ -14,7 +14,10 @@ one repeat to the next, so that the machine's drift hits both; the overhead is t
 the repeats' paired ratios, with its range over other draws of the pairs and a verdict
 (``paired_overhead``). The machine's speed moves on a scale of seconds, more than the target:
 a pair's two runs, adjacent in time, share most of it, where the two sides' medians over
-separate runs do not (kept beside it: ``overhead_unpaired_pct``).
+separate runs do not (kept beside it: ``overhead_unpaired_pct``). With ``--control`` each
+repeat also runs DDP a second time, next to the pair's DDP run (``run_order``): DDP against
+itself, scored as the engine is (``control_pct``), is what the bench can resolve on the
+machine at that sitting.
 
 Targets (issue 3): one configuration of resnet50, 16 workers, 50 iterations: under 0.2 s of
 simulation on one core, any policy; the full grid of every communication system and baseline x
@@ -141,6 +144,17 @@ def pair_order(repeat: int) -> tuple[str, str]:
     return ("default", "lab") if repeat % 2 == 0 else ("lab", "default")
 
 
+def run_order(repeat: int, control: bool = False) -> tuple[str, ...]:
+    """Repeat ``repeat``'s runs in order: its pair (``pair_order``) and, with ``control``, a
+    second DDP run (``control``) next to the pair's DDP run, on the side away from the
+    engine's (control, DDP, engine / engine, DDP, control): the control pair is adjacent like
+    the engine's, and its DDP run alternates first and second like the engine's."""
+    pair = pair_order(repeat)
+    if not control:
+        return pair
+    return ("control", *pair) if pair[0] == "default" else (*pair, "control")
+
+
 def paired_overhead(
     pairs: list[tuple[float, float]],
     ci: float = OVERHEAD_CI,
@@ -196,6 +210,7 @@ def run_real(
     repeats: int = 3,
     iterations: int = 30,
     progress: bool = True,
+    control: bool = False,
 ) -> list[dict[str, Any]]:
     """Per debug model: ``repeats`` pairs of runs, DDP's and the engine's back to back in the
     order ``pair_order`` gives, each run's median iteration time (after 3 warm-up
@@ -203,18 +218,25 @@ def run_real(
     ratios, its range and ``verdict``), and beside it the ratio of each side's median over
     its runs (``overhead_unpaired_pct``, with its range). A run that fails is tried once more;
     a pair with a side failed twice is left out of the paired figures. DDP runs without
-    ``broadcast_buffers``, which the engine has no counterpart of."""
+    ``broadcast_buffers``, which the engine has no counterpart of. With ``control``, a second
+    DDP run beside the pair's DDP run (``run_order``), scored against it as the engine is
+    (``control_pct``, its range and ``control_pairs``): DDP against itself, the overhead the
+    machine's noise alone gives at that sitting."""
     from .real import launch
 
     out = []
     for i, model in enumerate(models):
         times: dict[str, list[float]] = {"default": [], "lab": []}
+        if control:
+            times["control"] = []
         pairs: list[tuple[float, float]] = []
+        control_pairs: list[tuple[float, float]] = []  # (the pair's DDP, the control)
         ddp_first = 0  # of the pairs, those whose DDP run went first
         failures: list[str] = []
         for repeat in range(max(1, repeats)):
             pair: dict[str, float] = {}
-            for impl in pair_order(repeat):
+            for slot in run_order(repeat, control):
+                impl = "default" if slot == "control" else slot
                 spec = validate(
                     {
                         "system": "ddp",
@@ -234,20 +256,33 @@ def run_real(
                         try:
                             result = launch.run(spec, Path(tmp))
                         except launch.RealRunError as err:
-                            launch.log.warning("%s (%s) failed: %s", model, impl, err)
-                            failures.append(f"{impl}: {str(err).splitlines()[0]}")
+                            launch.log.warning("%s (%s) failed: %s", model, slot, err)
+                            failures.append(f"{slot}: {str(err).splitlines()[0]}")
                             continue
-                    times[impl].append(result.metrics["iteration_time_median_s"])
-                    pair[impl] = result.metrics["iteration_time_median_s"]
+                    times[slot].append(result.metrics["iteration_time_median_s"])
+                    pair[slot] = result.metrics["iteration_time_median_s"]
                     break
-            if len(pair) == 2:
+            if "default" in pair and "lab" in pair:
                 pairs.append((pair["default"], pair["lab"]))
                 ddp_first += pair_order(repeat)[0] == "default"
+            if "default" in pair and "control" in pair:
+                control_pairs.append((pair["default"], pair["control"]))
         if not pairs:
             raise RuntimeError(f"{model}: no repeat ran both sides: {failures}")
         overhead, interval = paired_overhead(pairs)
         unpaired, unpaired_interval = unpaired_overhead(times["default"], times["lab"])
         verdict = overhead_verdict(overhead, interval)
+        extra: dict[str, Any] = {}
+        if control:
+            # DDP against itself, scored as the engine is: the noise the verdict sees
+            noise, noise_interval = (
+                paired_overhead(control_pairs) if control_pairs else (None, None)
+            )
+            extra = {
+                "control_pct": noise,
+                "control_ci_pct": None if noise_interval is None else list(noise_interval),
+                "control_pairs": [list(p) for p in control_pairs],
+            }
         out.append(
             {
                 "name": f"engine-vs-ddp/{model}/w2/loopback",
@@ -271,6 +306,7 @@ def run_real(
                 "failures": failures,
                 "target_pct": REAL_OVERHEAD_TARGET_PCT,
                 "meets_target": verdict == "met",
+                **extra,
             }
         )
         if progress:

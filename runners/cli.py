@@ -119,6 +119,13 @@ def _parser() -> argparse.ArgumentParser:
         "mode's (the lab's engine against PyTorch DDP, 2 ranks on loopback: a few minutes), or "
         "only Harmony's training against the placement baselines (a few minutes; at most 15)",
     )
+    p.add_argument(
+        "--control",
+        action="store_true",
+        help="with --only real: run DDP a second time in each repeat, beside the pair's DDP "
+        "run, and score DDP against itself as the engine is scored: the overhead this "
+        "machine's noise alone gives now (half as long again)",
+    )
     p.set_defaults(func=_bench)
     from . import fidelity
 
@@ -881,6 +888,10 @@ def _bench(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         print("--repeats: must be >= 1", file=sys.stderr)
         return 2
+    if args.control and args.only != "real":
+        print("--control: only with --only real (it controls the engine-vs-DDP pairs)",
+              file=sys.stderr)  # fmt: skip
+        return 2
     if args.only in ("cluster", "real", "harmony"):
         report: dict = {"cases": [], "target_s": bench.CASE_TARGET_S}
     else:
@@ -888,7 +899,9 @@ def _bench(args: argparse.Namespace) -> int:
     if args.only in (None, "cluster"):
         report["cluster"] = bench.run_cluster(repeats=args.repeats, progress=not args.json)
     if args.only == "real":
-        report["real"] = bench.run_real(repeats=args.repeats, progress=not args.json)
+        report["real"] = bench.run_real(
+            repeats=args.repeats, progress=not args.json, control=args.control
+        )
     if args.only == "harmony":
         report["harmony_train"] = bench.run_harmony_train(progress=not args.json)
     if args.grid:
@@ -930,6 +943,13 @@ def _bench(args: argparse.Namespace) -> int:
             f"{case['repeats']} pairs; the medians' ratio {case['overhead_unpaired_pct']:+.1f}%"
             f"{span(case['overhead_unpaired_ci_pct'])}{flag}"
         )
+        if "control_pct" in case:
+            noise = case["control_pct"]
+            print(
+                f"real {'':42} control: DDP against itself "
+                + ("not run" if noise is None else f"{noise:+.1f}%{span(case['control_ci_pct'])}")
+                + f" over {len(case['control_pairs'])} pairs"
+            )
     if report.get("real"):
         ratios = [1 + c["overhead_pct"] / 100 for c in report["real"]]
         geomean = math.prod(ratios) ** (1 / len(ratios))

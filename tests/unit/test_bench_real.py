@@ -98,3 +98,52 @@ def test_the_command_prints_each_model_s_pairs_range_and_verdict(monkeypatch, ca
     assert "overhead  -2.0% (-2.0 to -2.0%) over 3 pairs; the medians' ratio" in line
     assert line.endswith("met (target 5%)")
     assert "geometric mean -2.0%" in out
+
+
+class SlotRuns:
+    """``launch.run`` for the control: the ``n``-th call of a model takes ``times[n]``."""
+
+    def __init__(self, times: list[float]):
+        self.times = times
+        self.calls: dict[str, list[str]] = {}
+
+    def __call__(self, spec, work):
+        calls = self.calls.setdefault(spec.workload, [])
+        calls.append(spec.real.implementation)
+        return SimpleNamespace(metrics={"iteration_time_median_s": self.times[len(calls) - 1]})
+
+
+def test_the_control_runs_ddp_again_beside_the_pair_s_ddp_run():
+    assert bench.run_order(0) == ("default", "lab")
+    assert bench.run_order(0, control=True) == ("control", "default", "lab")
+    assert bench.run_order(1, control=True) == ("lab", "default", "control")
+    assert bench.run_order(2, control=True) == bench.run_order(0, control=True)
+
+
+def test_the_control_scores_ddp_against_itself_and_leaves_the_engine_s_figures(monkeypatch):
+    """Repeat 0 runs control, DDP, engine; repeat 1 engine, DDP, control. DDP's second run is
+    4 % slower, then 2 % faster, than its pair's; the engine 3 % slower than DDP in both."""
+    runs = SlotRuns([0.0104, 0.010, 0.0103, 0.0206, 0.020, 0.0196])
+    monkeypatch.setattr(launch, "run", runs)
+    (case,) = bench.run_real(("vgg16-debug",), 2, iterations=5, progress=False, control=True)
+    assert runs.calls["vgg16-debug"] == ["default", "default", "lab", "lab", "default", "default"]
+    assert sum(case["pairs"], []) == pytest.approx([0.010, 0.0103, 0.020, 0.0206])
+    assert case["overhead_pct"] == pytest.approx(3.0)
+    assert sum(case["control_pairs"], []) == pytest.approx([0.010, 0.0104, 0.020, 0.0196])
+    assert case["control_pct"] == pytest.approx(1.0)  # the median of +4 and -2 %
+    assert case["control_ci_pct"] == pytest.approx([-2.0, 4.0])
+    assert case["runs"]["control"] == pytest.approx([0.0104, 0.0196])
+    assert case["runs"]["default"] == pytest.approx([0.010, 0.020])
+    monkeypatch.setattr(launch, "run", SlotRuns([0.010, 0.0103, 0.0206, 0.020]))
+    (plain,) = bench.run_real(("vgg16-debug",), 2, iterations=5, progress=False)
+    assert plain["overhead_pct"] == pytest.approx(case["overhead_pct"])
+    assert "control_pct" not in plain
+
+
+def test_the_command_prints_the_control_and_refuses_it_without_the_real_bench(monkeypatch, capsys):
+    monkeypatch.setattr(launch, "run", SlotRuns([0.0104, 0.010, 0.0103] * 12))
+    assert cli.main(["bench", "--only", "real", "--repeats", "1", "--control"]) == 0
+    out = capsys.readouterr().out
+    assert "control: DDP against itself +4.0% over 1 pairs" in out
+    assert cli.main(["bench", "--only", "cluster", "--control"]) == 2
+    assert "--control: only with --only real" in capsys.readouterr().err
