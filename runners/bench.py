@@ -281,6 +281,10 @@ def run_real(
             extra = {
                 "control_pct": noise,
                 "control_ci_pct": None if noise_interval is None else list(noise_interval),
+                # the verdict DDP itself would get against the target at this sitting
+                "control_verdict": None
+                if noise is None
+                else overhead_verdict(noise, noise_interval),
                 "control_pairs": [list(p) for p in control_pairs],
             }
         out.append(

@@ -947,8 +947,13 @@ def _bench(args: argparse.Namespace) -> int:
             noise = case["control_pct"]
             print(
                 f"real {'':42} control: DDP against itself "
-                + ("not run" if noise is None else f"{noise:+.1f}%{span(case['control_ci_pct'])}")
-                + f" over {len(case['control_pairs'])} pairs"
+                + (
+                    "not run"
+                    if noise is None
+                    else f"{noise:+.1f}%{span(case['control_ci_pct'])} over "
+                    f"{len(case['control_pairs'])} pairs: {case['control_verdict']} (the "
+                    "verdict DDP would get against itself)"
+                )
             )
     if report.get("real"):
         ratios = [1 + c["overhead_pct"] / 100 for c in report["real"]]

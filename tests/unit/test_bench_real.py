@@ -132,6 +132,7 @@ def test_the_control_scores_ddp_against_itself_and_leaves_the_engine_s_figures(m
     assert sum(case["control_pairs"], []) == pytest.approx([0.010, 0.0104, 0.020, 0.0196])
     assert case["control_pct"] == pytest.approx(1.0)  # the median of +4 and -2 %
     assert case["control_ci_pct"] == pytest.approx([-2.0, 4.0])
+    assert case["control_verdict"] == "met"  # -2 to +4 %: all of it under the 5 % target
     assert case["runs"]["control"] == pytest.approx([0.0104, 0.0196])
     assert case["runs"]["default"] == pytest.approx([0.010, 0.020])
     monkeypatch.setattr(launch, "run", SlotRuns([0.010, 0.0103, 0.0206, 0.020]))
@@ -144,6 +145,6 @@ def test_the_command_prints_the_control_and_refuses_it_without_the_real_bench(mo
     monkeypatch.setattr(launch, "run", SlotRuns([0.0104, 0.010, 0.0103] * 12))
     assert cli.main(["bench", "--only", "real", "--repeats", "1", "--control"]) == 0
     out = capsys.readouterr().out
-    assert "control: DDP against itself +4.0% over 1 pairs" in out
+    assert "control: DDP against itself +4.0% over 1 pairs: met" in out
     assert cli.main(["bench", "--only", "cluster", "--control"]) == 2
     assert "--control: only with --only real" in capsys.readouterr().err
