@@ -132,6 +132,7 @@ REAL_MODELS = (
     "gpt2-debug",
 )
 REAL_OVERHEAD_TARGET_PCT = 5.0
+REAL_ITERATIONS = 30  # measured iterations a run, after 3 warm-up (``--iterations``)
 OVERHEAD_CI = 0.95
 OVERHEAD_RESAMPLES = 10_000
 OVERHEAD_SEED = 0
@@ -208,7 +209,7 @@ def overhead_verdict(overhead: float, interval: tuple[float, float] | None) -> s
 def run_real(
     models: tuple[str, ...] = REAL_MODELS,
     repeats: int = 3,
-    iterations: int = 30,
+    iterations: int = REAL_ITERATIONS,
     progress: bool = True,
     control: bool = False,
 ) -> list[dict[str, Any]]:
@@ -305,6 +306,7 @@ def run_real(
                 "runs": {k: v for k, v in times.items()},
                 "pairs": [list(p) for p in pairs],
                 "repeats": len(pairs),
+                "iterations": iterations,  # measured a run, after 3 warm-up
                 # an odd number of pairs has one more of one order than of the other
                 "ddp_first_pairs": ddp_first,
                 "failures": failures,

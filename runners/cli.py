@@ -126,6 +126,12 @@ def _parser() -> argparse.ArgumentParser:
         "run, and score DDP against itself as the engine is scored: the overhead this "
         "machine's noise alone gives now (half as long again)",
     )
+    p.add_argument(
+        "--iterations",
+        type=int,
+        help="with --only real: measured iterations a run, after 3 warm-up (default "
+        f"{bench.REAL_ITERATIONS}; longer runs ride out slow-downs of a fraction of a second)",
+    )
     p.set_defaults(func=_bench)
     from . import fidelity
 
@@ -888,8 +894,12 @@ def _bench(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         print("--repeats: must be >= 1", file=sys.stderr)
         return 2
-    if args.control and args.only != "real":
-        print("--control: only with --only real (it controls the engine-vs-DDP pairs)",
+    for flag, given in (("--control", args.control), ("--iterations", args.iterations)):
+        if given not in (None, False) and args.only != "real":
+            print(f"{flag}: only with --only real (the engine-vs-DDP pairs)", file=sys.stderr)
+            return 2
+    if args.iterations is not None and not 1 <= args.iterations <= 10_000:
+        print(f"--iterations: must be between 1 and 10000 (got {args.iterations})",
               file=sys.stderr)  # fmt: skip
         return 2
     if args.only in ("cluster", "real", "harmony"):
@@ -900,7 +910,10 @@ def _bench(args: argparse.Namespace) -> int:
         report["cluster"] = bench.run_cluster(repeats=args.repeats, progress=not args.json)
     if args.only == "real":
         report["real"] = bench.run_real(
-            repeats=args.repeats, progress=not args.json, control=args.control
+            repeats=args.repeats,
+            iterations=args.iterations or bench.REAL_ITERATIONS,
+            progress=not args.json,
+            control=args.control,
         )
     if args.only == "harmony":
         report["harmony_train"] = bench.run_harmony_train(progress=not args.json)
@@ -940,7 +953,8 @@ def _bench(args: argparse.Namespace) -> int:
             f"real {case['name']:42} DDP {case['ddp_iteration_s'] * 1e3:7.1f} ms  "
             f"engine {case['engine_iteration_s'] * 1e3:7.1f} ms  "
             f"overhead {case['overhead_pct']:+5.1f}%{span(case['overhead_ci_pct'])} over "
-            f"{case['repeats']} pairs; the medians' ratio {case['overhead_unpaired_pct']:+.1f}%"
+            f"{case['repeats']} pairs of {case['iterations']}-iteration runs; the medians' "
+            f"ratio {case['overhead_unpaired_pct']:+.1f}%"
             f"{span(case['overhead_unpaired_ci_pct'])}{flag}"
         )
         if "control_pct" in case:

@@ -95,7 +95,7 @@ def test_the_command_prints_each_model_s_pairs_range_and_verdict(monkeypatch, ca
     assert cli.main(["bench", "--only", "real", "--repeats", "3"]) == 0
     out = capsys.readouterr().out
     line = next(s for s in out.splitlines() if "engine-vs-ddp/gpt2-debug" in s)
-    assert "overhead  -2.0% (-2.0 to -2.0%) over 3 pairs; the medians' ratio" in line
+    assert "overhead  -2.0% (-2.0 to -2.0%) over 3 pairs of 30-iteration runs; the medians'" in line
     assert line.endswith("met (target 5%)")
     assert "geometric mean -2.0%" in out
 
@@ -148,3 +148,23 @@ def test_the_command_prints_the_control_and_refuses_it_without_the_real_bench(mo
     assert "control: DDP against itself +4.0% over 1 pairs: met" in out
     assert cli.main(["bench", "--only", "cluster", "--control"]) == 2
     assert "--control: only with --only real" in capsys.readouterr().err
+
+
+def test_the_runs_length_is_a_flag_of_the_real_bench_alone(monkeypatch, capsys):
+    lengths = []
+
+    def run(spec, work):
+        lengths.append(spec.iterations)
+        return SimpleNamespace(metrics={"iteration_time_median_s": 0.01})
+
+    monkeypatch.setattr(launch, "run", run)
+    assert cli.main(["bench", "--only", "real", "--repeats", "1", "--iterations", "150"]) == 0
+    assert lengths and set(lengths) == {150}
+    assert "over 1 pairs of 150-iteration runs" in capsys.readouterr().out
+    for bad in (
+        ["--only", "real", "--iterations", "0"],
+        ["--only", "cluster", "--iterations", "50"],
+    ):
+        assert cli.main(["bench", *bad]) == 2
+        assert "--iterations: " in capsys.readouterr().err
+    assert len(lengths) == 12  # the refusals ran nothing
