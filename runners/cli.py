@@ -894,10 +894,10 @@ def _bench(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         print("--repeats: must be >= 1", file=sys.stderr)
         return 2
-    for flag, given in (("--control", args.control), ("--iterations", args.iterations)):
-        if given not in (None, False) and args.only != "real":
-            print(f"{flag}: only with --only real (the engine-vs-DDP pairs)", file=sys.stderr)
-            return 2
+    if args.only != "real" and (args.control or args.iterations is not None):
+        flag = "--control" if args.control else "--iterations"
+        print(f"{flag}: only with --only real (the engine-vs-DDP pairs)", file=sys.stderr)
+        return 2
     if args.iterations is not None and not 1 <= args.iterations <= 10_000:
         print(f"--iterations: must be between 1 and 10000 (got {args.iterations})",
               file=sys.stderr)  # fmt: skip
