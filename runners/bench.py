@@ -132,7 +132,7 @@ REAL_MODELS = (
     "gpt2-debug",
 )
 REAL_OVERHEAD_TARGET_PCT = 5.0
-REAL_ITERATIONS = 30  # measured iterations a run, after 3 warm-up (``--iterations``)
+REAL_ITERATIONS = 150  # measured iterations a run, after 3 warm-up (``--iterations``)
 OVERHEAD_CI = 0.95
 OVERHEAD_RESAMPLES = 10_000
 OVERHEAD_SEED = 0

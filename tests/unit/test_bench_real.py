@@ -95,7 +95,9 @@ def test_the_command_prints_each_model_s_pairs_range_and_verdict(monkeypatch, ca
     assert cli.main(["bench", "--only", "real", "--repeats", "3"]) == 0
     out = capsys.readouterr().out
     line = next(s for s in out.splitlines() if "engine-vs-ddp/gpt2-debug" in s)
-    assert "overhead  -2.0% (-2.0 to -2.0%) over 3 pairs of 30-iteration runs; the medians'" in line
+    assert (
+        "overhead  -2.0% (-2.0 to -2.0%) over 3 pairs of 150-iteration runs; the medians'" in line
+    )
     assert line.endswith("met (target 5%)")
     assert "geometric mean -2.0%" in out
 
@@ -158,9 +160,9 @@ def test_the_runs_length_is_a_flag_of_the_real_bench_alone(monkeypatch, capsys):
         return SimpleNamespace(metrics={"iteration_time_median_s": 0.01})
 
     monkeypatch.setattr(launch, "run", run)
-    assert cli.main(["bench", "--only", "real", "--repeats", "1", "--iterations", "150"]) == 0
-    assert lengths and set(lengths) == {150}
-    assert "over 1 pairs of 150-iteration runs" in capsys.readouterr().out
+    assert cli.main(["bench", "--only", "real", "--repeats", "1", "--iterations", "40"]) == 0
+    assert lengths and set(lengths) == {40}
+    assert "over 1 pairs of 40-iteration runs" in capsys.readouterr().out
     for bad in (
         ["--only", "real", "--iterations", "0"],
         ["--only", "cluster", "--iterations", "50"],
