@@ -958,17 +958,14 @@ def _bench(args: argparse.Namespace) -> int:
             f"{span(case['overhead_unpaired_ci_pct'])}{flag}"
         )
         if "control_pct" in case:
-            noise = case["control_pct"]
-            print(
-                f"real {'':42} control: DDP against itself "
-                + (
-                    "not run"
-                    if noise is None
-                    else f"{noise:+.1f}%{span(case['control_ci_pct'])} over "
+            said = "not run"
+            if case["control_pct"] is not None:
+                said = (
+                    f"{case['control_pct']:+.1f}%{span(case['control_ci_pct'])} over "
                     f"{len(case['control_pairs'])} pairs: {case['control_verdict']} (the "
                     "verdict DDP would get against itself)"
                 )
-            )
+            print(f"real {'':42} control: DDP against itself {said}")
     if report.get("real"):
         ratios = [1 + c["overhead_pct"] / 100 for c in report["real"]]
         geomean = math.prod(ratios) ** (1 / len(ratios))
