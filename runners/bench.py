@@ -133,6 +133,7 @@ REAL_MODELS = (
 )
 REAL_OVERHEAD_TARGET_PCT = 5.0
 REAL_ITERATIONS = 150  # measured iterations a run, after 3 warm-up (``--iterations``)
+INTERLEAVE_BLOCK = 12  # iterations a side in a block of ``--interleave``; its ends trimmed
 OVERHEAD_CI = 0.95
 OVERHEAD_RESAMPLES = 10_000
 OVERHEAD_SEED = 0
@@ -194,6 +195,56 @@ def unpaired_overhead(
     return overhead, resample.interval(100.0 * (lab_draws / ddp_draws - 1.0), ci)
 
 
+def block_pairs(series: list[dict[str, Any]], control: bool = False) -> dict[str, list]:
+    """An interleaved launch's block pairs (``launch.run``'s ``interleave``) from its series:
+    per block after the warm-up one, each side's median iteration time over the block's
+    untrimmed iterations; ``pairs``: (DDP, engine), ``control``: (DDP, its second copy),
+    ``ddp_first``: of the pairs, those whose DDP block went first."""
+    kept: dict[tuple[int, str], list[float]] = {}
+    order: dict[int, list[str]] = {}  # per block pair, its sides in the order they ran
+    for row in series:
+        if row["warmup"]:
+            continue
+        sides = order.setdefault(row["block"], [])
+        if row["side"] not in sides:
+            sides.append(row["side"])
+        if not row["trim"]:
+            kept.setdefault((row["block"], row["side"]), []).append(row["iteration_time_s"])
+    out: dict[str, list] = {"pairs": [], "control": [], "ddp_first": []}
+    for block, sides in sorted(order.items()):
+        median = {
+            side: statistics.median(kept[(block, side)])
+            for side in ("default", "lab", "control")
+            if (block, side) in kept
+        }
+        out["pairs"].append((median["default"], median["lab"]))
+        out["ddp_first"].append(sides.index("default") < sides.index("lab"))
+        if control:
+            out["control"].append((median["default"], median["control"]))
+    return out
+
+
+def launches_overhead(
+    launches: list[list[tuple[float, float]]],
+    ci: float = OVERHEAD_CI,
+    resamples: int = OVERHEAD_RESAMPLES,
+    seed: int = OVERHEAD_SEED,
+) -> tuple[float, tuple[float, float] | None]:
+    """The overhead in % from the block pairs of several launches (per launch, a list of
+    (DDP, engine) block medians): the median of all the pairs' ratios, and its range over a
+    two-stage draw (``resample.two_stage_medians``: the launches, then their pairs), since
+    the pairs of one launch share its processes (None with a single pair in all)."""
+    ratios = [[lab / ddp for ddp, lab in pairs] for pairs in launches if pairs]
+    if not ratios:
+        raise ValueError("no block pair to compare")
+    overhead = 100.0 * (float(np.median(np.concatenate(ratios))) - 1.0)
+    if sum(len(r) for r in ratios) < 2:
+        return overhead, None
+    rng = np.random.default_rng(seed)
+    draws = resample.two_stage_medians(ratios, rng, resamples)
+    return overhead, resample.interval(100.0 * (draws - 1.0), ci)
+
+
 def overhead_verdict(overhead: float, interval: tuple[float, float] | None) -> str:
     """``met`` where the overhead and all of its range are at or under the target, ``missed``
     where they are all over it, else ``not resolved`` (other draws of the pairs could go
@@ -212,6 +263,7 @@ def run_real(
     iterations: int = REAL_ITERATIONS,
     progress: bool = True,
     control: bool = False,
+    interleave: bool = False,
 ) -> list[dict[str, Any]]:
     """Per debug model: ``repeats`` pairs of runs, DDP's and the engine's back to back in the
     order ``pair_order`` gives, each run's median iteration time (after 3 warm-up
@@ -222,11 +274,17 @@ def run_real(
     ``broadcast_buffers``, which the engine has no counterpart of. With ``control``, a second
     DDP run beside the pair's DDP run (``run_order``), scored against it as the engine is
     (``control_pct``, its range and ``control_pairs``): DDP against itself, the overhead the
-    machine's noise alone gives at that sitting."""
+    machine's noise alone gives at that sitting. With ``interleave``, each of the
+    ``repeats`` is one launch in which the sides take turns in blocks (``_interleaved_case``)."""
     from .real import launch
 
     out = []
     for i, model in enumerate(models):
+        if interleave:
+            out.append(_interleaved_case(model, repeats, iterations, control))
+            if progress:
+                print(f"[bench] real {i + 1}/{len(models)} {model}", file=sys.stderr)
+            continue
         times: dict[str, list[float]] = {"default": [], "lab": []}
         if control:
             times["control"] = []
@@ -238,20 +296,7 @@ def run_real(
             pair: dict[str, float] = {}
             for slot in run_order(repeat, control):
                 impl = "default" if slot == "control" else slot
-                spec = validate(
-                    {
-                        "system": "ddp",
-                        "mode": "real",
-                        "workload": model,
-                        "cluster": {"workers": 2},
-                        # the same communication on both sides: the lab's engine does not
-                        # broadcast the model's buffers before each forward, as DDP does
-                        "params": {"broadcast_buffers": False},
-                        "iterations": iterations,
-                        "warmup_iterations": 3,
-                        "real": {"network": "loopback", "implementation": impl},
-                    }
-                )
+                spec = _ddp_spec(model, 3, iterations, impl)
                 for _attempt in range(2):  # a failed run is reported, and tried once more
                     with tempfile.TemporaryDirectory(prefix="bench-real-") as tmp:
                         try:
@@ -318,6 +363,105 @@ def run_real(
         if progress:
             print(f"[bench] real {i + 1}/{len(models)} {model}", file=sys.stderr)
     return out
+
+
+def _ddp_spec(model: str, warmup: int, iterations: int, implementation: str) -> Any:
+    """The bench's run of ``model``: ``ddp`` on 2 ranks on loopback, DDP's buckets, without
+    ``broadcast_buffers`` (the lab's engine has no counterpart of it)."""
+    return validate(
+        {
+            "system": "ddp",
+            "mode": "real",
+            "workload": model,
+            "cluster": {"workers": 2},
+            "params": {"broadcast_buffers": False},
+            "iterations": iterations,
+            "warmup_iterations": warmup,
+            "real": {"network": "loopback", "implementation": implementation},
+        }
+    )
+
+
+def _interleaved_case(model: str, launches: int, iterations: int, control: bool) -> dict[str, Any]:
+    """``run_real`` with ``interleave``: ``launches`` launches of ``model``, in each the
+    sides taking turns in blocks of ``INTERLEAVE_BLOCK`` iterations (``worker.
+    _train_interleaved``), as many block pairs as give ``iterations`` untrimmed iterations a
+    side, after one warm-up pair; which copy is built first alternates between launches. A
+    launch that fails is tried once more."""
+    from .real import launch
+
+    keep = INTERLEAVE_BLOCK - 2  # a block's untrimmed iterations
+    n_pairs = max(1, -(-iterations // keep))
+    sides = 3 if control else 2
+    per_launch: list[dict[str, list]] = []
+    failures: list[str] = []
+    for k in range(max(1, launches)):
+        spec = _ddp_spec(
+            model,
+            INTERLEAVE_BLOCK * sides,
+            INTERLEAVE_BLOCK * sides * n_pairs,
+            "lab",
+        )
+        plan = {
+            "block": INTERLEAVE_BLOCK,
+            "pairs": n_pairs,
+            "control": control,
+            "ddp_built_first": k % 2 == 0,
+        }
+        for _attempt in range(2):
+            with tempfile.TemporaryDirectory(prefix="bench-real-") as tmp:
+                try:
+                    result = launch.run(spec, Path(tmp), interleave=plan)
+                except launch.RealRunError as err:
+                    launch.log.warning("%s (interleaved) failed: %s", model, err)
+                    failures.append(f"launch {k}: {str(err).splitlines()[0]}")
+                    continue
+            per_launch.append(block_pairs(result.series, control))
+            break
+    if not per_launch:
+        raise RuntimeError(f"{model}: no interleaved launch ran: {failures}")
+    pairs = [p for got in per_launch for p in got["pairs"]]
+    overhead, interval = launches_overhead([got["pairs"] for got in per_launch])
+    unpaired, unpaired_interval = unpaired_overhead(
+        [ddp for ddp, _ in pairs], [lab for _, lab in pairs]
+    )
+    verdict = overhead_verdict(overhead, interval)
+    extra: dict[str, Any] = {}
+    if control:
+        noise, noise_interval = launches_overhead([got["control"] for got in per_launch])
+        extra = {
+            "control_pct": noise,
+            "control_ci_pct": None if noise_interval is None else list(noise_interval),
+            "control_verdict": overhead_verdict(noise, noise_interval),
+            "control_pairs": [list(p) for got in per_launch for p in got["control"]],
+        }
+    return {
+        "name": f"engine-vs-ddp/{model}/w2/loopback",
+        "workload": model,
+        "method": "interleaved",
+        "ddp_iteration_s": statistics.median(ddp for ddp, _ in pairs),
+        "engine_iteration_s": statistics.median(lab for _, lab in pairs),
+        "overhead_pct": overhead,
+        "overhead_ci_pct": None if interval is None else list(interval),
+        "verdict": verdict,
+        # the ratio of the two sides' medians over their blocks, the launches pooled
+        "overhead_unpaired_pct": unpaired,
+        "overhead_unpaired_ci_pct": (
+            None if unpaired_interval is None else list(unpaired_interval)
+        ),
+        # each launch's own figure: a launch unlike the others shows here
+        "launch_overhead_pct": [launches_overhead([got["pairs"]])[0] for got in per_launch],
+        "pairs": [list(p) for p in pairs],
+        "repeats": len(per_launch),  # launches
+        "block": INTERLEAVE_BLOCK,
+        "block_pairs": len(pairs),
+        "iterations": keep * n_pairs,  # untrimmed a side a launch, after the warm-up pair
+        "ddp_first_pairs": sum(f for got in per_launch for f in got["ddp_first"]),
+        "failures": failures,
+        "target_pct": REAL_OVERHEAD_TARGET_PCT,
+        "meets_target": verdict == "met",
+        **extra,
+    }
 
 
 # -- the cluster arena (issue 4) -----------------------------------------------------------------

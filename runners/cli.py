@@ -4,6 +4,7 @@
     python -m runners run SPEC --out DIR
     python -m runners grid GRID --out DIR [--jobs N] [--resume] [--keep-runs]
     python -m runners bench [--json] [--repeats N] [--only comm|cluster|real|harmony] [--grid]
+                            [--control] [--interleave] [--iterations N]  (with --only real)
     python -m runners harmony train --out DIR [--epochs E] [--seed S] | evaluate --checkpoint P
     python -m runners calibrate [--label L] [--models M,..] [--bandwidths G,..] [--workers N]
                                 [--threads T] [--repeats R] [--comm-priority auto|realtime|normal]
@@ -125,6 +126,14 @@ def _parser() -> argparse.ArgumentParser:
         help="with --only real: run DDP a second time in each repeat, beside the pair's DDP "
         "run, and score DDP against itself as the engine is scored: the overhead this "
         "machine's noise alone gives now (half as long again)",
+    )
+    p.add_argument(
+        "--interleave",
+        action="store_true",
+        help="with --only real: each repeat is one launch in which DDP and the engine (and, "
+        f"with --control, a second DDP copy) take turns in blocks of {bench.INTERLEAVE_BLOCK} "
+        "iterations in the same processes, seconds apart, instead of separate launches "
+        "tens of seconds apart; the range counts the launches' differences",
     )
     p.add_argument(
         "--iterations",
@@ -894,9 +903,17 @@ def _bench(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         print("--repeats: must be >= 1", file=sys.stderr)
         return 2
-    if args.only != "real" and (args.control or args.iterations is not None):
-        flag = "--control" if args.control else "--iterations"
-        print(f"{flag}: only with --only real (the engine-vs-DDP pairs)", file=sys.stderr)
+    given = [
+        flag
+        for flag, on in (
+            ("--control", args.control),
+            ("--interleave", args.interleave),
+            ("--iterations", args.iterations is not None),
+        )
+        if on
+    ]
+    if args.only != "real" and given:
+        print(f"{given[0]}: only with --only real (the engine-vs-DDP pairs)", file=sys.stderr)
         return 2
     if args.iterations is not None and not 1 <= args.iterations <= 10_000:
         print(f"--iterations: must be between 1 and 10000 (got {args.iterations})",
@@ -914,6 +931,7 @@ def _bench(args: argparse.Namespace) -> int:
             iterations=args.iterations or bench.REAL_ITERATIONS,
             progress=not args.json,
             control=args.control,
+            interleave=args.interleave,
         )
     if args.only == "harmony":
         report["harmony_train"] = bench.run_harmony_train(progress=not args.json)
@@ -945,6 +963,17 @@ def _bench(args: argparse.Namespace) -> int:
     def span(values: list[float] | None) -> str:
         return "" if values is None else " ({:+.1f} to {:+.1f}%)".format(*values)
 
+    def plural(n: int, word: str, words: str = "") -> str:
+        return f"{n} {word if n == 1 else words or word + 's'}"
+
+    def measured(case: dict) -> str:  # what the overhead was taken over
+        if case.get("method") == "interleaved":
+            return (
+                f"{plural(case['block_pairs'], 'block pair')} ({case['block']} iterations a "
+                f"side, ends trimmed) in {plural(case['repeats'], 'launch', 'launches')}"
+            )
+        return f"{plural(case['repeats'], 'pair')} of {case['iterations']}-iteration runs"
+
     for case in report.get("real", []):
         flag = f"  {case['verdict']} (target {case['target_pct']:g}%)"
         if case["failures"]:
@@ -953,7 +982,7 @@ def _bench(args: argparse.Namespace) -> int:
             f"real {case['name']:42} DDP {case['ddp_iteration_s'] * 1e3:7.1f} ms  "
             f"engine {case['engine_iteration_s'] * 1e3:7.1f} ms  "
             f"overhead {case['overhead_pct']:+5.1f}%{span(case['overhead_ci_pct'])} over "
-            f"{case['repeats']} pairs of {case['iterations']}-iteration runs; the medians' "
+            f"{measured(case)}; the medians' "
             f"ratio {case['overhead_unpaired_pct']:+.1f}%"
             f"{span(case['overhead_unpaired_ci_pct'])}{flag}"
         )
@@ -962,7 +991,7 @@ def _bench(args: argparse.Namespace) -> int:
             if case["control_pct"] is not None:
                 said = (
                     f"{case['control_pct']:+.1f}%{span(case['control_ci_pct'])} over "
-                    f"{len(case['control_pairs'])} pairs: {case['control_verdict']} (the "
+                    f"{plural(len(case['control_pairs']), 'pair')}: {case['control_verdict']} (the "
                     "verdict DDP would get against itself)"
                 )
             print(f"real {'':42} control: DDP against itself {said}")

@@ -408,14 +408,20 @@ def _plan(spec: RunSpec) -> CommPlan:
 
 
 def run(
-    spec: RunSpec, work: Path, progress: Callable[[int, int], None] | None = None
+    spec: RunSpec,
+    work: Path,
+    progress: Callable[[int, int], None] | None = None,
+    interleave: dict[str, Any] | None = None,
 ) -> RealResult:
     """Train ``spec`` for real; ``work`` holds the job file and the ranks' logs and records.
     The metrics get ``machine_steal_pct``, the share of this machine's CPU time a hypervisor
     took while the run ran (``/proc/stat``; left out where it cannot be read): on a contended
-    host, runs are slower and noisier than their configuration's usual."""
+    host, runs are slower and noisier than their configuration's usual. ``interleave`` is the
+    engine bench's (``bench.run_real``; ``worker._train_interleaved``): DDP and the lab's
+    engine in turns in the same ranks; the series' rows then carry ``side``, ``block`` and
+    ``trim``, and the summary metrics mix the sides."""
     before = cpu_ticks()
-    result = _run(spec, work, progress)
+    result = _run(spec, work, progress, interleave)
     stolen = steal_pct(before, cpu_ticks())
     if stolen is not None:
         result.metrics["machine_steal_pct"] = stolen
@@ -424,7 +430,10 @@ def run(
 
 
 def _run(
-    spec: RunSpec, work: Path, progress: Callable[[int, int], None] | None = None
+    spec: RunSpec,
+    work: Path,
+    progress: Callable[[int, int], None] | None = None,
+    interleave: dict[str, Any] | None = None,
 ) -> RealResult:
     """``run`` without the steal measurement."""
     from .worker import plan_to_json
@@ -473,6 +482,12 @@ def _run(
         "save_params": bool(os.environ.get("LAB_REAL_SAVE_PARAMS")),
         "nodes": nodes.count if nodes else 1,
     }
+    if interleave is not None:
+        if spec.system != "ddp" or framework(spec) or network.kind != "loopback" or nodes:
+            raise ValueError("interleave: the ddp system on the lab's engine, loopback, one host")
+        if device != "cpu":
+            raise ValueError("interleave: CPUs only (the bench's engine-overhead comparison)")
+        job["interleave"] = interleave
     work.mkdir(parents=True, exist_ok=True)
     (work / "job.json").write_text(json.dumps(job))
     log.info(
@@ -938,6 +953,8 @@ def _results(spec: RunSpec, ranks: list[dict[str, Any]], network: Network) -> Re
             "compute_time_s": compute,
             "loss": statistics.fmean(row["loss"] for row in rows),
         }
+        if "side" in rows[0]:  # interleaved (``run``'s ``interleave``): every rank's alike
+            entry.update(side=rows[0]["side"], block=rows[0]["block"], trim=rows[0]["trim"])
         if all("cpu_s" in row for row in rows):  # the process's, every thread of it
             entry["cpu_time_s"] = statistics.fmean(row["cpu_s"] for row in rows)
         if all("runq_wait_s" in row for row in rows):  # the training thread's alone

@@ -278,6 +278,8 @@ def _train(
 
     total = int(spec["warmup_iterations"]) + int(spec["iterations"])
     lr, momentum = float(train["lr"]), float(train["momentum"])
+    if job.get("interleave"):  # the engine bench's blocks: ``_train_interleaved``
+        return _train_interleaved(job, spec, train, rank, world, worker)
     own = train.get("framework")  # ddp or horovod: the framework's own implementation
     if own:
         make_step = _ddp_step if own == "ddp" else _horovod_step
@@ -370,6 +372,126 @@ def _train(
             k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()
         }
     return result
+
+
+def interleave_order(pair: int, control: bool) -> tuple[str, ...]:
+    """The sides of block pair ``pair`` (0-based) in order, as the launched pairs' (``bench.
+    run_order``): DDP (``default``) first on even pairs, the engine (``lab``) first on odd
+    ones; with ``control``, the second DDP copy (``control``) beside DDP, away from the
+    engine."""
+    pair_sides = ("default", "lab") if pair % 2 == 0 else ("lab", "default")
+    if not control:
+        return pair_sides
+    return ("control", *pair_sides) if pair_sides[0] == "default" else (*pair_sides, "control")
+
+
+def _train_interleaved(
+    job: dict[str, Any],
+    spec: dict[str, Any],
+    train: dict[str, Any],
+    rank: int,
+    world: int,
+    worker: int,
+) -> dict[str, Any]:
+    """The engine bench's interleaved measurement (``job["interleave"]``: ``block``
+    iterations a side, ``pairs`` block pairs after one of warm-up, ``control``,
+    ``ddp_built_first``): copies of the model with the same initial weights, one trained by
+    PyTorch's DDP, one by the lab's engine (and, with ``control``, a second under DDP), in
+    the same processes, taking turns in blocks in ``interleave_order``. Each side sees the
+    same machine within seconds of the other, where launched runs see it tens of seconds
+    apart. A block's first iteration (the switch: caches cold for this copy) and its last
+    (its interval runs on to the next block's begin, through the engine's drain and the
+    ranks' barrier) are marked ``trim``; the engine is started afresh for each of its
+    blocks (its momentum with it: the timing is measured here, not the training) and
+    finished at the block's end, so no collective of one side overlaps the other's. Rows
+    carry ``side`` and ``block``."""
+    workload, seed = spec["workload"], int(spec["seed"])
+    plan = job["interleave"]
+    block, pairs, control = int(plan["block"]), int(plan["pairs"]), bool(plan["control"])
+    device = torch.device("cpu")  # the bench's: loopback, CPUs
+    sync = synchronizer(device)
+    sides = ["default", "lab"] + (["control"] if control else [])
+    if not plan.get("ddp_built_first", True):  # which copy's memory comes first, alternated
+        sides = sides[1:] + sides[:1]
+    models: dict[str, nn.Module] = {}
+    stragglers: dict[str, Straggle] = {}  # factor 1: the hooks a launched run has, idle
+    bindings: dict[str, LayerBinding] = {}
+    for side in sides:
+        torch.manual_seed(seed)  # the same initial weights for every copy, on every rank
+        models[side] = build_model(workload).to(device)
+        models[side].train()
+        bindings[side] = bind_layers(models[side], job["layers"], job["grad_bytes"])
+        stragglers[side] = Straggle(bindings[side], sync)
+    loss_fn = data.loss_fn(workload)
+    batches = data.loader(
+        workload, train["dataset"], int(spec["batch_size"]), seed, rank, world, start_step=0
+    )
+    lr, momentum = float(train["lr"]), float(train["momentum"])
+    steps = {
+        side: _ddp_step(models[side], job, lr, momentum, sync)
+        for side in ("default", "control")
+        if side in models
+    }
+    iterations: list[dict[str, Any]] = []
+    total = (1 + pairs) * block * len(sides)  # the launcher's progress: the spec's
+    done = 0
+    settle_gc()
+    dist.barrier()
+    for pair in range(1 + pairs):
+        for side in interleave_order(pair, control):
+            engine = None
+            if side == "lab":
+                with priority.of_job(train):
+                    engine = Engine(
+                        models[side],
+                        bindings[side],
+                        plan_from_json(job["plan"]),
+                        lr=lr,
+                        momentum=momentum,
+                        device=device,
+                    )
+            for k in range(block):
+                inputs, targets = next(batches)
+                begin = time.perf_counter()
+                cpu_begin, sched_begin = time.process_time(), thread_sched()
+                stragglers[side].reset()
+                if engine is not None:
+                    engine.begin(k)
+                    forward_start = time.perf_counter()
+                    loss = loss_fn(models[side](inputs), targets)
+                    backward_start = time.perf_counter()
+                    loss.backward()
+                    end = time.perf_counter()
+                else:
+                    forward_start, backward_start, end, loss, _ = steps[side](
+                        inputs, targets, loss_fn
+                    )
+                row = iteration_row(
+                    len(iterations), begin, (forward_start, backward_start, end), loss,
+                    pair == 0, cpu_begin, None, sched_begin,
+                )  # fmt: skip
+                row.update(side=side, block=pair, trim=k in (0, block - 1))
+                iterations.append(row)
+                done += 1
+                if rank == 0:
+                    print(f"progress {done} {total}", flush=True)
+            if engine is not None:
+                engine.finish()
+            dist.barrier()  # in the block's last (trimmed) interval: the sides never overlap
+    set_iteration_times(
+        iterations, time.perf_counter(), None, time.process_time(), None, thread_sched()
+    )
+    return {
+        "rank": rank,
+        "worker": worker,
+        "world": world,
+        "iterations": iterations,
+        "timeline": [],
+        "clock": {"boot_id": boot_id(), "barrier_s": iterations[0]["begin"]},
+        "negotiated": False,
+        "threads": priority.census(),
+        "compute_priority": priority.current(),
+    }
 
 
 def _ddp_step(

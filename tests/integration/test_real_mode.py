@@ -766,3 +766,34 @@ def test_a_grid_runs_its_real_runs_for_real_and_records_the_device(tmp_path):
     assert list(table.columns).index("device") == list(table.columns).index("mode") + 1
     again = grid.run_grid(g, tmp_path / "out", jobs=1, progress=False, resume=True)
     assert again.ran == 0 and again.skipped == 2
+
+
+def test_the_engine_bench_s_interleaved_launch_takes_turns_in_blocks(tmp_path):
+    """``bench --only real --interleave``'s launch: DDP, the lab's engine and DDP's second
+    copy train in the same two ranks, in blocks in ``interleave_order`` (the sides never
+    overlapping: a collective of one taken for another's would stall or fail the run), each
+    block's ends marked as trimmed, the first pair as warm-up. Outside the bench's one
+    configuration the launcher refuses it before any process starts."""
+    from runners.real import launch, worker
+
+    block, pairs = 4, 2
+    raw = _spec("ddp", {"broadcast_buffers": False}, dataset="synthetic", implementation="lab")
+    raw.update(warmup_iterations=3 * block, iterations=3 * block * pairs)
+    plan = {"block": block, "pairs": pairs, "control": True, "ddp_built_first": False}
+    result = launch.run(validate(raw), tmp_path / "work", interleave=plan)
+    series = result.series
+    assert len(series) == (1 + pairs) * 3 * block
+    expected = [
+        (pair, side)
+        for pair in range(1 + pairs)
+        for side in worker.interleave_order(pair, True)
+        for _ in range(block)
+    ]
+    assert [(row["block"], row["side"]) for row in series] == expected
+    assert [row["trim"] for row in series[:block]] == [True, False, False, True]
+    assert [row["warmup"] for row in series] == [True] * 3 * block + [False] * 3 * block * pairs
+    assert all(row["iteration_time_s"] > 0 and math.isfinite(row["loss"]) for row in series)
+    wfbp = _spec("wfbp")
+    with pytest.raises(ValueError, match="interleave: the ddp system"):
+        launch.run(validate(wfbp), tmp_path / "refused", interleave=plan)
+    assert not (tmp_path / "refused").exists()

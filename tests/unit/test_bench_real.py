@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
-from runners import bench, cli
-from runners.real import launch
+from runners import bench, cli, resample
+from runners.real import launch, worker
 
 
 class FakeRuns:
@@ -147,7 +148,7 @@ def test_the_command_prints_the_control_and_refuses_it_without_the_real_bench(mo
     monkeypatch.setattr(launch, "run", SlotRuns([0.0104, 0.010, 0.0103] * 12))
     assert cli.main(["bench", "--only", "real", "--repeats", "1", "--control"]) == 0
     out = capsys.readouterr().out
-    assert "control: DDP against itself +4.0% over 1 pairs: met" in out
+    assert "control: DDP against itself +4.0% over 1 pair: met" in out
     assert cli.main(["bench", "--only", "cluster", "--control"]) == 2
     assert "--control: only with --only real" in capsys.readouterr().err
 
@@ -162,7 +163,7 @@ def test_the_runs_length_is_a_flag_of_the_real_bench_alone(monkeypatch, capsys):
     monkeypatch.setattr(launch, "run", run)
     assert cli.main(["bench", "--only", "real", "--repeats", "1", "--iterations", "40"]) == 0
     assert lengths and set(lengths) == {40}
-    assert "over 1 pairs of 40-iteration runs" in capsys.readouterr().out
+    assert "over 1 pair of 40-iteration runs" in capsys.readouterr().out
     for bad in (
         ["--only", "real", "--iterations", "0"],
         ["--only", "cluster", "--iterations", "50"],
@@ -170,3 +171,113 @@ def test_the_runs_length_is_a_flag_of_the_real_bench_alone(monkeypatch, capsys):
         assert cli.main(["bench", *bad]) == 2
         assert "--iterations: " in capsys.readouterr().err
     assert len(lengths) == 12  # the refusals ran nothing
+
+
+# -- --interleave: the sides take turns in blocks within one launch --------------------------
+
+
+def test_the_interleaved_blocks_alternate_as_the_launched_pairs_do():
+    for pair in range(4):
+        assert worker.interleave_order(pair, False) == bench.run_order(pair)
+        assert worker.interleave_order(pair, True) == bench.run_order(pair, control=True)
+
+
+class InterleavedRuns:
+    """``launch.run`` with ``interleave``: a series of blocks as the worker writes them.
+    Launch k's machine runs at ``speed[k]`` (its DDP iteration's time), and within it each
+    block pair at a speed of its own (``drift``); the engine takes ``ratio`` times DDP's time,
+    the control ``control`` times; a block's trimmed ends take 10x (must not count)."""
+
+    def __init__(self, speed, drift, ratio, control=1.0):
+        self.speed, self.drift, self.ratio, self.control = speed, drift, ratio, control
+        self.plans: list[dict] = []
+        self.specs: list = []
+
+    def __call__(self, spec, work, interleave=None):
+        assert interleave is not None, "the interleaved bench launches with its plan"
+        k = len(self.plans)
+        self.plans.append(dict(interleave))
+        self.specs.append(spec)
+        series, block = [], interleave["block"]
+        factor = {"default": 1.0, "lab": self.ratio, "control": self.control}
+        for pair in range(1 + interleave["pairs"]):
+            base = self.speed[k] * (3.0 if pair == 0 else self.drift[(pair - 1) % len(self.drift)])
+            for side in worker.interleave_order(pair, interleave["control"]):
+                for i in range(block):
+                    trim = i in (0, block - 1)
+                    series.append(
+                        {
+                            "iteration_time_s": base * factor[side] * (10.0 if trim else 1.0),
+                            "warmup": pair == 0,
+                            "side": side,
+                            "block": pair,
+                            "trim": trim,
+                        }
+                    )
+        return SimpleNamespace(series=series, metrics={})
+
+
+def test_interleaved_blocks_cancel_drift_within_and_between_launches(monkeypatch):
+    """The machine runs 2x slower in one launch than another and swings by 50 % from one
+    block pair to the next; the engine is 3 % slower throughout, the control as fast as DDP.
+    The warm-up pair and the trimmed ends (10x) count nowhere."""
+    runs = InterleavedRuns([0.010, 0.020, 0.012], [1.0, 1.5, 0.8], 1.03)
+    monkeypatch.setattr(launch, "run", runs)
+    (case,) = bench.run_real(
+        ("vgg16-debug",), repeats=3, iterations=25, progress=False, control=True, interleave=True
+    )
+    block = bench.INTERLEAVE_BLOCK
+    assert [p["ddp_built_first"] for p in runs.plans] == [True, False, True]
+    assert {p["pairs"] for p in runs.plans} == {3}  # 25 untrimmed iterations: 3 blocks of 10
+    assert runs.specs[0].warmup_iterations == 3 * block  # the warm-up pair, three sides
+    assert runs.specs[0].warmup_iterations + runs.specs[0].iterations == 4 * 3 * block
+    assert runs.specs[0].real.implementation == "lab"
+    assert case["method"] == "interleaved" and case["repeats"] == 3
+    assert case["block_pairs"] == 9 and case["iterations"] == 30
+    assert case["overhead_pct"] == pytest.approx(3.0)
+    assert case["overhead_ci_pct"] == pytest.approx([3.0, 3.0])
+    assert case["verdict"] == "met"
+    assert case["launch_overhead_pct"] == pytest.approx([3.0, 3.0, 3.0])
+    assert case["control_pct"] == pytest.approx(0.0) and case["control_verdict"] == "met"
+    assert case["ddp_iteration_s"] == pytest.approx(0.015)  # the median block, not a trim
+    assert case["ddp_first_pairs"] == 3  # pair 2 of each launch (the control first, then DDP)
+    low, high = case["overhead_unpaired_ci_pct"]
+    assert high - low > 20.0, "the sides' medians over all blocks carry the swing"
+
+
+def test_the_interleaved_range_counts_the_launches_differences():
+    """Two launches read -2 % and +8 % on every block pair: the pooled pairs alone would
+    give a narrow range; the two-stage draw spans both launches' figures."""
+    a = [(0.010, 0.0098)] * 10
+    b = [(0.010, 0.0108)] * 10
+    overhead, (low, high) = bench.launches_overhead([a, b])
+    assert low == pytest.approx(-2.0) and high == pytest.approx(8.0)
+    assert bench.overhead_verdict(overhead, (low, high)) == "not resolved"
+    one, interval = bench.launches_overhead([[(0.010, 0.0101)]])
+    assert one == pytest.approx(1.0) and interval is None
+    with pytest.raises(ValueError, match="no block pair"):
+        bench.launches_overhead([[], []])
+
+
+def test_the_two_stage_draw_reduces_to_the_plain_one_with_one_group():
+    values = [1.0, 2.0, 3.0, 4.0, 10.0]
+    two = resample.two_stage_medians([values], np.random.default_rng(0), 4000)
+    one = resample.medians(values, np.random.default_rng(1), 4000)
+    assert set(np.unique(two)) <= {1.0, 2.0, 3.0, 4.0, 10.0}
+    assert abs(float(np.mean(two)) - float(np.mean(one))) < 0.1
+    with pytest.raises(ValueError, match="every group"):
+        resample.two_stage_medians([[1.0], []], np.random.default_rng(0), 10)
+
+
+def test_the_command_prints_the_interleaved_blocks_and_refuses_them_elsewhere(monkeypatch, capsys):
+    monkeypatch.setattr(launch, "run", InterleavedRuns([0.010] * 12, [1.0], 0.98))
+    assert cli.main(["bench", "--only", "real", "--repeats", "2", "--interleave"]) == 0
+    out = capsys.readouterr().out
+    line = next(s for s in out.splitlines() if "engine-vs-ddp/gpt2-debug" in s)
+    assert (
+        f"-2.0% (-2.0 to -2.0%) over 30 block pairs ({bench.INTERLEAVE_BLOCK} iterations a "
+        "side, ends trimmed) in 2 launches" in line
+    )
+    assert line.endswith("met (target 5%)")
+    assert cli.main(["bench", "--only", "comm", "--interleave"]) == 2
+    assert "--interleave: only with --only real" in capsys.readouterr().err
