@@ -17,7 +17,11 @@ a pair's two runs, adjacent in time, share most of it, where the two sides' medi
 separate runs do not (kept beside it: ``overhead_unpaired_pct``). With ``--control`` each
 repeat also runs DDP a second time, next to the pair's DDP run (``run_order``): DDP against
 itself, scored as the engine is (``control_pct``), is what the bench can resolve on the
-machine at that sitting.
+machine at that sitting. With ``--interleave`` the sides take turns within one launch instead,
+in blocks of ``INTERLEAVE_BLOCK`` iterations a few hundred milliseconds long
+(``worker._train_interleaved``), so each block pair sees the same machine; each repeat is one
+launch, and the range is drawn over the launches and then their block pairs
+(``launches_overhead``), so a launch unlike the others widens it.
 
 Targets (issue 3): one configuration of resnet50, 16 workers, 50 iterations: under 0.2 s of
 simulation on one core, any policy; the full grid of every communication system and baseline x

@@ -797,3 +797,28 @@ def test_the_engine_bench_s_interleaved_launch_takes_turns_in_blocks(tmp_path):
     with pytest.raises(ValueError, match="interleave: the ddp system"):
         launch.run(validate(wfbp), tmp_path / "refused", interleave=plan)
     assert not (tmp_path / "refused").exists()
+
+
+def test_the_engine_s_compute_side_cost_script_measures_both_sides():
+    """``scripts/engine-compute-cost.py``: one process, DDP's step and the engine's forward
+    and backward in turns; it prints both medians and their ratio, and refuses what it cannot
+    run with exit 2 before starting anything."""
+    script = ROOT / "scripts" / "engine-compute-cost.py"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", str(script), "vgg16-debug", "--pairs", "1"],
+        capture_output=True, text=True, env=env, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.strip().splitlines()[-1]
+    assert line.startswith("vgg16-debug: one process, no traffic: DDP's step ")
+    assert line.endswith("medians of 10 iterations a side")
+    for bad, said in (
+        (["nope"], "invalid model: workload"),
+        (["vgg16-debug", "--pairs", "0"], "--pairs"),
+    ):
+        refused = subprocess.run(
+            [sys.executable, str(script), *bad], capture_output=True, text=True, env=env,
+            timeout=120, cwd=ROOT,
+        )  # fmt: skip
+        assert refused.returncode == 2 and said in refused.stderr, refused.stderr
