@@ -4,7 +4,7 @@
     python -m runners run SPEC --out DIR
     python -m runners grid GRID --out DIR [--jobs N] [--resume] [--keep-runs]
     python -m runners bench [--json] [--repeats N] [--only comm|cluster|real|harmony] [--grid]
-                            [--control] [--interleave] [--iterations N]  (with --only real)
+                            [--control] [--launched] [--iterations N]  (with --only real)
     python -m runners harmony train --out DIR [--epochs E] [--seed S] | evaluate --checkpoint P
     python -m runners calibrate [--label L] [--models M,..] [--bandwidths G,..] [--workers N]
                                 [--threads T] [--repeats R] [--comm-priority auto|realtime|normal]
@@ -123,23 +123,24 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--control",
         action="store_true",
-        help="with --only real: run DDP a second time in each repeat, beside the pair's DDP "
-        "run, and score DDP against itself as the engine is scored: the overhead this "
-        "machine's noise alone gives now (half as long again)",
+        help="with --only real: a second DDP beside DDP in each repeat (a third copy taking "
+        "its turns; with --launched, a third run), scored against DDP as the engine is: the "
+        "overhead this machine's noise alone gives now (half as long again)",
     )
     p.add_argument(
-        "--interleave",
+        "--launched",
         action="store_true",
-        help="with --only real: each repeat is one launch in which DDP and the engine (and, "
-        f"with --control, a second DDP copy) take turns in blocks of {bench.INTERLEAVE_BLOCK} "
-        "iterations in the same processes, seconds apart, instead of separate launches "
-        "tens of seconds apart; the range counts the launches' differences",
+        help="with --only real: each repeat a pair of separate launches, DDP's and the "
+        "engine's, back to back (tens of seconds apart), instead of one launch in which they "
+        f"take turns in blocks of {bench.INTERLEAVE_BLOCK} iterations (the default since "
+        "2026-11-29: its control, DDP against a second copy, reads within 2 %%)",
     )
     p.add_argument(
         "--iterations",
         type=int,
-        help="with --only real: measured iterations a run, after 3 warm-up (default "
-        f"{bench.REAL_ITERATIONS}; longer runs ride out slow-downs of a fraction of a second)",
+        help="with --only real: measured iterations a side a launch, its blocks' ends and "
+        "first pair left out (with --launched: a run, after 3 warm-up); default "
+        f"{bench.REAL_ITERATIONS}",
     )
     p.set_defaults(func=_bench)
     from . import fidelity
@@ -907,7 +908,7 @@ def _bench(args: argparse.Namespace) -> int:
         flag
         for flag, on in (
             ("--control", args.control),
-            ("--interleave", args.interleave),
+            ("--launched", args.launched),
             ("--iterations", args.iterations is not None),
         )
         if on
@@ -931,7 +932,7 @@ def _bench(args: argparse.Namespace) -> int:
             iterations=args.iterations or bench.REAL_ITERATIONS,
             progress=not args.json,
             control=args.control,
-            interleave=args.interleave,
+            interleave=not args.launched,
         )
     if args.only == "harmony":
         report["harmony_train"] = bench.run_harmony_train(progress=not args.json)

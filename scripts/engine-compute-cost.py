@@ -1,6 +1,6 @@
 """The lab engine's own compute-side cost, without communication: one process (a gloo group of
 one), DDP's step and the engine's forward and backward on copies of a debug model, taking turns
-in blocks of 12 iterations as ``bench --only real --interleave`` does (each block's ends left
+in blocks of 12 iterations as ``bench --only real`` does (each block's ends left
 out). With one rank there is no traffic, so what differs is the per-iteration work each side
 does on the training thread (the engine's hooks per layer and per parameter and its updates
 tensor by tensor; DDP's reducer and ``optimizer.step``). The gap against the two-rank bench is

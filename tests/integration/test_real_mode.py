@@ -769,11 +769,11 @@ def test_a_grid_runs_its_real_runs_for_real_and_records_the_device(tmp_path):
 
 
 def test_the_engine_bench_s_interleaved_launch_takes_turns_in_blocks(tmp_path):
-    """``bench --only real --interleave``'s launch: DDP, the lab's engine and DDP's second
-    copy train in the same two ranks, in blocks in ``interleave_order`` (the sides never
-    overlapping: a collective of one taken for another's would stall or fail the run), each
-    block's ends marked as trimmed, the first pair as warm-up. Outside the bench's one
-    configuration the launcher refuses it before any process starts."""
+    """``bench --only real``'s launch (its default, interleaved): DDP, the lab's engine and
+    DDP's second copy train in the same two ranks, in blocks in ``interleave_order`` (the
+    sides never overlapping: a collective of one taken for another's would stall or fail the
+    run), each block's ends marked as trimmed, the first pair as warm-up. Outside the bench's
+    one configuration the launcher refuses it before any process starts."""
     from runners.real import launch, worker
 
     block, pairs = 4, 2

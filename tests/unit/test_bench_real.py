@@ -53,14 +53,17 @@ def test_pairs_cancel_the_machine_s_drift_where_the_sides_medians_do_not(monkeyp
     drift = [0.010, 0.020, 0.011, 0.019, 0.012]
     runs = FakeRuns(drift, 1.03)
     monkeypatch.setattr(launch, "run", runs)
-    (case,) = bench.run_real(("vgg16-debug",), repeats=5, iterations=5, progress=False)
+    (case,) = bench.run_real(
+        ("vgg16-debug",), repeats=5, iterations=5, progress=False, interleave=False
+    )
     assert [impl for _, impl in runs.calls] == [
         "default", "lab", "lab", "default", "default", "lab", "lab", "default", "default", "lab",
     ]  # fmt: skip
     assert case["overhead_pct"] == pytest.approx(3.0)
     assert case["overhead_ci_pct"] == pytest.approx([3.0, 3.0])
     assert case["verdict"] == "met" and case["meets_target"]
-    assert case["repeats"] == 5 and case["pairs"][1] == pytest.approx([0.020, 0.0206])
+    assert case["method"] == "launched" and case["repeats"] == 5
+    assert case["pairs"][1] == pytest.approx([0.020, 0.0206])
     assert case["ddp_first_pairs"] == 3
     low, high = case["overhead_unpaired_ci_pct"]
     assert high - low > 20.0, "the medians over separate runs carry the machine's swing"
@@ -69,7 +72,9 @@ def test_pairs_cancel_the_machine_s_drift_where_the_sides_medians_do_not(monkeyp
 def test_a_pair_with_a_side_that_failed_twice_is_left_out(monkeypatch):
     runs = FakeRuns([0.010, 0.020, 0.011], 1.10, fail={(1, "lab")})
     monkeypatch.setattr(launch, "run", runs)
-    (case,) = bench.run_real(("vgg16-debug",), repeats=3, iterations=5, progress=False)
+    (case,) = bench.run_real(
+        ("vgg16-debug",), repeats=3, iterations=5, progress=False, interleave=False
+    )
     assert case["repeats"] == 2 and len(case["failures"]) == 2
     assert case["ddp_first_pairs"] == 2  # repeat 1, the engine first, left out
     assert case["failures"][0].startswith("lab: rank 1 died")
@@ -93,7 +98,7 @@ def test_the_verdict_is_judged_on_the_range():
 
 def test_the_command_prints_each_model_s_pairs_range_and_verdict(monkeypatch, capsys):
     monkeypatch.setattr(launch, "run", FakeRuns([0.010, 0.020, 0.011], 0.98))
-    assert cli.main(["bench", "--only", "real", "--repeats", "3"]) == 0
+    assert cli.main(["bench", "--only", "real", "--launched", "--repeats", "3"]) == 0
     out = capsys.readouterr().out
     line = next(s for s in out.splitlines() if "engine-vs-ddp/gpt2-debug" in s)
     assert (
@@ -128,7 +133,9 @@ def test_the_control_scores_ddp_against_itself_and_leaves_the_engine_s_figures(m
     4 % slower, then 2 % faster, than its pair's; the engine 3 % slower than DDP in both."""
     runs = SlotRuns([0.0104, 0.010, 0.0103, 0.0206, 0.020, 0.0196])
     monkeypatch.setattr(launch, "run", runs)
-    (case,) = bench.run_real(("vgg16-debug",), 2, iterations=5, progress=False, control=True)
+    (case,) = bench.run_real(
+        ("vgg16-debug",), 2, iterations=5, progress=False, control=True, interleave=False
+    )
     assert runs.calls["vgg16-debug"] == ["default", "default", "lab", "lab", "default", "default"]
     assert sum(case["pairs"], []) == pytest.approx([0.010, 0.0103, 0.020, 0.0206])
     assert case["overhead_pct"] == pytest.approx(3.0)
@@ -139,14 +146,14 @@ def test_the_control_scores_ddp_against_itself_and_leaves_the_engine_s_figures(m
     assert case["runs"]["control"] == pytest.approx([0.0104, 0.0196])
     assert case["runs"]["default"] == pytest.approx([0.010, 0.020])
     monkeypatch.setattr(launch, "run", SlotRuns([0.010, 0.0103, 0.0206, 0.020]))
-    (plain,) = bench.run_real(("vgg16-debug",), 2, iterations=5, progress=False)
+    (plain,) = bench.run_real(("vgg16-debug",), 2, iterations=5, progress=False, interleave=False)
     assert plain["overhead_pct"] == pytest.approx(case["overhead_pct"])
     assert "control_pct" not in plain
 
 
 def test_the_command_prints_the_control_and_refuses_it_without_the_real_bench(monkeypatch, capsys):
     monkeypatch.setattr(launch, "run", SlotRuns([0.0104, 0.010, 0.0103] * 12))
-    assert cli.main(["bench", "--only", "real", "--repeats", "1", "--control"]) == 0
+    assert cli.main(["bench", "--only", "real", "--launched", "--repeats", "1", "--control"]) == 0
     out = capsys.readouterr().out
     assert "control: DDP against itself +4.0% over 1 pair: met" in out
     assert cli.main(["bench", "--only", "cluster", "--control"]) == 2
@@ -161,7 +168,10 @@ def test_the_runs_length_is_a_flag_of_the_real_bench_alone(monkeypatch, capsys):
         return SimpleNamespace(metrics={"iteration_time_median_s": 0.01})
 
     monkeypatch.setattr(launch, "run", run)
-    assert cli.main(["bench", "--only", "real", "--repeats", "1", "--iterations", "40"]) == 0
+    assert (
+        cli.main(["bench", "--only", "real", "--launched", "--repeats", "1", "--iterations", "40"])
+        == 0
+    )
     assert lengths and set(lengths) == {40}
     assert "over 1 pair of 40-iteration runs" in capsys.readouterr().out
     for bad in (
@@ -269,9 +279,9 @@ def test_the_two_stage_draw_reduces_to_the_plain_one_with_one_group():
         resample.two_stage_medians([[1.0], []], np.random.default_rng(0), 10)
 
 
-def test_the_command_prints_the_interleaved_blocks_and_refuses_them_elsewhere(monkeypatch, capsys):
+def test_the_command_interleaves_by_default_and_refuses_launched_elsewhere(monkeypatch, capsys):
     monkeypatch.setattr(launch, "run", InterleavedRuns([0.010] * 12, [1.0], 0.98))
-    assert cli.main(["bench", "--only", "real", "--repeats", "2", "--interleave"]) == 0
+    assert cli.main(["bench", "--only", "real", "--repeats", "2"]) == 0
     out = capsys.readouterr().out
     line = next(s for s in out.splitlines() if "engine-vs-ddp/gpt2-debug" in s)
     assert (
@@ -279,5 +289,5 @@ def test_the_command_prints_the_interleaved_blocks_and_refuses_them_elsewhere(mo
         "side, ends trimmed) in 2 launches" in line
     )
     assert line.endswith("met (target 5%)")
-    assert cli.main(["bench", "--only", "comm", "--interleave"]) == 2
-    assert "--interleave: only with --only real" in capsys.readouterr().err
+    assert cli.main(["bench", "--only", "comm", "--launched"]) == 2
+    assert "--launched: only with --only real" in capsys.readouterr().err
