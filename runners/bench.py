@@ -320,39 +320,18 @@ def run_real(
                 control_pairs.append((pair["default"], pair["control"]))
         if not pairs:
             raise RuntimeError(f"{model}: no repeat ran both sides: {failures}")
-        overhead, interval = paired_overhead(pairs)
-        unpaired, unpaired_interval = unpaired_overhead(times["default"], times["lab"])
-        verdict = overhead_verdict(overhead, interval)
-        extra: dict[str, Any] = {}
-        if control:
-            # DDP against itself, scored as the engine is: the noise the verdict sees
-            noise, noise_interval = (
-                paired_overhead(control_pairs) if control_pairs else (None, None)
-            )
-            extra = {
-                "control_pct": noise,
-                "control_ci_pct": None if noise_interval is None else list(noise_interval),
-                # the verdict DDP itself would get against the target at this sitting
-                "control_verdict": None
-                if noise is None
-                else overhead_verdict(noise, noise_interval),
-                "control_pairs": [list(p) for p in control_pairs],
-            }
         out.append(
             {
-                "name": f"engine-vs-ddp/{model}/w2/loopback",
-                "workload": model,
-                "method": "launched",
-                "ddp_iteration_s": statistics.median(times["default"]),
-                "engine_iteration_s": statistics.median(times["lab"]),
-                # the median of the pairs' ratios, in %, its 95 % range and the verdict on it
-                "overhead_pct": overhead,
-                "overhead_ci_pct": None if interval is None else list(interval),
-                "verdict": verdict,
-                # the ratio of the two sides' medians, each over its own runs
-                "overhead_unpaired_pct": unpaired,
-                "overhead_unpaired_ci_pct": (
-                    None if unpaired_interval is None else list(unpaired_interval)
+                **_scored(
+                    model,
+                    "launched",
+                    paired_overhead(pairs),
+                    # the ratio of the two sides' medians, each over its own runs
+                    (times["default"], times["lab"]),
+                    # DDP against itself, scored as the engine is: the noise the verdict sees
+                    (paired_overhead(control_pairs) if control_pairs else None)
+                    if control
+                    else False,
                 ),
                 "runs": {k: v for k, v in times.items()},
                 "pairs": [list(p) for p in pairs],
@@ -361,9 +340,7 @@ def run_real(
                 # an odd number of pairs has one more of one order than of the other
                 "ddp_first_pairs": ddp_first,
                 "failures": failures,
-                "target_pct": REAL_OVERHEAD_TARGET_PCT,
-                "meets_target": verdict == "met",
-                **extra,
+                **({"control_pairs": [list(p) for p in control_pairs]} if control else {}),
             }
         )
         if progress:
@@ -402,12 +379,9 @@ def _interleaved_case(model: str, launches: int, iterations: int, control: bool)
     per_launch: list[dict[str, list]] = []
     failures: list[str] = []
     for k in range(max(1, launches)):
-        spec = _ddp_spec(
-            model,
-            INTERLEAVE_BLOCK * sides,
-            INTERLEAVE_BLOCK * sides * n_pairs,
-            "lab",
-        )
+        # every block in the spec's iterations (the worker marks the warm-up pair's rows):
+        # the spec's own warm-up must be shorter than its iterations, one pair or more
+        spec = _ddp_spec(model, 0, INTERLEAVE_BLOCK * sides * (1 + n_pairs), "lab")
         plan = {
             "block": INTERLEAVE_BLOCK,
             "pairs": n_pairs,
@@ -427,33 +401,14 @@ def _interleaved_case(model: str, launches: int, iterations: int, control: bool)
     if not per_launch:
         raise RuntimeError(f"{model}: no interleaved launch ran: {failures}")
     pairs = [p for got in per_launch for p in got["pairs"]]
-    overhead, interval = launches_overhead([got["pairs"] for got in per_launch])
-    unpaired, unpaired_interval = unpaired_overhead(
-        [ddp for ddp, _ in pairs], [lab for _, lab in pairs]
-    )
-    verdict = overhead_verdict(overhead, interval)
-    extra: dict[str, Any] = {}
-    if control:
-        noise, noise_interval = launches_overhead([got["control"] for got in per_launch])
-        extra = {
-            "control_pct": noise,
-            "control_ci_pct": None if noise_interval is None else list(noise_interval),
-            "control_verdict": overhead_verdict(noise, noise_interval),
-            "control_pairs": [list(p) for got in per_launch for p in got["control"]],
-        }
     return {
-        "name": f"engine-vs-ddp/{model}/w2/loopback",
-        "workload": model,
-        "method": "interleaved",
-        "ddp_iteration_s": statistics.median(ddp for ddp, _ in pairs),
-        "engine_iteration_s": statistics.median(lab for _, lab in pairs),
-        "overhead_pct": overhead,
-        "overhead_ci_pct": None if interval is None else list(interval),
-        "verdict": verdict,
-        # the ratio of the two sides' medians over their blocks, the launches pooled
-        "overhead_unpaired_pct": unpaired,
-        "overhead_unpaired_ci_pct": (
-            None if unpaired_interval is None else list(unpaired_interval)
+        **_scored(
+            model,
+            "interleaved",
+            launches_overhead([got["pairs"] for got in per_launch]),
+            # the ratio of the two sides' medians over their blocks, the launches pooled
+            ([ddp for ddp, _ in pairs], [lab for _, lab in pairs]),
+            launches_overhead([got["control"] for got in per_launch]) if control else False,
         ),
         # each launch's own figure: a launch unlike the others shows here
         "launch_overhead_pct": [launches_overhead([got["pairs"]])[0] for got in per_launch],
@@ -464,10 +419,54 @@ def _interleaved_case(model: str, launches: int, iterations: int, control: bool)
         "iterations": keep * n_pairs,  # untrimmed a side a launch, after the warm-up pair
         "ddp_first_pairs": sum(f for got in per_launch for f in got["ddp_first"]),
         "failures": failures,
+        **(
+            {"control_pairs": [list(p) for got in per_launch for p in got["control"]]}
+            if control
+            else {}
+        ),
+    }
+
+
+def _scored(
+    model: str,
+    method: str,
+    engine: tuple[float, tuple[float, float] | None],
+    sides: tuple[list[float], list[float]],
+    control: tuple[float, tuple[float, float] | None] | None | bool,
+) -> dict[str, Any]:
+    """A bench case's figures, either method: the engine's overhead and range (``engine``)
+    with its verdict, the ratio of the two sides' medians over ``sides`` (DDP's, the
+    engine's) with its range, each side's median; with ``control`` (False: not asked; None:
+    asked, but no pair ran) DDP against itself, scored as the engine is."""
+    overhead, interval = engine
+    unpaired, unpaired_interval = unpaired_overhead(*sides)
+    verdict = overhead_verdict(overhead, interval)
+    out: dict[str, Any] = {
+        "name": f"engine-vs-ddp/{model}/w2/loopback",
+        "workload": model,
+        "method": method,
+        "ddp_iteration_s": statistics.median(sides[0]),
+        "engine_iteration_s": statistics.median(sides[1]),
+        # the overhead in %, its 95 % range and the verdict on it
+        "overhead_pct": overhead,
+        "overhead_ci_pct": None if interval is None else list(interval),
+        "verdict": verdict,
+        "overhead_unpaired_pct": unpaired,
+        "overhead_unpaired_ci_pct": (
+            None if unpaired_interval is None else list(unpaired_interval)
+        ),
         "target_pct": REAL_OVERHEAD_TARGET_PCT,
         "meets_target": verdict == "met",
-        **extra,
     }
+    if control is not False:
+        noise, noise_interval = control if control else (None, None)
+        out.update(
+            control_pct=noise,
+            control_ci_pct=None if noise_interval is None else list(noise_interval),
+            # the verdict DDP itself would get against the target at this sitting
+            control_verdict=None if noise is None else overhead_verdict(noise, noise_interval),
+        )
+    return out
 
 
 # -- the cluster arena (issue 4) -----------------------------------------------------------------

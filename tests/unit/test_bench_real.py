@@ -239,8 +239,8 @@ def test_interleaved_blocks_cancel_drift_within_and_between_launches(monkeypatch
     block = bench.INTERLEAVE_BLOCK
     assert [p["ddp_built_first"] for p in runs.plans] == [True, False, True]
     assert {p["pairs"] for p in runs.plans} == {3}  # 25 untrimmed iterations: 3 blocks of 10
-    assert runs.specs[0].warmup_iterations == 3 * block  # the warm-up pair, three sides
-    assert runs.specs[0].warmup_iterations + runs.specs[0].iterations == 4 * 3 * block
+    assert runs.specs[0].warmup_iterations == 0  # the worker marks the warm-up pair's rows
+    assert runs.specs[0].iterations == 4 * 3 * block  # 1 + 3 pairs, three sides
     assert runs.specs[0].real.implementation == "lab"
     assert case["method"] == "interleaved" and case["repeats"] == 3
     assert case["block_pairs"] == 9 and case["iterations"] == 30
@@ -291,3 +291,13 @@ def test_the_command_interleaves_by_default_and_refuses_launched_elsewhere(monke
     assert line.endswith("met (target 5%)")
     assert cli.main(["bench", "--only", "comm", "--launched"]) == 2
     assert "--launched: only with --only real" in capsys.readouterr().err
+
+
+def test_the_shortest_interleaved_run_is_a_valid_spec(monkeypatch):
+    """``--iterations 1`` still asks one block pair after the warm-up one, and the spec the
+    launch gets validates (its warm-up once came to its iterations, and was refused)."""
+    runs = InterleavedRuns([0.010], [1.0], 1.0)
+    monkeypatch.setattr(launch, "run", runs)
+    (case,) = bench.run_real(("vgg16-debug",), repeats=1, iterations=1, progress=False)
+    assert runs.plans[0]["pairs"] == 1 and case["block_pairs"] == 1
+    assert case["overhead_ci_pct"] is None  # one pair: the estimate alone
