@@ -397,14 +397,14 @@ def _train_interleaved(
     iterations a side, ``pairs`` block pairs after one of warm-up, ``control``,
     ``ddp_built_first``): copies of the model with the same initial weights, one trained by
     PyTorch's DDP, one by the lab's engine (and, with ``control``, a second under DDP), in
-    the same processes, taking turns in blocks in ``interleave_order``. Each side sees the
-    same machine within seconds of the other, where launched runs see it tens of seconds
-    apart. A block's first iteration (the switch: caches cold for this copy) and its last
-    (its interval runs on to the next block's begin, through the engine's drain and the
-    ranks' barrier) are marked ``trim``; the engine is started afresh for each of its
-    blocks (its momentum with it: the timing is measured here, not the training) and
-    finished at the block's end, so no collective of one side overlaps the other's. Rows
-    carry ``side`` and ``block``."""
+    the same processes, taking turns in blocks in ``interleave_order`` and drawing their
+    batches from one loader in turn (the timing is measured here, not the training). Each
+    side sees the machine a fraction of a second from the other, where launched runs see it
+    tens of seconds apart. A block's first iteration (the switch: caches cold for this
+    copy) and its last (its interval runs on to the next block's begin, through the
+    engine's drain and the ranks' barrier) are marked ``trim``; the engine is started
+    afresh for each of its blocks (its momentum with it) and finished at the block's end, so
+    no collective of one side overlaps the other's. Rows carry ``side`` and ``block``."""
     workload, seed = spec["workload"], int(spec["seed"])
     plan = job["interleave"]
     block, pairs, control = int(plan["block"]), int(plan["pairs"]), bool(plan["control"])
@@ -433,7 +433,7 @@ def _train_interleaved(
         if side in models
     }
     iterations: list[dict[str, Any]] = []
-    total = (1 + pairs) * block * len(sides)  # the launcher's progress: the spec's
+    total = (1 + pairs) * block * len(sides)  # the spec's iterations: the launcher's progress
     done = 0
     settle_gc()
     dist.barrier()
