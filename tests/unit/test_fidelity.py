@@ -1676,7 +1676,7 @@ def test_every_real_run_records_the_hypervisor_s_share(monkeypatch, tmp_path):
     ticks = iter([(100, 10_000), (130, 10_600)])  # 30 of the run's 600 ticks stolen
     monkeypatch.setattr(launch, "cpu_ticks", lambda: next(ticks))
     fake = SimpleNamespace(metrics={"iteration_time_s": 0.01}, units={"iteration_time_s": "s"})
-    monkeypatch.setattr(launch, "_run", lambda spec, work, progress: fake)
+    monkeypatch.setattr(launch, "_run", lambda spec, work, progress, interleave=None: fake)
     result = launch.run(None, tmp_path)
     assert result.metrics["machine_steal_pct"] == pytest.approx(5.0)
     assert result.units["machine_steal_pct"] == "%"
