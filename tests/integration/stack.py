@@ -37,6 +37,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports: every socket held until all are drawn (``free_port``
+    called again may hand out the port it just gave, and two services asked to publish on
+    one port fail to start: "port is already allocated")."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 @dataclass
 class Stack:
     root: Path

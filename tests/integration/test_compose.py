@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require_binary, skip_or_fail, wait_for
-from tests.integration.stack import far_nightly_cron, free_port
+from tests.integration.stack import far_nightly_cron, free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -81,7 +81,7 @@ def lab(tmp_path):
     results = Path(f"/tmp/lab-compose-{secrets.token_hex(4)}")  # same path in and out
     results.mkdir(mode=0o755)
     os.chown(results, 1000, 1000)  # the images' user
-    port = free_port()
+    port, redis_port, postgres_port = free_ports(3)  # three services publish on them
     password = secrets.token_urlsafe(12)
     env_file = tmp_path / "lab.env"
     env_file.write_text(
@@ -92,8 +92,8 @@ def lab(tmp_path):
                 f"LAB_DOCKER_GID={os.stat('/var/run/docker.sock').st_gid}",
                 f"LAB_RESULTS_DIR={results}",
                 f"LAB_WEB_PORT={port}",
-                f"LAB_REDIS_PUBLISH_PORT={free_port()}",
-                f"LAB_POSTGRES_PUBLISH_PORT={free_port()}",
+                f"LAB_REDIS_PUBLISH_PORT={redis_port}",
+                f"LAB_POSTGRES_PUBLISH_PORT={postgres_port}",
                 "LAB_REDIS_IMAGE=lab-redis:bookworm",
                 "LAB_POSTGRES_IMAGE=lab-postgres:bookworm",
                 f"LAB_ENV_FILE={env_file}",
