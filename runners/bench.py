@@ -44,6 +44,7 @@ import numpy as np
 
 from . import registry, resample
 from .execute import simulate
+from .real.order import pair_order, run_order
 from .sim import allreduce as ar_sim
 from .spec import validate
 
@@ -143,22 +144,9 @@ OVERHEAD_RESAMPLES = 10_000
 OVERHEAD_SEED = 0
 
 
-def pair_order(repeat: int) -> tuple[str, str]:
-    """Which implementation runs first in repeat ``repeat`` (0-based): DDP (``default``) on
-    even repeats, the engine (``lab``) on odd ones, so neither always gets the warmer or the
-    colder slot of a pair."""
-    return ("default", "lab") if repeat % 2 == 0 else ("lab", "default")
-
-
-def run_order(repeat: int, control: bool = False) -> tuple[str, ...]:
-    """Repeat ``repeat``'s runs in order: its pair (``pair_order``) and, with ``control``, a
-    second DDP run (``control``) next to the pair's DDP run, on the side away from the
-    engine's (control, DDP, engine / engine, DDP, control): the control pair is adjacent like
-    the engine's, and its DDP run alternates first and second like the engine's."""
-    pair = pair_order(repeat)
-    if not control:
-        return pair
-    return ("control", *pair) if pair[0] == "default" else (*pair, "control")
+def median_overhead(pairs: list[tuple[float, float]]) -> float:
+    """The median of ``pairs``' (DDP, engine) ratios as the engine's overhead in %."""
+    return 100.0 * (float(np.median([lab / ddp for ddp, lab in pairs])) - 1.0)
 
 
 def paired_overhead(
@@ -173,7 +161,7 @@ def paired_overhead(
     if not pairs:
         raise ValueError("no pair of runs to compare")
     ratios = np.array([lab / ddp for ddp, lab in pairs])
-    overhead = 100.0 * (float(np.median(ratios)) - 1.0)
+    overhead = median_overhead(pairs)
     if ratios.size < 2:
         return overhead, None
     rng = np.random.default_rng(seed)
@@ -241,7 +229,7 @@ def launches_overhead(
     ratios = [[lab / ddp for ddp, lab in pairs] for pairs in launches if pairs]
     if not ratios:
         raise ValueError("no block pair to compare")
-    overhead = 100.0 * (float(np.median(np.concatenate(ratios))) - 1.0)
+    overhead = median_overhead([p for pairs in launches for p in pairs])
     if sum(len(r) for r in ratios) < 2:
         return overhead, None
     rng = np.random.default_rng(seed)
@@ -328,10 +316,12 @@ def run_real(
                     paired_overhead(pairs),
                     # the ratio of the two sides' medians, each over its own runs
                     (times["default"], times["lab"]),
-                    # DDP against itself, scored as the engine is: the noise the verdict sees
-                    (paired_overhead(control_pairs) if control_pairs else None)
+                ),
+                # DDP against itself, scored as the engine is: the noise the verdict sees
+                **(
+                    _control_fields(paired_overhead(control_pairs) if control_pairs else None)
                     if control
-                    else False,
+                    else {}
                 ),
                 "runs": {k: v for k, v in times.items()},
                 "pairs": [list(p) for p in pairs],
@@ -408,10 +398,14 @@ def _interleaved_case(model: str, launches: int, iterations: int, control: bool)
             launches_overhead([got["pairs"] for got in per_launch]),
             # the ratio of the two sides' medians over their blocks, the launches pooled
             ([ddp for ddp, _ in pairs], [lab for _, lab in pairs]),
-            launches_overhead([got["control"] for got in per_launch]) if control else False,
+        ),
+        **(
+            _control_fields(launches_overhead([got["control"] for got in per_launch]))
+            if control
+            else {}
         ),
         # each launch's own figure: a launch unlike the others shows here
-        "launch_overhead_pct": [launches_overhead([got["pairs"]])[0] for got in per_launch],
+        "launch_overhead_pct": [median_overhead(got["pairs"]) for got in per_launch],
         "pairs": [list(p) for p in pairs],
         "repeats": len(per_launch),  # launches
         "block": INTERLEAVE_BLOCK,
@@ -432,12 +426,10 @@ def _scored(
     method: str,
     engine: tuple[float, tuple[float, float] | None],
     sides: tuple[list[float], list[float]],
-    control: tuple[float, tuple[float, float] | None] | None | bool,
 ) -> dict[str, Any]:
     """A bench case's figures, either method: the engine's overhead and range (``engine``)
     with its verdict, the ratio of the two sides' medians over ``sides`` (DDP's, the
-    engine's) with its range, each side's median; with ``control`` (False: not asked; None:
-    asked, but no pair ran) DDP against itself, scored as the engine is."""
+    engine's) with its range, each side's median."""
     overhead, interval = engine
     unpaired, unpaired_interval = unpaired_overhead(*sides)
     verdict = overhead_verdict(overhead, interval)
@@ -458,15 +450,19 @@ def _scored(
         "target_pct": REAL_OVERHEAD_TARGET_PCT,
         "meets_target": verdict == "met",
     }
-    if control is not False:
-        noise, noise_interval = control if control else (None, None)
-        out.update(
-            control_pct=noise,
-            control_ci_pct=None if noise_interval is None else list(noise_interval),
-            # the verdict DDP itself would get against the target at this sitting
-            control_verdict=None if noise is None else overhead_verdict(noise, noise_interval),
-        )
     return out
+
+
+def _control_fields(control: tuple[float, tuple[float, float] | None] | None) -> dict[str, Any]:
+    """DDP against itself (its overhead and range; None where no pair of it ran), scored as
+    the engine is, with the verdict DDP itself would get against the target at this
+    sitting."""
+    noise, noise_interval = control if control is not None else (None, None)
+    return {
+        "control_pct": noise,
+        "control_ci_pct": None if noise_interval is None else list(noise_interval),
+        "control_verdict": None if noise is None else overhead_verdict(noise, noise_interval),
+    }
 
 
 # -- the cluster arena (issue 4) -----------------------------------------------------------------

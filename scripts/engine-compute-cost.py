@@ -41,7 +41,8 @@ def main(argv: list[str]) -> int:
     from runners import bench
     from runners.real import launch
     from runners.real.engine import Engine, bind_layers
-    from runners.real.worker import _ddp_step, interleave_order
+    from runners.real.order import run_order
+    from runners.real.worker import _ddp_step
     from runners.spec import SpecError
     from workloads import data
     from workloads.models import build_model
@@ -69,7 +70,7 @@ def main(argv: list[str]) -> int:
         step = _ddp_step(models["default"], job, 0.01, 0.9, lambda: None)
         times: dict[str, list[float]] = {"default": [], "lab": []}
         for pair in range(1 + args.pairs):  # the first pair: warm-up
-            for side in interleave_order(pair, False):
+            for side in run_order(pair):
                 engine = (
                     Engine(models["lab"], binding, plan, lr=0.01, momentum=0.9)
                     if side == "lab"

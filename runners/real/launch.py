@@ -483,7 +483,7 @@ def _run(
         "nodes": nodes.count if nodes else 1,
     }
     if interleave is not None:
-        if spec.system != "ddp" or framework(spec) or network.kind != "loopback" or nodes:
+        if spec.system != "ddp" or job["train"]["framework"] or network.kind != "loopback" or nodes:
             raise ValueError("interleave: the ddp system on the lab's engine, loopback, one host")
         if device != "cpu":
             raise ValueError("interleave: CPUs only (the bench's engine-overhead comparison)")

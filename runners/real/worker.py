@@ -37,6 +37,7 @@ from .engine import (
     set_iteration_times,
     write_record,
 )
+from .order import run_order as interleave_order
 
 
 def plan_from_json(raw: dict[str, Any]) -> CommPlan:
@@ -249,6 +250,8 @@ def _train(
     world: int,
     worker: int,
 ) -> dict[str, Any]:
+    if job.get("interleave"):  # the engine bench's blocks: copies of its own
+        return _train_interleaved(job, spec, train, rank, world, worker)
     workload, seed = spec["workload"], int(spec["seed"])
     device = (
         torch.device("cuda", torch.cuda.current_device())
@@ -278,8 +281,6 @@ def _train(
 
     total = int(spec["warmup_iterations"]) + int(spec["iterations"])
     lr, momentum = float(train["lr"]), float(train["momentum"])
-    if job.get("interleave"):  # the engine bench's blocks: ``_train_interleaved``
-        return _train_interleaved(job, spec, train, rank, world, worker)
     own = train.get("framework")  # ddp or horovod: the framework's own implementation
     if own:
         make_step = _ddp_step if own == "ddp" else _horovod_step
@@ -374,17 +375,6 @@ def _train(
     return result
 
 
-def interleave_order(pair: int, control: bool) -> tuple[str, ...]:
-    """The sides of block pair ``pair`` (0-based) in order, as the launched pairs' (``bench.
-    run_order``): DDP (``default``) first on even pairs, the engine (``lab``) first on odd
-    ones; with ``control``, the second DDP copy (``control``) beside DDP, away from the
-    engine."""
-    pair_sides = ("default", "lab") if pair % 2 == 0 else ("lab", "default")
-    if not control:
-        return pair_sides
-    return ("control", *pair_sides) if pair_sides[0] == "default" else (*pair_sides, "control")
-
-
 def _train_interleaved(
     job: dict[str, Any],
     spec: dict[str, Any],
@@ -397,7 +387,7 @@ def _train_interleaved(
     iterations a side, ``pairs`` block pairs after one of warm-up, ``control``,
     ``ddp_built_first``): copies of the model with the same initial weights, one trained by
     PyTorch's DDP, one by the lab's engine (and, with ``control``, a second under DDP), in
-    the same processes, taking turns in blocks in ``interleave_order`` and drawing their
+    the same processes, taking turns in blocks in ``order.run_order`` and drawing their
     batches from one loader in turn (the timing is measured here, not the training). Each
     side sees the machine a fraction of a second from the other, where launched runs see it
     tens of seconds apart. A block's first iteration (the switch: caches cold for this
