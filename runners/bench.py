@@ -256,6 +256,7 @@ def run_real(
     progress: bool = True,
     control: bool = False,
     interleave: bool = True,
+    dispatch: str = "auto",
 ) -> list[dict[str, Any]]:
     """Per debug model: ``repeats`` pairs of runs, DDP's and the engine's back to back in the
     order ``pair_order`` gives, each run's median iteration time (after 3 warm-up
@@ -268,13 +269,14 @@ def run_real(
     (``control_pct``, its range and ``control_pairs``): DDP against itself, the overhead the
     machine's noise alone gives at that sitting. All of this with ``interleave=False``
     (``--launched``); by default each of the ``repeats`` is one launch in which the sides
-    take turns in blocks (``_interleaved_case``)."""
+    take turns in blocks (``_interleaved_case``). ``dispatch``: the engine's
+    ``real.dispatch``; each case says what the engine used (``engine_dispatch``)."""
     from .real import launch
 
     out = []
     for i, model in enumerate(models):
         if interleave:
-            out.append(_interleaved_case(model, repeats, iterations, control))
+            out.append(_interleaved_case(model, repeats, iterations, control, dispatch))
             if progress:
                 print(f"[bench] real {i + 1}/{len(models)} {model}", file=sys.stderr)
             continue
@@ -285,11 +287,12 @@ def run_real(
         control_pairs: list[tuple[float, float]] = []  # (the pair's DDP, the control)
         ddp_first = 0  # of the pairs, those whose DDP run went first
         failures: list[str] = []
+        used = ""  # the engine's dispatch, as its run reported it
         for repeat in range(max(1, repeats)):
             pair: dict[str, float] = {}
             for slot in run_order(repeat, control):
                 impl = "default" if slot == "control" else slot
-                spec = _ddp_spec(model, 3, iterations, impl)
+                spec = _ddp_spec(model, 3, iterations, impl, dispatch)
                 for _attempt in range(2):  # a failed run is reported, and tried once more
                     with tempfile.TemporaryDirectory(prefix="bench-real-") as tmp:
                         try:
@@ -298,6 +301,8 @@ def run_real(
                             launch.log.warning("%s (%s) failed: %s", model, slot, err)
                             failures.append(f"{slot}: {str(err).splitlines()[0]}")
                             continue
+                    if slot == "lab":
+                        used = result.ranks[0].get("dispatch", "")
                     times[slot].append(result.metrics["iteration_time_median_s"])
                     pair[slot] = result.metrics["iteration_time_median_s"]
                     break
@@ -323,6 +328,7 @@ def run_real(
                     if control
                     else {}
                 ),
+                "engine_dispatch": used,
                 "runs": {k: v for k, v in times.items()},
                 "pairs": [list(p) for p in pairs],
                 "repeats": len(pairs),
@@ -338,9 +344,12 @@ def run_real(
     return out
 
 
-def _ddp_spec(model: str, warmup: int, iterations: int, implementation: str) -> Any:
+def _ddp_spec(
+    model: str, warmup: int, iterations: int, implementation: str, dispatch: str = "auto"
+) -> Any:
     """The bench's run of ``model``: ``ddp`` on 2 ranks on loopback, DDP's buckets, without
-    ``broadcast_buffers`` (the lab's engine has no counterpart of it)."""
+    ``broadcast_buffers`` (the lab's engine has no counterpart of it); ``dispatch`` the
+    engine's."""
     return validate(
         {
             "system": "ddp",
@@ -350,12 +359,18 @@ def _ddp_spec(model: str, warmup: int, iterations: int, implementation: str) -> 
             "params": {"broadcast_buffers": False},
             "iterations": iterations,
             "warmup_iterations": warmup,
-            "real": {"network": "loopback", "implementation": implementation},
+            "real": {
+                "network": "loopback",
+                "implementation": implementation,
+                "dispatch": dispatch,
+            },
         }
     )
 
 
-def _interleaved_case(model: str, launches: int, iterations: int, control: bool) -> dict[str, Any]:
+def _interleaved_case(
+    model: str, launches: int, iterations: int, control: bool, dispatch: str = "auto"
+) -> dict[str, Any]:
     """``run_real`` with ``interleave``: ``launches`` launches of ``model``, in each the
     sides taking turns in blocks of ``INTERLEAVE_BLOCK`` iterations (``worker.
     _train_interleaved``), as many block pairs as give ``iterations`` untrimmed iterations a
@@ -368,10 +383,11 @@ def _interleaved_case(model: str, launches: int, iterations: int, control: bool)
     sides = 3 if control else 2
     per_launch: list[dict[str, list]] = []
     failures: list[str] = []
+    used = ""  # the engine's dispatch, as its launches reported it
     for k in range(max(1, launches)):
         # every block in the spec's iterations (the worker marks the warm-up pair's rows):
         # the spec's own warm-up must be shorter than its iterations, one pair or more
-        spec = _ddp_spec(model, 0, INTERLEAVE_BLOCK * sides * (1 + n_pairs), "lab")
+        spec = _ddp_spec(model, 0, INTERLEAVE_BLOCK * sides * (1 + n_pairs), "lab", dispatch)
         plan = {
             "block": INTERLEAVE_BLOCK,
             "pairs": n_pairs,
@@ -387,6 +403,7 @@ def _interleaved_case(model: str, launches: int, iterations: int, control: bool)
                     failures.append(f"launch {k}: {str(err).splitlines()[0]}")
                     continue
             per_launch.append(block_pairs(result.series, control))
+            used = result.ranks[0].get("dispatch", "")
             break
     if not per_launch:
         raise RuntimeError(f"{model}: no interleaved launch ran: {failures}")
@@ -406,6 +423,7 @@ def _interleaved_case(model: str, launches: int, iterations: int, control: bool)
         ),
         # each launch's own figure: a launch unlike the others shows here
         "launch_overhead_pct": [median_overhead(got["pairs"]) for got in per_launch],
+        "engine_dispatch": used,  # as the engine reported it (runners.real.engine)
         "pairs": [list(p) for p in pairs],
         "repeats": len(per_launch),  # launches
         "block": INTERLEAVE_BLOCK,

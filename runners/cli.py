@@ -43,7 +43,7 @@ from workloads import devices
 from . import bench, grid, registry, rundir
 from .cluster.run import TraceInputError
 from .execute import run_to_directory
-from .spec import COMM_PRIORITIES, SpecError, load_file, validate
+from .spec import COMM_PRIORITIES, DISPATCHES, SpecError, load_file, validate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -141,6 +141,13 @@ def _parser() -> argparse.ArgumentParser:
         help="with --only real: measured iterations a side a launch, its blocks' ends and "
         "first pair left out (with --launched: a run, after 3 warm-up); default "
         f"{bench.REAL_ITERATIONS}",
+    )
+    p.add_argument(
+        "--dispatch",
+        choices=DISPATCHES,
+        help="with --only real: how the engine issues its collectives (real.dispatch): auto "
+        "(the default: DDP's buckets from the gradient hooks, as DDP's reducer) or thread "
+        "(by its communication thread, the engine before 2026-11-30)",
     )
     p.set_defaults(func=_bench)
     from . import fidelity
@@ -910,6 +917,7 @@ def _bench(args: argparse.Namespace) -> int:
             ("--control", args.control),
             ("--launched", args.launched),
             ("--iterations", args.iterations is not None),
+            ("--dispatch", args.dispatch is not None),
         )
         if on
     ]
@@ -933,6 +941,7 @@ def _bench(args: argparse.Namespace) -> int:
             progress=not args.json,
             control=args.control,
             interleave=not args.launched,
+            dispatch=args.dispatch or "auto",
         )
     if args.only == "harmony":
         report["harmony_train"] = bench.run_harmony_train(progress=not args.json)
@@ -999,7 +1008,11 @@ def _bench(args: argparse.Namespace) -> int:
     if report.get("real"):
         ratios = [1 + c["overhead_pct"] / 100 for c in report["real"]]
         geomean = math.prod(ratios) ** (1 / len(ratios))
-        print(f"real engine vs DDP over {len(ratios)} models: geometric mean {geomean - 1:+.1%}")
+        used = sorted({c.get("engine_dispatch") or "?" for c in report["real"]})
+        print(
+            f"real engine vs DDP over {len(ratios)} models: geometric mean {geomean - 1:+.1%} "
+            f"(the engine's dispatch: {', '.join(used)})"
+        )
     if "harmony_train" in report:
         h = report["harmony_train"]
         for where, key in (

@@ -136,6 +136,8 @@ def _real_to_directory(spec: RunSpec, out: Path, argv: list[str]) -> dict[str, A
             # the communication threads' priority (runners.real.priority)
             "comm_priority": result.priority_record(),
             "device": result.device_record(),
+            # how the lab's engine issued its collectives ("" where it did not run)
+            "engine_dispatch": result.ranks[0].get("dispatch", "") if result.ranks else "",
             "metrics": {k: _finite(v) for k, v in result.metrics.items()},
             "units": result.units,
             "artifacts": COMM_ARTIFACTS,

@@ -384,6 +384,12 @@ class RealOptions:
         rank (and, for the real Horovod, Horovod was built with NCCL), else ``cpu``; the run's
         summary says which it got and why (``runners.real.launch.resolve_device``). The PS
         arena trains on the CPU (gloo point to point).
+    dispatch: how the lab's engine issues its collectives (``runners.real.engine``). ``auto``
+        = from the gradient hooks on the training thread where the plan issues in release
+        order with no credit limit (``wfbp``, ``ddp``'s buckets, ``fifo`` delayed all-reduce;
+        as PyTorch DDP's reducer does), else by the communication thread; ``thread`` = always
+        by the communication thread (the engine as it was before 2026-11-30, e.g. to compare).
+        The run's summary says which the engine used (``engine_dispatch``).
     """
 
     network: str = "auto"
@@ -397,11 +403,13 @@ class RealOptions:
     nodes: int = 1
     comm_priority: str = "auto"
     device: str = "auto"
+    dispatch: str = "auto"
 
 
 IMPLEMENTATIONS = ("default", "lab")
 DEVICES = ("auto", "cpu", "cuda")  # runners.real.launch.resolve_device
 COMM_PRIORITIES = ("auto", "realtime", "normal")  # runners.real.priority
+DISPATCHES = ("auto", "thread")  # runners.real.engine
 
 
 _REAL_RULES: dict[str, tuple[type, Any, str]] = {
@@ -422,6 +430,13 @@ _REAL_RULES: dict[str, tuple[type, Any, str]] = {
         lambda v: v in COMM_PRIORITIES,
         f"one of {', '.join(COMM_PRIORITIES)} (the communication threads' priority: realtime "
         "ahead of the compute, normal as the OS starts them, auto: realtime where permitted)",
+    ),
+    "dispatch": (
+        str,
+        lambda v: v in DISPATCHES,
+        f"one of {', '.join(DISPATCHES)} (the lab engine's collectives: auto = from the "
+        "gradient hooks where the plan sends in release order with no credit limit, else by "
+        "its communication thread; thread = always by that thread)",
     ),
     "device": (
         str,

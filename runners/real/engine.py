@@ -15,6 +15,13 @@ simulator executes (``runners.policies.allreduce``) -- on real gradients.
   has released and seen complete, and every rank takes the same decision from those common
   counts (one small collective per decision, on its own process group; its cost is part of the
   measured iteration time and is reported as ``negotiations_per_iteration``).
+  ``dispatch: auto`` (the default) skips the thread where it has no decision to take: a plan
+  issued in release order with no credit limit and no dependent tasks (``inline_eligible``:
+  WFBP, DDP-like buckets, FIFO delayed all-reduce) has each released task issued from the
+  gradient hook that released it, on the training thread, as PyTorch DDP's reducer issues its
+  buckets -- the same collectives in the same order, without waking a second thread (on our
+  2-core testbed a wake often waits for a core). ``thread`` keeps the communication thread
+  for every plan.
 * **Updates**: per-layer SGD (``lr``, ``momentum``) applied in the main thread. With
   ``cross_barrier`` a forward pre-hook on each layer waits only for that layer's group of the
   iteration its update comes from; without it (global barrier) the next iteration starts after
@@ -57,8 +64,16 @@ import torch.distributed as dist
 from torch import nn
 
 from ..policies.allreduce import CommPlan, is_fifo
+from ..spec import DISPATCHES  # Engine's ``dispatch`` (the module docstring)
 
 APPROXIMATIONS = ("stale", "local-correct", "extrapolate")
+
+
+def inline_eligible(plan: CommPlan) -> bool:
+    """Whether ``plan`` can be issued from the gradient hooks (``dispatch: inline``): issued in
+    release order (``is_fifo``: no reordering, no dependent tasks) with no credit limit, so the
+    dispatcher would issue every released task at once, in the order it was released."""
+    return is_fifo(plan) and math.isinf(plan.credit_bytes)
 
 
 # torch 2.13 deprecates reduce_scatter_tensor for reduce_scatter_single (same arguments).
@@ -351,7 +366,10 @@ class Engine:
         record: Any = None,
         on_negotiation: Callable[[float], None] | None = None,
         device: torch.device | None = None,
+        dispatch: str = "auto",
     ) -> None:
+        if dispatch not in DISPATCHES:
+            raise ValueError(f"dispatch must be one of {', '.join(DISPATCHES)}")
         if approximation not in APPROXIMATIONS:
             raise ValueError(f"approximation must be one of {', '.join(APPROXIMATIONS)}")
         if plan.forward_sync:  # a second line behind the spec's check (``ddp``'s parameter)
@@ -369,6 +387,9 @@ class Engine:
         self.cross_barrier = plan.cross_barrier
         self.credit = plan.credit_bytes
         self.negotiate = (not is_fifo(plan)) if negotiate is None else negotiate
+        # ``inline``: each released task is issued from the gradient hook (training thread).
+        inline = dispatch == "auto" and inline_eligible(plan) and not self.negotiate
+        self.dispatch = "inline" if inline else "thread"
         # A separate group for the negotiation, so it does not queue behind gradient traffic.
         self._neg_group = dist.new_group(backend="gloo") if self.negotiate else None
         self.record = record  # callable(iteration, resource, op, layer, start, end, bytes) or None
@@ -419,8 +440,10 @@ class Engine:
             self._watcher = threading.Thread(target=self._watch_loop, name="cuda-watch",
                                              daemon=True)  # fmt: skip
             self._watcher.start()
-        self._thread = threading.Thread(target=self._comm_loop, name="comm", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if self.dispatch == "thread":
+            self._thread = threading.Thread(target=self._comm_loop, name="comm", daemon=True)
+            self._thread.start()
 
     # ----------------------------------------------------------------- main thread
     def begin(self, it: int) -> None:
@@ -448,7 +471,8 @@ class Engine:
         with self._cv:
             self._stop = True
             self._cv.notify_all()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
         if self._watcher is not None:
             self._watcher.join()
         self._raise_comm_error()
@@ -522,6 +546,10 @@ class Engine:
         for p in group.params:
             p.grad = None
         st.bufs[g] = buf
+        if self.dispatch == "inline":  # release order is issue order: no thread hand-over
+            for t in group.initial:
+                self._issue(st.it, t)
+            return
         with self._cv:
             for t in group.initial:
                 self._released.append((st.it, t))

@@ -476,6 +476,7 @@ def _run(
             "framework": framework(spec),
             "comm_priority": prio,
             "device": device,
+            "dispatch": options.dispatch,  # the lab's engine's (runners.real.engine)
         },
         "timeline": window,
         "timeout_s": COLLECTIVE_TIMEOUT_S,

@@ -297,6 +297,7 @@ def _train(
                 approximation=job.get("approximation", "stale"),
                 record=record,
                 device=device,
+                dispatch=train.get("dispatch", "auto"),
             )
     iterations = []
     settle_gc()
@@ -357,6 +358,7 @@ def _train(
         "timeline": timeline,
         "clock": clock,
         "negotiated": bool(engine is not None and engine.negotiate),
+        "dispatch": engine.dispatch if engine is not None else "",
         "threads": threads,  # per priority (runners.real.priority)
         "compute_priority": priority.current(),
     }
@@ -423,6 +425,7 @@ def _train_interleaved(
         if side in models
     }
     iterations: list[dict[str, Any]] = []
+    dispatch = ""  # how the engine side issued its collectives
     total = (1 + pairs) * block * len(sides)  # the spec's iterations: the launcher's progress
     done = 0
     settle_gc()
@@ -439,7 +442,9 @@ def _train_interleaved(
                         lr=lr,
                         momentum=momentum,
                         device=device,
+                        dispatch=train.get("dispatch", "auto"),
                     )
+                    dispatch = engine.dispatch
             for k in range(block):
                 inputs, targets = next(batches)
                 begin = time.perf_counter()
@@ -479,6 +484,7 @@ def _train_interleaved(
         "timeline": [],
         "clock": {"boot_id": boot_id(), "barrier_s": iterations[0]["begin"]},
         "negotiated": False,
+        "dispatch": dispatch,
         "threads": priority.census(),
         "compute_priority": priority.current(),
     }

@@ -116,18 +116,33 @@ def _each_iteration_holds_its_compute_and_wait(run_dir: Path) -> None:
 
 @pytest.mark.parametrize(
     ("system", "params"),
-    [*EXACT_SCHEDULERS, ("horovod", {"fusion_threshold_bytes": 100_000, "cycle_time_ms": 1.0})],
+    [
+        *EXACT_SCHEDULERS,
+        ("horovod", {"fusion_threshold_bytes": 100_000, "cycle_time_ms": 1.0}),
+        ("ddp-lab-thread", {"bucket_bytes": 200_000, "first_bucket_bytes": 50_000}),
+        ("wfbp-thread", {}),
+    ],
 )
 def test_exact_schedulers_match_single_process_sgd(system, params, tmp_path, monkeypatch):
     """``ddp-lab``: DDP's buckets executed by the lab's engine (``real.implementation: lab``),
-    the configuration the engine-overhead benchmark times against PyTorch's own DDP."""
+    the configuration the engine-overhead benchmark times against PyTorch's own DDP.
+    ``-thread``: the engine's communication thread issues what ``dispatch: auto`` issues
+    from the gradient hooks."""
     if system == "horovod":
         require_horovod()
+    real: dict = {}
+    if system.endswith("-thread"):
+        system, real = system.removesuffix("-thread"), {"dispatch": "thread"}
     if system == "ddp-lab":  # the lab's engine: its collectives are on the timeline (below)
-        raw = _spec("ddp", params, implementation="lab")
+        raw = _spec("ddp", params, implementation="lab", **real)
     else:
-        raw = _spec(system, params)
+        raw = _spec(system, params, **real)
     summary, (rank0, rank1) = _run(raw, tmp_path / "run", monkeypatch)
+    if system in ("ddp", "horovod"):  # the framework's own implementation
+        assert summary["engine_dispatch"] == ""
+    else:  # from the hooks where the plan sends in release order with no credit limit
+        inline = system in ("wfbp", "ddp-lab") and not real
+        assert summary["engine_dispatch"] == ("inline" if inline else "thread")
     for key in rank0:
         assert torch.equal(rank0[key], rank1[key]), f"ranks differ on {key}"
     _assert_close(rank0, _reference_sgd(3))
@@ -203,10 +218,23 @@ def _reference_delayed(rule: str, seed: int, delay: int = 1) -> dict:
     return w.state_dict()
 
 
-@pytest.mark.parametrize("rule", ["stale", "local-correct", "extrapolate"])
-def test_delayed_allreduce_follows_its_update_equations(rule, tmp_path, monkeypatch):
-    params = {"approximation": rule, "max_delay": 1, "order": "priority"}
-    _, (rank0, rank1) = _run(_spec("delayed-allreduce", params), tmp_path / "run", monkeypatch)
+@pytest.mark.parametrize(
+    ("rule", "order"),
+    [
+        ("stale", "priority"),
+        ("local-correct", "priority"),
+        ("extrapolate", "priority"),
+        ("local-correct", "fifo"),  # issued from the gradient hooks (dispatch auto)
+    ],
+)
+def test_delayed_allreduce_follows_its_update_equations(rule, order, tmp_path, monkeypatch):
+    # fused into several groups: ``priority`` reorders them (the communication thread,
+    # negotiating), ``fifo`` sends them as released (from the gradient hooks)
+    params = {"approximation": rule, "max_delay": 1, "order": order, "fusion_bytes": 200_000}
+    summary, (rank0, rank1) = _run(
+        _spec("delayed-allreduce", params), tmp_path / "run", monkeypatch
+    )
+    assert summary["engine_dispatch"] == ("inline" if order == "fifo" else "thread")
     for key in rank0:
         assert torch.equal(rank0[key], rank1[key]), f"ranks end with different {key}"
     _assert_close(rank0, _reference_delayed(rule, 3))

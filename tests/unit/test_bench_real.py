@@ -36,7 +36,8 @@ class FakeRuns:
         if (repeat, impl) in self.fail:
             raise launch.RealRunError(f"rank 1 died ({impl}, repeat {repeat})")
         t = self.ddp[repeat] * (self.ratio if impl == "lab" else 1.0)
-        return SimpleNamespace(metrics={"iteration_time_median_s": t})
+        used = "inline" if impl == "lab" else ""  # as the worker reports the engine's
+        return SimpleNamespace(metrics={"iteration_time_median_s": t}, ranks=[{"dispatch": used}])
 
 
 def test_a_pair_s_order_alternates_from_one_repeat_to_the_next():
@@ -118,7 +119,9 @@ class SlotRuns:
     def __call__(self, spec, work):
         calls = self.calls.setdefault(spec.workload, [])
         calls.append(spec.real.implementation)
-        return SimpleNamespace(metrics={"iteration_time_median_s": self.times[len(calls) - 1]})
+        return SimpleNamespace(
+            metrics={"iteration_time_median_s": self.times[len(calls) - 1]}, ranks=[{}]
+        )
 
 
 def test_the_control_runs_ddp_again_beside_the_pair_s_ddp_run():
@@ -165,7 +168,7 @@ def test_the_runs_length_is_a_flag_of_the_real_bench_alone(monkeypatch, capsys):
 
     def run(spec, work):
         lengths.append(spec.iterations)
-        return SimpleNamespace(metrics={"iteration_time_median_s": 0.01})
+        return SimpleNamespace(metrics={"iteration_time_median_s": 0.01}, ranks=[{}])
 
     monkeypatch.setattr(launch, "run", run)
     assert (
@@ -224,7 +227,8 @@ class InterleavedRuns:
                             "trim": trim,
                         }
                     )
-        return SimpleNamespace(series=series, metrics={})
+        used = "inline" if spec.real.dispatch == "auto" else "thread"  # DDP's buckets: FIFO
+        return SimpleNamespace(series=series, metrics={}, ranks=[{"dispatch": used}])
 
 
 def test_interleaved_blocks_cancel_drift_within_and_between_launches(monkeypatch):
@@ -242,6 +246,7 @@ def test_interleaved_blocks_cancel_drift_within_and_between_launches(monkeypatch
     assert runs.specs[0].warmup_iterations == 0  # the worker marks the warm-up pair's rows
     assert runs.specs[0].iterations == 4 * 3 * block  # 1 + 3 pairs, three sides
     assert runs.specs[0].real.implementation == "lab"
+    assert runs.specs[0].real.dispatch == "auto" and case["engine_dispatch"] == "inline"
     assert case["method"] == "interleaved" and case["repeats"] == 3
     assert case["block_pairs"] == 9 and case["iterations"] == 30
     assert case["overhead_pct"] == pytest.approx(3.0)
@@ -289,8 +294,21 @@ def test_the_command_interleaves_by_default_and_refuses_launched_elsewhere(monke
         "side, ends trimmed) in 2 launches" in line
     )
     assert line.endswith("met (target 5%)")
+    assert "(the engine's dispatch: inline)" in out
     assert cli.main(["bench", "--only", "comm", "--launched"]) == 2
     assert "--launched: only with --only real" in capsys.readouterr().err
+
+
+def test_the_engine_s_dispatch_is_a_flag_of_the_real_bench(monkeypatch, capsys):
+    """``--dispatch thread`` reaches the engine side's spec, and the report says what the
+    engine used; elsewhere the flag is refused."""
+    runs = InterleavedRuns([0.010] * 6, [1.0], 1.0)
+    monkeypatch.setattr(launch, "run", runs)
+    assert cli.main(["bench", "--only", "real", "--repeats", "1", "--dispatch", "thread"]) == 0
+    assert {spec.real.dispatch for spec in runs.specs} == {"thread"}
+    assert "(the engine's dispatch: thread)" in capsys.readouterr().out
+    assert cli.main(["bench", "--only", "comm", "--dispatch", "thread"]) == 2
+    assert "--dispatch: only with --only real" in capsys.readouterr().err
 
 
 def test_the_shortest_interleaved_run_is_a_valid_spec(monkeypatch):
