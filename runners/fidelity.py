@@ -687,7 +687,10 @@ OVERLAP_METHOD = (
     "ranks, a synthetic model's stream (latency_engine_us); the compute time such an engine "
     "collective takes from a synthetic backward it overlaps (collective_cpu_us); the compute "
     "time a negotiation round of the engine (one 16-byte all-reduce before a dispatch) takes "
-    "from that backward, beyond the gradient collectives' (negotiation_cpu_us)"
+    "from that backward, beyond the gradient collectives' (negotiation_cpu_us); the engine's "
+    "stream and its collective's compute time again with each collective issued from the "
+    "gradient hooks instead of the engine's communication thread (dispatch auto on this "
+    "first-ready-first plan: latency_engine_inline_us, collective_cpu_inline_us)"
 )
 
 
@@ -731,6 +734,8 @@ def _probe_overlap(
         "latency_engine_us": ("latency_engine_s", 1e6, 3),
         "collective_cpu_us": ("collective_cpu_s", 1e6, 3),
         "negotiation_cpu_us": ("negotiation_cpu_s", 1e6, 3),
+        "latency_engine_inline_us": ("latency_engine_inline_s", 1e6, 3),
+        "collective_cpu_inline_us": ("collective_cpu_inline_s", 1e6, 3),
     }
     return _medians(taken, fields)
 
@@ -785,7 +790,7 @@ def calibrate_overlap(
         progress,
         measure,
         OVERLAP_METHOD,
-        "negotiation_cpu_us",
+        "collective_cpu_inline_us",
         "overlap_date",
         superseded=_OLD_OVERLAP_METHODS,
         slowdowns=("overlap_slowdown", "comm_slowdown"),
@@ -793,14 +798,15 @@ def calibrate_overlap(
 
 
 # What calibrations before ``latency_idle_us``, then before ``latency_engine_us``, then
-# before ``collective_cpu_us``, then before ``negotiation_cpu_us``, said of their overlap
-# measurement.
+# before ``collective_cpu_us``, then before ``negotiation_cpu_us``, then before the inline
+# dispatch's entries, said of their overlap measurement.
 _OLD_OVERLAP_METHODS = (
     "overlap slow-down per model: forward + backward timed alone and while a thread keeps "
     "1 MiB all-reduces going (runners.real.probe.overlap)",
     OVERLAP_METHOD.split("; 4 KiB all-reduces issued by")[0],
     OVERLAP_METHOD.split("; the compute time such an engine")[0],
     OVERLAP_METHOD.split("; the compute time a negotiation round")[0],
+    OVERLAP_METHOD.split("; the engine's stream and its collective's")[0],
 )
 
 
@@ -1186,6 +1192,28 @@ def _measured(point: dict[str, Any], key: str, model: str, label: str) -> float:
         ) from None
 
 
+def _issues_inline(
+    system: str,
+    model: str,
+    nominal: float | None,
+    testbed: dict[str, Any],
+    engine_dispatch: str | None,
+) -> bool:
+    """Whether the lab's engine issues ``system``'s collectives from the gradient hooks in
+    the real run (``runners.real.engine``): ``engine_dispatch`` where the run said
+    (``inline`` or ``thread``), else what ``real.dispatch: auto`` gives its plan here."""
+    if engine_dispatch is not None:
+        return engine_dispatch == "inline"
+    from .policies.allreduce import inline_eligible
+    from .real import launch
+
+    cluster: dict[str, Any] = {"workers": int(testbed["workers"])}
+    if nominal is not None:
+        cluster["bandwidth_gbps"] = nominal
+    spec = validate({"system": system, "mode": "real", "workload": model, "cluster": cluster})
+    return inline_eligible(launch._plan(spec))
+
+
 def matched_specs(
     system: str,
     model: str,
@@ -1195,6 +1223,7 @@ def matched_specs(
     latency: str = DEFAULT_LATENCY,
     idle_loop: bool = False,
     host_cpu: str = "shared",
+    engine_dispatch: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The real spec and its simulated twin (raw, to be validated). ``latency``: which
     calibrated latency the simulator gets, ``busy`` (a small all-reduce's time while the rank
@@ -1243,7 +1272,12 @@ def matched_specs(
     (``docs/fidelity-history.md``, 2026-11-24); ``fidelity`` scores it as ``mape_with``. The
     real run gets the
     calibration's communication-thread priority (``real.comm_priority``; calibrations from
-    before it: normal)."""
+    before it: normal). Where the lab's engine runs the system and issues its collectives
+    from the gradient hooks (``engine_dispatch`` ``inline``; None: what ``real.dispatch:
+    auto``, which the real spec sets, gives the system's plan), the twin gets the engine
+    measurements taken that way (``latency_engine_inline_us`` with the ``engine`` latency,
+    ``collective_cpu_inline_us``; ``CalibrationMissing`` for a calibration from before them:
+    ``calibrate --overlap-only``), else the communication thread's."""
     point = network_point(testbed, nominal)
     if latency not in LATENCIES:
         raise ValueError(f"latency must be one of {', '.join(LATENCIES)} (got {latency!r})")
@@ -1252,6 +1286,8 @@ def matched_specs(
     label = testbed["label"]
     ps = None
     interference: dict[str, Any] = {}
+    engine = registry.get(system).arena != "ps" and system not in OWN_FRAMEWORKS
+    inline = engine and _issues_inline(system, model, nominal, testbed, engine_dispatch)
     if registry.get(system).arena == "ps":  # the PS arena's own measurements
         ps = _ps_point(point, model, label)
         slowdown = float(ps["overlap_slowdown"][model])
@@ -1265,7 +1301,10 @@ def matched_specs(
             busy_us = _measured(point, "latency_busy_us", model, label)
             latency_us = busy_us
             if latency in _IDLE_LATENCY:
-                latency_us = _measured(point, _IDLE_LATENCY[latency], model, label)
+                key = _IDLE_LATENCY[latency]
+                if inline and latency == "engine":  # the hooks issue, not the thread
+                    key = "latency_engine_inline_us"
+                latency_us = _measured(point, key, model, label)
                 interference = {
                     "busy_latency_us": busy_us,
                     "overlap_comm_slowdown": _measured(point, "comm_slowdown", model, label),
@@ -1286,6 +1325,8 @@ def matched_specs(
             "threads": int(testbed["threads"]),
             # the calibration's (runners.real.priority): the probes measured what these meet
             "comm_priority": testbed.get("comm_priority", "normal"),
+            # the lab's engine's (``_issues_inline``); the probes measured both ways
+            **({"dispatch": "auto"} if engine else {}),
         },
     }
     sim = {
@@ -1347,7 +1388,9 @@ def matched_specs(
             **interference,
         )
         cpu = point.get("collective_cpu_us", {}).get(model)
-        if cpu is not None and system not in OWN_FRAMEWORKS:  # the lab's engine runs it
+        if cpu is not None and inline:  # issued from the hooks: measured that way
+            cpu = _measured(point, "collective_cpu_inline_us", model, label)
+        if cpu is not None and engine:  # the lab's engine runs it
             sim["cluster"]["collective_cpu_us"] = float(cpu)
             rounds = point.get("negotiation_cpu_us", {}).get(model)
             if rounds is not None:  # calibrations from before it was measured: a collective's

@@ -79,6 +79,25 @@ def calibrations(directory: Path | None = None) -> list[dict[str, Any]]:
     return sorted(docs, key=lambda d: (str(d.get("date", "")), str(d["label"])), reverse=True)
 
 
+def _engine_dispatch(real: dict[str, Any], summary: dict[str, Any] | None) -> str:
+    """How the lab's engine issued the run's collectives (``inline`` from the gradient hooks,
+    or ``thread``; ``runners.real.engine``): its summary's; a summary from before summaries
+    recorded it, ``thread`` (the engine had no other way then); with no summary, what the
+    spec's ``real.dispatch`` gives its plan; ``""`` where the engine does not run it."""
+    options = real.get("real") or {}
+    own = real["system"] in fidelity.OWN_FRAMEWORKS and options.get("implementation") != "lab"
+    if _arena(real["system"]) == "ps" or own:
+        return ""
+    if summary:
+        return summary.get("engine_dispatch") or "thread"
+    if options.get("dispatch", "auto") == "thread":
+        return "thread"
+    from .policies.allreduce import inline_eligible
+    from .real import launch
+
+    return "inline" if inline_eligible(launch._plan(validate(real))) else "thread"
+
+
 def _got(real: dict[str, Any], summary: dict[str, Any] | None) -> tuple[str, str, str]:
     """The network kind, device and communication priority the run had: its summary's, else
     its spec's where the spec settles them (``NoTwin`` for an ``auto`` without a summary)."""
@@ -136,7 +155,12 @@ def twin_spec(
     nominal = float(cluster["bandwidth_gbps"]) if network == "shaped" else None
     try:
         matched, twin = fidelity.matched_specs(
-            real["system"], real["workload"], nominal, testbed, int(real.get("iterations", 20))
+            real["system"],
+            real["workload"],
+            nominal,
+            testbed,
+            int(real.get("iterations", 20)),
+            engine_dispatch=_engine_dispatch(real, summary),
         )
     except (fidelity.CalibrationMissing, KeyError) as exc:
         raise NoTwin(str(exc).strip("'\"")) from None

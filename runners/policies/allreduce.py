@@ -93,6 +93,14 @@ def is_fifo(plan: CommPlan) -> bool:
     return all(a <= b for a, b in zip(prios, prios[1:], strict=False))
 
 
+def inline_eligible(plan: CommPlan) -> bool:
+    """Whether the lab's real engine may issue ``plan``'s collectives from the gradient hooks
+    (``real.dispatch: auto``): sent in release order (``is_fifo``: no reordering, no dependent
+    tasks) with no credit limit, so its dispatcher would issue every released task at once, in
+    the order it was released."""
+    return is_fifo(plan) and math.isinf(plan.credit_bytes)
+
+
 class AllReducePolicy(Protocol):
     def plan(self, problem: CommProblem) -> CommPlan: ...
 

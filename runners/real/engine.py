@@ -63,17 +63,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..policies.allreduce import CommPlan, is_fifo
+from ..policies.allreduce import CommPlan, inline_eligible, is_fifo
 from ..spec import DISPATCHES  # Engine's ``dispatch`` (the module docstring)
 
 APPROXIMATIONS = ("stale", "local-correct", "extrapolate")
-
-
-def inline_eligible(plan: CommPlan) -> bool:
-    """Whether ``plan`` can be issued from the gradient hooks (``dispatch: inline``): issued in
-    release order (``is_fifo``: no reordering, no dependent tasks) with no credit limit, so the
-    dispatcher would issue every released task at once, in the order it was released."""
-    return is_fifo(plan) and math.isinf(plan.credit_bytes)
 
 
 # torch 2.13 deprecates reduce_scatter_tensor for reduce_scatter_single (same arguments).

@@ -105,6 +105,10 @@ class OverlapProbe:
     latency_engine_s: float  # a 4 KiB all-reduce in a stream through the lab's engine, idle
     collective_cpu_s: float = 0.0  # compute time an engine collective takes from a backward
     negotiation_cpu_s: float = 0.0  # the same of a round, beyond the gradient collectives'
+    # the first two again with the engine issuing from the gradient hooks (``dispatch: auto``
+    # on a first-ready-first plan), where the two above go through its communication thread
+    latency_engine_inline_s: float = 0.0
+    collective_cpu_inline_s: float = 0.0
 
 
 def overlap(
@@ -130,11 +134,17 @@ def overlap(
     waiting threads (per ring step, 10 %-trimmed mean); and ``collective_cpu_s``, the compute
     time such a collective takes from a backward pass it overlaps (``_engine_cpu``), then
     ``negotiation_cpu_s``, what a negotiation round takes beyond the gradient collectives'
-    (``_engine_cpu`` with ``negotiate``)."""
-    alone, busy, small_busy, big_busy, big_idle, small_idle, engine, cpu, rounds = _launch(
+    (``_engine_cpu`` with ``negotiate``). These three go through the engine's communication
+    thread (``dispatch: thread``), as the plans that reorder are issued; ``latency_engine_inline_s``
+    and ``collective_cpu_inline_s`` are the first two with each collective issued from the
+    gradient hook that releases it (``dispatch: auto`` on this first-ready-first plan), as
+    WFBP, DDP's buckets and FIFO delayed all-reduce are."""
+    values = _launch(
         {"overlap_model": model, "steps": steps},
         workers, bandwidth_gbps, work, threads, comm_priority,
     )  # fmt: skip
+    alone, busy, small_busy, big_busy, big_idle, small_idle, engine, cpu, rounds = values[:9]
+    engine_inline, cpu_inline = values[9:]
     steps_per = 2 * (workers - 1)
     return OverlapProbe(
         slowdown=max(0.0, busy / alone - 1.0),
@@ -144,6 +154,8 @@ def overlap(
         latency_engine_s=engine / steps_per,
         collective_cpu_s=cpu,
         negotiation_cpu_s=rounds,
+        latency_engine_inline_s=engine_inline / steps_per,
+        collective_cpu_inline_s=cpu_inline,
     )
 
 
@@ -639,10 +651,15 @@ def _overlap(model_name: str, steps: int, rank: int) -> list[float]:
 
     _, big_idle = traffic_while(1 << 18, idling)
     _, small_idle = traffic_while(1024, idling)
-    engine = _engine_stream()
-    cpu = _engine_cpu()
+    engine = _engine_stream(dispatch="thread")
+    cpu = _engine_cpu(dispatch="thread")
     rounds = _engine_cpu(negotiate=True, per_collective=cpu)
-    values = (alone, busy, small_busy, big_busy, big_idle, small_idle, engine, cpu, rounds)
+    engine_inline = _engine_stream(dispatch="auto")  # this plan: from the gradient hooks
+    cpu_inline = _engine_cpu(dispatch="auto")
+    values = (
+        alone, busy, small_busy, big_busy, big_idle, small_idle, engine, cpu, rounds,
+        engine_inline, cpu_inline,
+    )  # fmt: skip
     return [_slowest(v) for v in values]
 
 
@@ -650,7 +667,9 @@ ENGINE_LAYERS = 32  # the synthetic model's layers, each one 4 KiB all-reduce
 ENGINE_ITERATIONS = 20  # measured, after 3 warm-up iterations
 
 
-def _engine_stream(layers: int = ENGINE_LAYERS, iterations: int = ENGINE_ITERATIONS) -> float:
+def _engine_stream(
+    layers: int = ENGINE_LAYERS, iterations: int = ENGINE_ITERATIONS, dispatch: str = "thread"
+) -> float:
     """(Every rank.) The 10 %-trimmed mean time of a 4 KiB all-reduce in a stream issued by
     the lab's engine (``runners.real.engine.Engine``, the code training runs use) on idle
     ranks: a synthetic model of ``layers`` bias-free 32 x 32 linear layers (1,024 values each)
@@ -659,7 +678,8 @@ def _engine_stream(layers: int = ENGINE_LAYERS, iterations: int = ENGINE_ITERATI
     them before the next iteration. A collective's time is the engine's own record of it: from
     its issue, or the end of the one before it if that was later, to its completion as the
     engine's threads learn of it. Not a model of training: the same collectives as the idle
-    probe's, through the engine's path (its thread hand-offs cost here, on shared cores)."""
+    probe's, through the engine's path (its thread hand-offs cost here, on shared cores).
+    ``dispatch``: the engine's (``thread``, or ``auto``: this plan from the gradient hooks)."""
     import torch
     from torch import nn
 
@@ -676,7 +696,9 @@ def _engine_stream(layers: int = ENGINE_LAYERS, iterations: int = ENGINE_ITERATI
             times.append(end - start)
 
     with _communication():
-        engine = Engine(model, binding, plan, lr=1e-3, record=record)
+        engine = Engine(model, binding, plan, lr=1e-3, record=record, dispatch=dispatch)
+    if engine.dispatch != ("thread" if dispatch == "thread" else "inline"):  # the plan's fault
+        raise RuntimeError(f"the engine probe asked dispatch {dispatch}, got {engine.dispatch}")
     inputs = torch.randn(8, 32)
     for it in range(warmup + iterations):
         engine.begin(it)
@@ -753,6 +775,7 @@ def _engine_cpu(
     batch: int = CPU_BATCH,
     negotiate: bool = False,
     per_collective: float = 0.0,
+    dispatch: str = "thread",
 ) -> float:
     """(Every rank.) The compute time one collective issued by the lab's engine takes from a
     backward pass it overlaps, on this machine at this process's communication-thread
@@ -765,6 +788,8 @@ def _engine_cpu(
     that started during that backward (the slowest rank's): what a collective's threads (the
     engine's dispatcher, gloo's, the completion hand-off) and the engine's hooks cost the
     compute on shared cores. Not a model of training: a synthetic model's stream.
+    ``dispatch``: the engine's (``thread``, or ``auto``: from the gradient hooks, where the
+    hook's issue is part of the backward it times).
 
     With ``negotiate``, the engine negotiates each dispatch decision (a round: one 16-byte
     MIN all-reduce on a group of its own, issued by its dispatcher and waited for there, as
@@ -786,7 +811,7 @@ def _engine_cpu(
 
     with _communication():
         engine = Engine(model, binding, plan, lr=1e-9, negotiate=negotiate, record=record,
-                        on_negotiation=rounds.append)  # fmt: skip
+                        on_negotiation=rounds.append, dispatch=dispatch)  # fmt: skip
     windows = []
     for it in range(warmup + iterations):
         engine.begin(it)  # waits for the previous iteration's collectives

@@ -65,6 +65,9 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
         # compute (clamped at 0; a round's may be 0 on an idle machine)
         assert 0 <= point["collective_cpu_us"][MODEL] < 1e6
         assert 0 <= point["negotiation_cpu_us"][MODEL] < 1e6
+        # the first two again, the engine issuing from the gradient hooks (dispatch auto)
+        assert point["latency_engine_inline_us"][MODEL] > 10
+        assert 0 <= point["collective_cpu_inline_us"][MODEL] < 1e6
         assert [row["bytes"] for row in point["allreduce"]] == sorted(
             row["bytes"] for row in point["allreduce"]
         )

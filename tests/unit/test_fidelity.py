@@ -50,6 +50,7 @@ TESTBED = {
             "latency_idle_us": {"vgg16-debug": 300.0},
             "comm_slowdown": {"vgg16-debug": 1.5},
             "latency_engine_us": {"vgg16-debug": 550.0},
+            "latency_engine_inline_us": {"vgg16-debug": 450.0},
         },
         {
             "nominal_gbps": 1.0,
@@ -60,6 +61,7 @@ TESTBED = {
             "latency_idle_us": {"vgg16-debug": 400.0},
             "comm_slowdown": {"vgg16-debug": 0.2},
             "latency_engine_us": {"vgg16-debug": 650.0},
+            "latency_engine_inline_us": {"vgg16-debug": 520.0},
         },
     ],
 }
@@ -544,6 +546,7 @@ def test_calibrate_overlap_only_measures_the_interference_again_and_split_uses_i
     doc = json.loads(json.dumps(doc))
     for point in doc["network"]:  # a calibration from before the idle measurement
         del point["latency_idle_us"], point["comm_slowdown"], point["latency_engine_us"]
+        del point["latency_engine_inline_us"]
     (tmp_path / "cpu.json").write_text(json.dumps(doc))
     with pytest.raises(fidelity.CalibrationMissing, match="--overlap-only"):
         fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, doc)
@@ -561,6 +564,8 @@ def test_calibrate_overlap_only_measures_the_interference_again_and_split_uses_i
             latency_engine_s=3 * idle[(len(seen) - 1) % 5],
             collective_cpu_s=2e-4,
             negotiation_cpu_s=5e-5,
+            latency_engine_inline_s=2 * idle[(len(seen) - 1) % 5],
+            collective_cpu_inline_s=1e-4,
         )
 
     monkeypatch.setattr(probe, "overlap", fake_overlap)
@@ -576,16 +581,28 @@ def test_calibrate_overlap_only_measures_the_interference_again_and_split_uses_i
     assert shaped["latency_engine_us"] == {"vgg16-debug": 1200.0}
     assert shaped["collective_cpu_us"] == {"vgg16-debug": 200.0}
     assert shaped["negotiation_cpu_us"] == {"vgg16-debug": 50.0}
+    assert shaped["latency_engine_inline_us"] == {"vgg16-debug": 800.0}
+    assert shaped["collective_cpu_inline_us"] == {"vgg16-debug": 100.0}
     assert shaped["latency_us"] == 120.0, "the alpha-beta fit is kept"
-    assert "negotiation_cpu_us" in stored["method"] and stored["overlap_date"]
+    assert "collective_cpu_inline_us" in stored["method"] and stored["overlap_date"]
     assert stored["method"].startswith("m; split; overlap per model"), "the old text replaced"
     assert stored["method"].count("overlap per model") == 1
-    _, sim = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, stored)  # engine, the default
+    # bytescheduler's plan reorders (and has a credit): its engine's communication thread
+    _, sim = fidelity.matched_specs("bytescheduler", "vgg16-debug", 1.0, stored)  # engine
     c = validate(sim).cluster
     assert (c.latency_us, c.busy_latency_us, c.overlap_comm_slowdown) == (1200.0, 2000.0, 0.5)
     assert c.negotiation, "the real engine negotiates reordering plans"
-    assert c.collective_cpu_us == 200.0, "the lab's engine runs wfbp: its CPU per collective"
+    assert c.collective_cpu_us == 200.0, "the lab's engine runs it: its CPU per collective"
     assert c.negotiation_cpu_us == 50.0, "and per negotiation round"
+    # wfbp's is sent as released: issued from the gradient hooks, measured that way
+    real, sim = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, stored)
+    assert real["real"]["dispatch"] == "auto"
+    c = validate(sim).cluster
+    assert (c.latency_us, c.busy_latency_us, c.collective_cpu_us) == (800.0, 2000.0, 100.0)
+    # ... unless the run said its engine used the thread (a run from before the hooks issued)
+    _, sim = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, stored, engine_dispatch="thread")
+    c = validate(sim).cluster
+    assert (c.latency_us, c.collective_cpu_us) == (1200.0, 200.0)
     for own in fidelity.OWN_FRAMEWORKS:  # PyTorch DDP's and Horovod's own code: not measured
         _, twin = fidelity.matched_specs(own, "vgg16-debug", 1.0, stored)
         assert validate(twin).cluster.collective_cpu_us == 0.0
@@ -651,7 +668,12 @@ def test_calibrate_horovod_only_measures_horovod_s_own_cost_and_its_twin_pays_it
     doc = {**TESTBED, "method": method, "comm_priority": "realtime"}
     doc["profiles"] = {"vgg16-debug": "vgg16-debug@cpu"}
     doc["network"] = [
-        {**point, "collective_cpu_us": {"vgg16-debug": 300.0}} for point in doc["network"]
+        {
+            **point,
+            "collective_cpu_us": {"vgg16-debug": 300.0},
+            "collective_cpu_inline_us": {"vgg16-debug": 250.0},
+        }
+        for point in doc["network"]
     ]
     (tmp_path / "cpu.json").write_text(json.dumps(doc))
     monkeypatch.setattr(hvd, "available", lambda: "0.28.1")
@@ -686,7 +708,7 @@ def test_calibrate_horovod_only_measures_horovod_s_own_cost_and_its_twin_pays_it
     assert (c.collective_cpu_us, c.negotiation_cpu_us) == (0.0, None), "DDP's own: not measured"
     _, wfbp = fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, stored)
     c = validate(wfbp).cluster
-    assert (c.collective_cpu_us, c.background_slowdown) == (300.0, 0.0), "the lab's engine's"
+    assert (c.collective_cpu_us, c.background_slowdown) == (250.0, 0.0), "the lab's engine's"
     # a calibration without it: the Horovod twin as before (nothing charged)
     _, older = fidelity.matched_specs("horovod", "vgg16-debug", 1.0, TESTBED)
     c = validate(older).cluster

@@ -54,7 +54,10 @@ def _expected(spec: dict) -> float:
     """The twin as fidelity builds it, by hand: matched_specs, the run's own iterations,
     warm-up, seed and parameters, simulated as fidelity simulates it."""
     testbed = fidelity.load_testbed(LABEL)
-    _, sim = fidelity.matched_specs(spec["system"], spec["workload"], 0.25, testbed, 10)
+    # SUMMARY says nothing of the engine's dispatch, as runs from before 2026-11-30: the thread
+    _, sim = fidelity.matched_specs(
+        spec["system"], spec["workload"], 0.25, testbed, 10, engine_dispatch="thread"
+    )
     sim.update(
         params=spec["params"], warmup_iterations=spec["warmup_iterations"], seed=spec["seed"]
     )
@@ -73,6 +76,20 @@ def test_a_real_run_s_twin_is_fidelity_s_with_the_run_s_own_parameters(system):
     assert prediction.iteration_time_s == pytest.approx(_expected(spec), rel=1e-12)
     assert prediction.spec["params"] == spec["params"] and prediction.spec["seed"] == 3
     assert prediction.spec["mode"] == "sim"
+
+
+def test_a_run_whose_engine_issued_from_its_hooks_needs_a_calibration_that_measured_that():
+    """``testbed-1128`` predates the engine's inline dispatch (its entries measured through
+    the communication thread): a run that says its engine issued from the gradient hooks has
+    no twin there, and the reason says what to measure; a run that says ``thread`` has one."""
+    spec = _real("wfbp")
+    with pytest.raises(twin.NoTwin, match="latency_engine_inline_us.*--overlap-only"):
+        twin.predict(spec, {**SUMMARY, "engine_dispatch": "inline"}, LABEL)
+    assert twin.predict(spec, {**SUMMARY, "engine_dispatch": "thread"}, LABEL).label == LABEL
+    assert twin._engine_dispatch(spec, None) == "inline", "no summary: what auto gives wfbp"
+    thread = _real("wfbp", real={"dispatch": "thread"})
+    assert twin._engine_dispatch(thread, None) == "thread"
+    assert twin._engine_dispatch(_real("ddp"), {**SUMMARY, "engine_dispatch": ""}) == ""
 
 
 @pytest.mark.parametrize(
