@@ -46,7 +46,7 @@ _MESSAGE_CPU_AT_LABELS = {  # ``cluster.message_cpu_at``'s choices, as the form 
 _REAL = run_spec.RealOptions()
 REAL_KEYS = (
     "network", "dataset", "lr", "momentum", "implementation", "gpus", "gpu_model", "nodes",
-    "comm_priority", "device",
+    "comm_priority", "device", "dispatch",
 )  # fmt: skip
 # Spec cluster fields the portal does not offer, each with why (the API answers with it).
 CLI_ONLY_CLUSTER_KEYS = {
@@ -538,6 +538,16 @@ class ExperimentForm(_ClusterArenaFields):
         choices=[(d, d) for d in run_spec.DEVICES],
         help_text="cuda: a GPU per rank, over NCCL (ask for as many GPUs as ranks per host); "
         "cpu: gloo; auto: GPUs where every rank has one, and each run says which it got",
+    )
+    real_dispatch = forms.ChoiceField(
+        required=False,
+        label="engine dispatch",
+        initial=_REAL.dispatch,
+        choices=[(d, d) for d in run_spec.DISPATCHES],
+        help_text="how the lab's engine issues its collectives: auto, from the gradient hooks "
+        "where the plan sends them as they are ready with no credit limit (wfbp, DDP's "
+        "buckets, fifo delayed all-reduce), else by its communication thread; thread: always "
+        "by that thread. Each run says which it used",
     )
     params = forms.JSONField(
         required=False,

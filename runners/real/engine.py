@@ -18,10 +18,11 @@ simulator executes (``runners.policies.allreduce``) -- on real gradients.
   ``dispatch: auto`` (the default) skips the thread where it has no decision to take: a plan
   issued in release order with no credit limit and no dependent tasks (``inline_eligible``:
   WFBP, DDP-like buckets, FIFO delayed all-reduce) has each released task issued from the
-  gradient hook that released it, on the training thread, as PyTorch DDP's reducer issues its
-  buckets -- the same collectives in the same order, without waking a second thread (on our
-  2-core testbed a wake often waits for a core). ``thread`` keeps the communication thread
-  for every plan.
+  gradient hook that released it, on the thread running the backward (on the CPU the training
+  thread; on a GPU autograd's device thread), as PyTorch DDP's reducer issues its buckets --
+  the same collectives in the same order, without waking a second thread (on our 2-core
+  testbed a wake often waits for a core). ``thread`` keeps the communication thread for every
+  plan. ``dispatch`` says which the engine uses.
 * **Updates**: per-layer SGD (``lr``, ``momentum``) applied in the main thread. With
   ``cross_barrier`` a forward pre-hook on each layer waits only for that layer's group of the
   iteration its update comes from; without it (global barrier) the next iteration starts after

@@ -61,6 +61,16 @@ def test_the_api_stores_how_real_runs_train(client, token):
         real = run.spec["real"]
         assert (real["network"], real["dataset"], real["lr"]) == ("loopback", "shapes", 0.05)
         assert real["momentum"] == 0.0  # the default, resolved in the stored spec
+        assert real["dispatch"] == "auto"
+
+
+def test_the_api_takes_the_engine_s_dispatch(client, token):
+    body = {**BODY, "real": {**BODY["real"], "dispatch": "thread"}}
+    response = post(client, body, token)
+    assert response.status_code == 201, response.content
+    assert all(
+        run.spec["real"]["dispatch"] == "thread" for run in Experiment.objects.get().runs.all()
+    )
 
 
 @pytest.mark.parametrize(
@@ -70,6 +80,7 @@ def test_the_api_stores_how_real_runs_train(client, token):
         ({"real": {"lr": -1}}, "real.lr"),
         ({"real": {"comm_priority": "urgent"}}, "real.comm_priority"),
         ({"real": {"device": "tpu"}}, "real.device"),
+        ({"real": {"dispatch": "inline"}}, "real.dispatch"),  # auto or thread
         pytest.param(
             {"real": {"device": "cuda"}},
             "real.device",
