@@ -329,3 +329,27 @@ def test_pace_beats_wfbp_when_comm_bound():
     wfbp = sim("wfbp", compute_jitter_cv=0).metrics
 
     assert pace["iteration_time_s"] < 0.95 * wfbp["iteration_time_s"]
+
+
+def test_the_engine_issues_inline_only_what_its_thread_would_issue_at_once():
+    """``dispatch: auto`` skips the communication thread only for plans that thread takes no
+    decision for: release order (no priorities to reorder by, no dependent tasks) and no credit
+    limit. Every other plan keeps the thread (and its negotiation, where it has one)."""
+    from runners.policies import allreduce as ar
+
+    layers = tuple(Layer(index=i, name=f"l{i}", grad_bytes=400_000) for i in range(6))
+    problem = CommProblem(layers=layers, workers=2)
+    eligible = {
+        "wfbp": ar.WFBP(),
+        "ddp": ar.DDP(bucket_bytes=800_000, first_bucket_bytes=400_000, broadcast_buffers=False),
+        "delayed-fifo": ar.DelayedAllReduce(1, "stale", 800_000, "fifo"),
+    }
+    kept = {
+        "bytescheduler": ar.bytescheduler(200_000, 400_000),  # a credit limit
+        "dear": ar.DeAR(fusion_bytes=800_000),  # all-gathers after their reduce-scatters
+        "delayed-priority": ar.DelayedAllReduce(1, "stale", 800_000, "priority"),
+    }
+    for name, policy in eligible.items():
+        assert ar.inline_eligible(policy.plan(problem)), name
+    for name, policy in kept.items():
+        assert not ar.inline_eligible(policy.plan(problem)), name

@@ -582,28 +582,3 @@ def test_the_lab_s_engine_refuses_a_plan_with_collectives_before_the_forward():
     assert plan_from_json(json.loads(json.dumps(plan_to_json(plan)))) == plan
     with pytest.raises(ValueError, match="params.broadcast_buffers: false"):
         Engine(None, None, synced, lr=0.1)  # refused before it touches the model or the group
-
-
-def test_the_engine_issues_inline_only_what_its_thread_would_issue_at_once():
-    """``dispatch: auto`` skips the communication thread only for plans that thread takes no
-    decision for: release order (no priorities to reorder by, no dependent tasks) and no credit
-    limit. Every other plan keeps the thread (and its negotiation, where it has one)."""
-    from runners.policies import allreduce as ar
-    from runners.real.engine import inline_eligible
-
-    layers = tuple(ar.Layer(index=i, name=f"l{i}", grad_bytes=400_000) for i in range(6))
-    problem = ar.CommProblem(layers=layers, workers=2)
-    eligible = {
-        "wfbp": ar.WFBP(),
-        "ddp": ar.DDP(bucket_bytes=800_000, first_bucket_bytes=400_000, broadcast_buffers=False),
-        "delayed-fifo": ar.DelayedAllReduce(1, "stale", 800_000, "fifo"),
-    }
-    kept = {
-        "bytescheduler": ar.bytescheduler(200_000, 400_000),  # a credit limit
-        "dear": ar.DeAR(fusion_bytes=800_000),  # all-gathers after their reduce-scatters
-        "delayed-priority": ar.DelayedAllReduce(1, "stale", 800_000, "priority"),
-    }
-    for name, policy in eligible.items():
-        assert inline_eligible(policy.plan(problem)), name
-    for name, policy in kept.items():
-        assert not inline_eligible(policy.plan(problem)), name
