@@ -1204,14 +1204,13 @@ def _issues_inline(
     (``inline`` or ``thread``), else what ``real.dispatch: auto`` gives its plan here."""
     if engine_dispatch is not None:
         return engine_dispatch == "inline"
-    from .policies.allreduce import inline_eligible
     from .real import launch
 
     cluster: dict[str, Any] = {"workers": int(testbed["workers"])}
     if nominal is not None:
         cluster["bandwidth_gbps"] = nominal
     spec = validate({"system": system, "mode": "real", "workload": model, "cluster": cluster})
-    return inline_eligible(launch._plan(spec))
+    return launch.engine_dispatch(spec) == "inline"
 
 
 def matched_specs(

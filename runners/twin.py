@@ -90,12 +90,9 @@ def _engine_dispatch(real: dict[str, Any], summary: dict[str, Any] | None) -> st
         return ""
     if summary:
         return summary.get("engine_dispatch") or "thread"
-    if options.get("dispatch", "auto") == "thread":
-        return "thread"
-    from .policies.allreduce import inline_eligible
     from .real import launch
 
-    return "inline" if inline_eligible(launch._plan(validate(real))) else "thread"
+    return launch.engine_dispatch(validate(real))
 
 
 def _got(real: dict[str, Any], summary: dict[str, Any] | None) -> tuple[str, str, str]:

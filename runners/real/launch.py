@@ -407,6 +407,17 @@ def _plan(spec: RunSpec) -> CommPlan:
     return sim.plan_for(spec, setup, sim.network_for(spec))
 
 
+def engine_dispatch(spec: RunSpec) -> str:
+    """How the lab's engine will issue ``spec``'s collectives (``runners.real.engine``):
+    ``inline`` from the gradient hooks where ``real.dispatch`` is ``auto`` and the plan
+    allows it (``inline_eligible``), else ``thread``."""
+    from ..policies.allreduce import inline_eligible
+
+    if spec.real.dispatch == "auto" and inline_eligible(_plan(spec)):
+        return "inline"
+    return "thread"
+
+
 def run(
     spec: RunSpec,
     work: Path,
