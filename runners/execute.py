@@ -120,6 +120,13 @@ def _real_to_directory(spec: RunSpec, out: Path, argv: list[str]) -> dict[str, A
                 log.info("iteration %d/%d", done, total)
 
         result = launch.run(spec, tmp / "ranks", progress)
+        health = result.network.health or {}
+        if health.get("reorderings") or health.get("drops"):
+            log.warning(
+                "the emulated network reordered %d and dropped %d packets (%d retransmits): "
+                "its iteration times include TCP's recovery",
+                health["reorderings"], health["drops"], health["retransmits"],
+            )  # fmt: skip
         for path in (tmp / "ranks").glob("params*.pt"):
             path.rename(tmp / path.name)
         _write_series_and_timeline(tmp, result.series, result.timeline)
@@ -132,6 +139,8 @@ def _real_to_directory(spec: RunSpec, out: Path, argv: list[str]) -> dict[str, A
                 else None,
                 "latency_emulated": result.network.latency_emulated,
                 "note": result.network.note,
+                # the testbed's TCP retransmits, reorderings and shaper drops (shaped only)
+                "health": result.network.health,
             },
             # the communication threads' priority (runners.real.priority)
             "comm_priority": result.priority_record(),

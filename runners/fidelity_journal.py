@@ -345,6 +345,7 @@ class Journal:
             "spec": spec,
             "metrics": dict(result.metrics),
             "network": result.network.kind,
+            "health": getattr(result.network, "health", None),  # the testbed's counts
             "wall_s": wall_s,
             "failures": list(failures),
         }

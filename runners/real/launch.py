@@ -59,6 +59,7 @@ class Network:
     kind: str
     note: str = ""
     latency_emulated: bool = False
+    health: dict[str, int] | None = None  # the testbed's counts (``Testbed.health``)
 
 
 @dataclass
@@ -535,8 +536,7 @@ def _run(
     elif network.kind == "shaped":
         with tb.testbed(worker_rates(spec, 0), spec.cluster.latency_us) as bed:
             network.latency_emulated = bed.netem
-            if not bed.netem:
-                network.note = "latency not emulated (no netem qdisc): the testbed's own"
+            network.note = bed.notes()
             if any(s.bandwidth_factor != 1.0 for s in spec.cluster.stragglers):
                 progress = reshaper = tb.Reshaper(
                     bed, lambda it: worker_rates(spec, it), 0, progress
@@ -558,6 +558,7 @@ def _run(
                     for k in range(n)
                 ]  # fmt: skip
                 _supervise(commands, work, options.threads, end, progress)
+            network.health = bed.health()
     elif horovod:
         argv = horovodrun_argv(n, "runners.real.worker", work)
         _supervise([(argv, extra)], work, options.threads, end, progress)

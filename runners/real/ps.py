@@ -299,8 +299,7 @@ def run(
 
         with tb.testbed(rates(0), c.latency_us) as bed:
             network.latency_emulated = bed.netem
-            if not bed.netem:
-                network.note = "latency not emulated (no netem qdisc): the testbed's own"
+            network.note = bed.notes()
             commands = []
             for k in range(n):
                 env = {"LAB_PS_ID": str(k), "GLOO_SOCKET_IFNAME": "eth0"}
@@ -308,6 +307,7 @@ def run(
                 commands.append((argv, env))
             reshaper = tb.Reshaper(bed, rates, 0, progress)
             launch._supervise(commands, work, options.threads, end, reshaper)
+            network.health = bed.health()
             worker_reshapes = sum(reshaper.changed[:workers])
             reshapes = sum(reshaper.changed[workers:])
     else:
