@@ -227,11 +227,21 @@ def _trained_on(run: Run) -> list[str]:
     except (OSError, ValueError):
         return ["", ""]
 
-    def told(block: dict) -> str:
-        kind = str(block.get("kind", ""))
-        return f"{kind} ({block['note']})" if block.get("note") else kind
-
     return [told(summary.get("network") or {}), told(summary.get("device") or {})]
+
+
+def told(block: dict) -> str:
+    """A summary's ``network`` or ``device`` block in words: its kind, with its note and, for
+    a shaped network that reordered or dropped packets, how many (``network.health``)."""
+    kind = str(block.get("kind", ""))
+    said = [str(block["note"])] if block.get("note") else []
+    health = block.get("health") or {}
+    if health.get("reorderings") or health.get("drops"):
+        said.append(
+            f"{health['reorderings']} packets reordered, {health['drops']} dropped, "
+            f"{health.get('retransmits', 0)} retransmitted"
+        )
+    return f"{kind} ({'; '.join(said)})" if said else kind
 
 
 def _figures(experiment: Experiment) -> tuple[list[dict[str, object]], bool]:

@@ -154,3 +154,18 @@ def test_a_real_run_runs_alone_on_the_machine(user, config, client):
     # beside it the simulator's prediction (its twin) or why it has none on this machine
     assert "real-vs-sim.png" in page or "No simulator prediction beside these real" in page
     finish_all(rerun)
+
+
+def test_a_run_s_network_is_told_with_what_its_testbed_counted():
+    from lab.experiments.views import told
+
+    assert told({"kind": "loopback"}) == "loopback"
+    assert told({"kind": "shaped", "note": "latency not emulated"}) == (
+        "shaped (latency not emulated)"
+    )
+    clean = {"retransmits": 1, "reorderings": 0, "drops": 0}
+    assert told({"kind": "shaped", "health": clean}) == "shaped"
+    bad = {"retransmits": 12, "reorderings": 30, "drops": 2}
+    assert told({"kind": "shaped", "note": "n", "health": bad}) == (
+        "shaped (n; 30 packets reordered, 2 dropped, 12 retransmitted)"
+    )
