@@ -7,6 +7,10 @@ tensor by tensor; DDP's reducer and ``optimizer.step``). The gap against the two
 what communication adds.
 
     PYTHONPATH=. .venv/bin/python scripts/engine-compute-cost.py resnet50-debug [--pairs 30]
+        [--dispatch auto|thread]
+
+``--dispatch``: the engine's ``real.dispatch`` (``auto``, the default: DDP's buckets issued from
+the gradient hooks; ``thread``: through its communication thread).
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model", help="a debug model, e.g. resnet50-debug")
     parser.add_argument("--pairs", type=int, default=30, help="block pairs (default 30)")
+    parser.add_argument(
+        "--dispatch", choices=["auto", "thread"], default="auto",
+        help="the engine's dispatch (real.dispatch; default auto)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if not 1 <= args.pairs <= 10_000:
         print(f"--pairs: must be between 1 and 10000 (got {args.pairs})", file=sys.stderr)
@@ -72,7 +80,14 @@ def main(argv: list[str]) -> int:
         for pair in range(1 + args.pairs):  # the first pair: warm-up
             for side in run_order(pair):
                 engine = (
-                    Engine(models["lab"], binding, plan, lr=0.01, momentum=0.9)
+                    Engine(
+                        models["lab"],
+                        binding,
+                        plan,
+                        lr=0.01,
+                        momentum=0.9,
+                        dispatch=args.dispatch,
+                    )
                     if side == "lab"
                     else None
                 )
