@@ -253,8 +253,9 @@ class Testbed:
             _ip("-n", ns, "link", "set", "eth0", "up")
             _ip("-n", ns, "link", "set", "lo", "up")
             self._shape(k, self.bandwidth_gbps[k], change=False)
-            for where, dev in ((ns, "eth0"), (self.switch, port)):
-                self.steered = steer(where, dev) and self.steered
+            self.steered = steer(ns, ["eth0"]) and self.steered
+        ports = [f"v{k}" for k in range(self.nodes)]
+        self.steered = steer(self.switch, ports) and self.steered  # one call for the switch
 
     def notes(self) -> str:
         """What a run on this testbed reports it does not emulate (empty: nothing)."""
@@ -310,29 +311,28 @@ def tcp_counters(namespace: str) -> dict[str, int]:
     """``namespace``'s TCP counters (``/proc/net/snmp`` and ``netstat``), named as ``nstat``
     names them: ``TcpRetransSegs``, ``TcpExtTCPSACKReorder``, ..."""
     counters: dict[str, int] = {}
-    for table in ("snmp", "netstat"):
-        lines = subprocess.run(
-            ["ip", "netns", "exec", namespace, "cat", f"/proc/net/{table}"],
-            capture_output=True, text=True,
-        ).stdout.splitlines()  # fmt: skip
-        for names, values in zip(lines[0::2], lines[1::2], strict=False):
-            kind, *keys = names.split()
-            numbers = values.split()[1:]
-            if len(numbers) == len(keys):
-                counters.update(
-                    (kind.rstrip(":") + key, int(value))
-                    for key, value in zip(keys, numbers, strict=True)
-                )
+    lines = subprocess.run(  # both tables are pairs of lines: names, then values
+        ["ip", "netns", "exec", namespace, "cat", "/proc/net/snmp", "/proc/net/netstat"],
+        capture_output=True, text=True,
+    ).stdout.splitlines()  # fmt: skip
+    for names, values in zip(lines[0::2], lines[1::2], strict=False):
+        kind, *keys = names.split()
+        numbers = values.split()[1:]
+        if len(numbers) == len(keys):
+            counters.update(
+                (kind.rstrip(":") + key, int(value))
+                for key, value in zip(keys, numbers, strict=True)
+            )
     return counters
 
 
-def steer(namespace: str, dev: str) -> bool:
-    """Have ``dev`` in ``namespace`` steer the packets it receives to this process's CPUs by
+def steer(namespace: str, devs: list[str]) -> bool:
+    """Have ``devs`` in ``namespace`` steer the packets they receive to this process's CPUs by
     flow (``rps_cpus``), so a flow's are handled in order on one CPU (module docstring).
     False where the kernel cannot (no ``CONFIG_RPS``)."""
-    path = f"/sys/class/net/{dev}/queues/rx-0/rps_cpus"
+    paths = [f"/sys/class/net/{dev}/queues/rx-0/rps_cpus" for dev in devs]
     result = subprocess.run(
-        ["ip", "netns", "exec", namespace, "tee", path],
+        ["ip", "netns", "exec", namespace, "tee", *paths],
         input=cpu_mask(sorted(os.sched_getaffinity(0))),
         capture_output=True,
         text=True,
