@@ -61,6 +61,14 @@ class Network:
     latency_emulated: bool = False
     health: dict[str, int] | None = None  # the testbed's counts (``Testbed.health``)
 
+    def on(self, bed: tb.Testbed) -> None:
+        """The run's network is ``bed`` (now set up): what it emulates, and the run log says
+        what it does not (the launch's first line was written before the testbed existed)."""
+        self.latency_emulated = bed.netem
+        self.note = bed.notes()
+        if self.note:
+            log.info("real run: shaped network: %s", self.note)
+
 
 @dataclass
 class RealResult:
@@ -535,8 +543,7 @@ def _run(
         _supervise([(argv, {})], work, options.threads, end, progress)
     elif network.kind == "shaped":
         with tb.testbed(worker_rates(spec, 0), spec.cluster.latency_us) as bed:
-            network.latency_emulated = bed.netem
-            network.note = bed.notes()
+            network.on(bed)
             if any(s.bandwidth_factor != 1.0 for s in spec.cluster.stragglers):
                 progress = reshaper = tb.Reshaper(
                     bed, lambda it: worker_rates(spec, it), 0, progress

@@ -298,8 +298,7 @@ def run(
             ]
 
         with tb.testbed(rates(0), c.latency_us) as bed:
-            network.latency_emulated = bed.netem
-            network.note = bed.notes()
+            network.on(bed)
             commands = []
             for k in range(n):
                 env = {"LAB_PS_ID": str(k), "GLOO_SOCKET_IFNAME": "eth0"}

@@ -1,5 +1,7 @@
 """The emulated network's pieces that need no root (the testbed itself: tests/integration)."""
 
+import logging
+
 from runners.real import testbed
 
 
@@ -19,3 +21,20 @@ def test_a_testbed_says_what_it_does_not_emulate():
     assert bed.notes() == "latency not emulated (no netem qdisc): the testbed's own"
     bed.steered = False
     assert bed.notes().endswith("; a flow's packets may be reordered (no receive packet steering)")
+
+
+def test_a_run_on_a_testbed_logs_what_it_does_not_emulate(caplog):
+    from runners.real.launch import Network
+
+    bed = testbed.Testbed("labnet-1-0", [1.0, 1.0], netem=True)
+    network = Network("shaped")
+    with caplog.at_level(logging.INFO, logger="runners"):
+        network.on(bed)
+    assert (network.latency_emulated, network.note, caplog.messages) == (True, "", [])
+    bed.netem = False
+    with caplog.at_level(logging.INFO, logger="runners"):
+        network.on(bed)
+    assert not network.latency_emulated
+    assert caplog.messages == [
+        "real run: shaped network: latency not emulated (no netem qdisc): the testbed's own"
+    ]
