@@ -18,7 +18,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from lab.experiments.models import Experiment
@@ -780,8 +780,7 @@ def reconcile() -> dict[str, int]:
     _refresh_gpus()
     free = settings.MAX_PARALLEL_RUNS - Run.objects.filter(_this_host(), state=Run.RUNNING).count()
     if free > 0:
-        queued = Run.objects.filter(state=Run.QUEUED).order_by("created_at", "id")
-        rows = queued.values_list("pk", "spec__mode", "spec__real__nodes")[: free + 16]
+        rows = queue_order().values_list("pk", "spec__mode", "spec__real__nodes")[: free + 16]
         for run_id, mode, nodes in rows:
             launched = launch_run(run_id)
             counts["launched"] += launched
@@ -791,6 +790,26 @@ def reconcile() -> dict[str, int]:
             if counts["launched"] >= free:
                 break
     return counts
+
+
+def queue_order() -> QuerySet[Run]:
+    """Queued runs in the order they start: the runs people queued first, oldest first, then
+    the nightly suite's (its claim checks' experiments and its re-runs of nightly experiments),
+    oldest first. A night's runs never hold up an experiment queued while they run; they wait
+    for free slots instead, and a night whose runs have not ended within
+    ``LAB_NIGHTLY_TIMEOUT_H`` is judged on what ran (``lab.reports.nightly.settle``)."""
+    from lab.reports.models import ClaimCheck, NightlyRun
+
+    nightly = Exists(
+        NightlyRun.experiments.through.objects.filter(experiment_id=OuterRef("experiment_id"))
+    ) | Exists(
+        ClaimCheck.objects.filter(experiment_id=OuterRef("experiment_id"), nightly__isnull=False)
+    )
+    return (
+        Run.objects.filter(state=Run.QUEUED)
+        .annotate(nightly=nightly)
+        .order_by("nightly", "created_at", "id")
+    )
 
 
 def _seen() -> Any:

@@ -138,6 +138,29 @@ def test_it_never_runs_more_than_the_allowed_number_of_runs_at_once(user, config
     assert {r.state for r in finish_all(experiment)} == {Run.SUCCEEDED}
 
 
+@override_settings(MAX_PARALLEL_RUNS=1)
+def test_a_night_s_runs_wait_behind_the_runs_people_queued(user, config):
+    from lab.reports.models import ClaimCheck, NightlyRun
+
+    night = NightlyRun.objects.create(trigger="manual")
+    rerun = actions.create_experiment(user, config)  # the night's re-run of a nightly one
+    night.experiments.add(rerun)
+    check = actions.create_experiment(user, config)  # a claim check of the night
+    ClaimCheck.objects.create(claim_id="c1", experiment=check, nightly=night)
+    asked = actions.create_experiment(user, config)  # a claim check someone asked for
+    ClaimCheck.objects.create(claim_id="c1", experiment=asked)
+    mine = actions.create_experiment(user, config)  # queued last, while the night waits
+    order = list(actions.queue_order().values_list("experiment_id", flat=True))
+    assert order == [asked.pk] * 4 + [mine.pk] * 4 + [rerun.pk] * 4 + [check.pk] * 4
+    try:
+        assert actions.reconcile()["launched"] == 1
+        assert Run.objects.get(state=Run.RUNNING).experiment_id == asked.pk
+    finally:
+        for experiment in (asked, mine, rerun, check):
+            actions.cancel_experiment(experiment)
+    assert not Run.objects.filter(state__in=Run.ACTIVE).exists()
+
+
 def test_a_run_whose_process_vanished_is_requeued_then_succeeds(user, config):
     experiment = actions.create_experiment(user, config)
     run = experiment.runs.first()
