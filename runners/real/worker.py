@@ -513,7 +513,11 @@ def _ddp_step(
         model,
         device_ids=[device.index] if device.type == "cuda" else None,
         bucket_cap_mb=int(params["bucket_bytes"]) / 2**20,
-        broadcast_buffers=bool(params.get("broadcast_buffers", True)),
+        # torch 2.13 renamed ``broadcast_buffers`` (now deprecated, with a FutureWarning in
+        # every rank's log) to ``forward_sync_buffers``; the new one still broadcasts the
+        # buffers once at construction, before the warm-up, where every rank's are equal
+        # already (the same seed): the timed steps are the same either way.
+        forward_sync_buffers=bool(params.get("broadcast_buffers", True)),
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
     model_forward = [0.0]  # when the model's own forward began (DDP's buffers synced)
