@@ -984,12 +984,13 @@ def _bench(args: argparse.Namespace) -> int:
             )
         return f"{plural(case['repeats'], 'pair')} of {case['iterations']}-iteration runs"
 
+    width = max([42] + [len(c["name"]) for c in report.get("real", [])])  # the names aligned
     for case in report.get("real", []):
         flag = f"  {case['verdict']} (target {case['target_pct']:g}%)"
         if case["failures"]:
             flag += f"  ({len(case['failures'])} failed runs: {case['failures'][0]})"
         print(
-            f"real {case['name']:42} DDP {case['ddp_iteration_s'] * 1e3:7.1f} ms  "
+            f"real {case['name']:{width}} DDP {case['ddp_iteration_s'] * 1e3:7.1f} ms  "
             f"engine {case['engine_iteration_s'] * 1e3:7.1f} ms  "
             f"overhead {case['overhead_pct']:+5.1f}%{span(case['overhead_ci_pct'])} over "
             f"{measured(case)}; the medians' "
@@ -1004,7 +1005,7 @@ def _bench(args: argparse.Namespace) -> int:
                     f"{plural(len(case['control_pairs']), 'pair')}: {case['control_verdict']} (the "
                     "verdict DDP would get against itself)"
                 )
-            print(f"real {'':42} control: DDP against itself {said}")
+            print(f"real {'':{width}} control: DDP against itself {said}")
     if report.get("real"):
         ratios = [1 + c["overhead_pct"] / 100 for c in report["real"]]
         geomean = math.prod(ratios) ** (1 / len(ratios))

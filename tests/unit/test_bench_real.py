@@ -107,6 +107,8 @@ def test_the_command_prints_each_model_s_pairs_range_and_verdict(monkeypatch, ca
     )
     assert line.endswith("met (target 5%)")
     assert "geometric mean -2.0%" in out
+    rows = [s for s in out.splitlines() if s.startswith("real engine-vs-ddp/")]
+    assert len(rows) == 6 and len({s.index(" DDP ") for s in rows}) == 1, rows  # one column
 
 
 class SlotRuns:
