@@ -209,13 +209,24 @@ STOP_GRACE_S = env.number("LAB_STOP_GRACE_S", 10.0, minimum=0.0)
 # A host whose worker has not reconciled for this long is lost: its running runs fail.
 HOST_LOST_S = env.number("LAB_HOST_LOST_S", 600.0, minimum=60.0)
 
+LOG_LEVEL = env.text("LAB_LOG_LEVEL", "INFO")
+# Celery's INFO lines about the periodic housekeeping tasks (three every few seconds) are left
+# out unless LAB_LOG_LEVEL is DEBUG: lab.logfilters.QuietHousekeeping.
+_QUIET = [] if LOG_LEVEL.upper() == "DEBUG" else ["quiet_housekeeping"]
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "filters": {"quiet_housekeeping": {"()": "lab.logfilters.QuietHousekeeping"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env.text("LAB_LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        **{
+            name: {"filters": _QUIET}
+            for name in ("celery.beat", "celery.worker.strategy", "celery.app.trace")
+        },
+    },
 }
 
 # --- First administrator (see `manage.py ensure_admin`) ---------------------------------------

@@ -1,0 +1,28 @@
+"""Logging filters for the lab's processes (wired in ``settings.LOGGING``)."""
+
+from __future__ import annotations
+
+import logging
+
+# The periodic housekeeping tasks: beat sends them every few seconds (reconcile every
+# LAB_RECONCILE_INTERVAL_S, 3 s by default), and Celery logs each one three times at INFO
+# (sent, received, succeeded): 3,600 lines an hour that bury the lab's own lines (run launched,
+# run failed, night started). What they do is logged by the lab itself when it happens.
+HOUSEKEEPING = (
+    "lab.runs.tasks.reconcile_runs",
+    "lab.runs.tasks.reconcile_host",
+    "lab.reports.tasks.settle",
+)
+
+
+class QuietHousekeeping(logging.Filter):
+    """Drop Celery's INFO lines about the housekeeping tasks (beat sending one, the worker
+    receiving it, its success). Warnings and errors about them (a failure, a retry, a time
+    limit) pass, and so does every line about any other task. ``LAB_LOG_LEVEL=DEBUG`` shows
+    them all (``settings.LOGGING`` does not install the filter then)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.INFO:
+            return True
+        message = record.getMessage()
+        return not any(task in message for task in HOUSEKEEPING)

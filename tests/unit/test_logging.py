@@ -1,0 +1,56 @@
+"""The lab's processes log what happens to runs, not every tick of the housekeeping tasks."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from celery.app import trace
+from django.conf import settings
+
+from lab.logfilters import QuietHousekeeping
+
+RECONCILE = "lab.runs.tasks.reconcile_runs"
+
+
+def _context(task: str) -> dict:
+    return {"id": "f00", "name": task, "args": "()", "kwargs": "{}", "eta": None,
+            "runtime": 0.009, "return_value": None}  # fmt: skip
+
+
+@pytest.mark.skipif(settings.LOG_LEVEL.upper() == "DEBUG", reason="LAB_LOG_LEVEL=DEBUG shows all")
+def test_celery_s_info_lines_about_the_housekeeping_tasks_are_left_out(caplog):
+    """Celery's own messages (its format strings) on the loggers it uses: beat sending the
+    reconcile task, the worker receiving it, its success are dropped; the same lines about
+    another task (the figures' render) and a housekeeping task's failure are kept."""
+    caplog.set_level(logging.INFO)
+    logging.getLogger("celery.beat").info(
+        "Scheduler: Sending due task %s (%s)", "reconcile-runs", RECONCILE
+    )
+    logging.getLogger("celery.worker.strategy").info(trace.LOG_RECEIVED, _context(RECONCILE))
+    logging.getLogger("celery.app.trace").info(trace.LOG_SUCCESS, _context(RECONCILE))
+    render = "lab.reports.tasks.render_figures"
+    logging.getLogger("celery.worker.strategy").info(trace.LOG_RECEIVED, _context(render))
+    logging.getLogger("celery.app.trace").info(trace.LOG_SUCCESS, _context(render))
+    failed = {**_context(RECONCILE), "exc": "OperationalError('locked')", "description": "raised"}
+    logging.getLogger("celery.app.trace").error(trace.LOG_FAILURE, failed)
+    kept = [r.getMessage() for r in caplog.records]
+    assert [m.split("[")[0] for m in kept] == [
+        f"Task {render}",
+        f"Task {render}",
+        f"Task {RECONCILE}",
+    ], kept
+    assert "received" in kept[0] and "succeeded" in kept[1] and "raised" in kept[2]
+
+
+def test_the_filter_keeps_lines_that_name_no_housekeeping_task():
+    quiet = QuietHousekeeping()
+    line = logging.LogRecord(
+        "celery.beat", logging.INFO, __file__, 1, "beat: Starting...", (), None
+    )
+    assert quiet.filter(line)
+    tick = logging.LogRecord(
+        "celery.beat", logging.INFO, __file__, 1, "Sending due task %s (%s)",
+        ("settle-claims-and-nights", "lab.reports.tasks.settle"), None,
+    )  # fmt: skip
+    assert not quiet.filter(tick)
