@@ -21,6 +21,7 @@ from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
+from lab import measuring
 from lab.experiments.models import Experiment
 from lab.results.ingest import ingest_run
 from lab.runs.models import CONDITION_KEYS, Run, RunNode
@@ -305,8 +306,17 @@ def _transition(run_id: int, sources: tuple[str, ...], target: str, **fields: An
 
 def launch_run(run_id: int) -> bool:
     """Start a queued run on this host with its executor if a slot (and the GPUs it asks
-    for) are free. Idempotent: only one host and one worker can move it out of queued."""
+    for) are free. Idempotent: only one host and one worker can move it out of queued. A real
+    run also waits for the figures being drawn or waiting to be drawn here (``lab.measuring``):
+    it measures alone."""
     queued = Run.objects.filter(pk=run_id, state=Run.QUEUED).first()
+    if queued is None or queued.spec.get("mode") != "real":
+        return _launch_run(run_id, queued)
+    with measuring.launching() as quiet:
+        return quiet and _launch_run(run_id, queued)
+
+
+def _launch_run(run_id: int, queued: Run | None) -> bool:
     # A run over several hosts (not one Slurm batch job) needs free peers as well.
     many = queued is not None and _nodes_of(queued) > 1 and settings.EXECUTOR != "slurm"
     with transaction.atomic():
@@ -778,6 +788,9 @@ def reconcile() -> dict[str, int]:
     except Exception:
         log.exception("could not stop the first nodes of failed runs")
     _refresh_gpus()
+    if _measuring_here() is None:  # the renders that waited for a real run, or were lost
+        for experiment_id in measuring.retry():
+            ask_render(experiment_id)
     free = settings.MAX_PARALLEL_RUNS - Run.objects.filter(_this_host(), state=Run.RUNNING).count()
     if free > 0:
         rows = queue_order().values_list("pk", "spec__mode", "spec__real__nodes")[: free + 16]
@@ -1013,9 +1026,9 @@ def cancel_experiment(experiment: Experiment, by: str = "") -> int:
 def _after_change(experiment_id: int) -> None:
     """Results changed: redraw the experiment's figures once the transaction commits; when its
     last run ended and a claim check or a night waits on it, settle them."""
-    from lab.reports.tasks import render_figures, settle
+    from lab.reports.tasks import settle
 
-    transaction.on_commit(lambda: render_figures.delay(experiment_id))
+    transaction.on_commit(lambda: ask_render(experiment_id))
     if _awaited(experiment_id):
         transaction.on_commit(settle.delay)
 
@@ -1033,10 +1046,37 @@ def _awaited(experiment_id: int) -> bool:
     )
 
 
+def ask_render(experiment_id: int) -> None:
+    """Have the experiment's figures redrawn: pending from now (``lab.measuring``)."""
+    from lab.reports.tasks import render_figures
+
+    measuring.mark_pending(experiment_id)
+    render_figures.delay(experiment_id)
+
+
+def _measuring_here() -> Run | None:
+    """The real run running on this host, if any."""
+    return Run.objects.filter(_this_host(), state=Run.RUNNING, spec__mode="real").first()
+
+
 def render_figures(experiment_id: int) -> list[str]:
+    """Redraw the experiment's figures, unless a real run is measuring on this host: then the
+    render waits (``lab.measuring``) and is asked for again once no real run runs here."""
     from lab.reports import figures
 
+    asked = measuring.asked_at(experiment_id)
     experiment = Experiment.objects.filter(pk=experiment_id).first()
     if experiment is None:
+        measuring.done(experiment_id, asked)
         return []
-    return [str(p) for p in figures.render(experiment)]
+    with measuring.drawing():
+        run = _measuring_here()
+        if run is not None:
+            log.info("figures of experiment %s wait: real run %s is measuring on %s",
+                     experiment_id, run.pk, settings.HOST_NAME)  # fmt: skip
+            measuring.defer(experiment_id)
+            return []
+        try:
+            return [str(p) for p in figures.render(experiment)]
+        finally:
+            measuring.done(experiment_id, asked)

@@ -35,6 +35,7 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
 
+from lab import measuring
 from lab.experiments.models import Experiment
 from lab.reports import claims as ledger
 from lab.reports import regression, reproduce
@@ -115,7 +116,8 @@ def judge_check(check: ClaimCheck) -> ClaimCheck:
     _record(check, claim, assessment, per_condition)
     if check.state == ClaimCheck.DONE and check.experiment is not None:
         try:
-            draw_claim_figure(check, claim)
+            with measuring.drawing():  # a real run's launch here waits for it
+                draw_claim_figure(check, claim)
         except Exception:  # a figure must never block the verdict
             log.exception("claim figure of check %s could not be drawn", check.pk)
     return check
@@ -180,7 +182,8 @@ def _draw_owed_figures() -> int:
         if not figure_owed(check):
             continue
         try:
-            drawn += draw_claim_figure(check, claim_of(check)) is not None
+            with measuring.drawing():
+                drawn += draw_claim_figure(check, claim_of(check)) is not None
         except Exception:  # logged; tried again at the next settle within the grace
             log.exception("claim figure of check %s could not be drawn", check.pk)
     return drawn
