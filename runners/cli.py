@@ -412,7 +412,7 @@ def _phase_table(phases: list[dict[str, Any]]) -> str:
     """``twin.phases`` as text: per phase the real run's and the twin's ms and the difference."""
     width = max(len(p["phase"]) for p in phases)
     head = (
-        f"per worker or server, ms, the median over iterations {phases[0]['iterations']} "
+        f"per worker or server, ms, the median over {phases[0]['iterations']} "
         "(ends: after the iteration's first forward op; waits: within the compute's span)"
     )
     lines = [head, f"{'phase':{width}}  {'real':>7}  {'twin':>7}  {'twin-real':>9}"]

@@ -308,7 +308,8 @@ def _phase_values(rows: Iterable[Sequence]) -> tuple[dict[str, float], list[int]
 def phases(real_rows: Iterable[Sequence], twin_rows: Iterable[Sequence]) -> list[dict[str, Any]]:
     """A real run's timeline (rows of ``Prediction.TIMELINE_COLUMNS``) beside its twin's,
     phase by phase (``_phase_values``): ``{"phase", "real_ms", "twin_ms", "iterations"}``
-    per phase either has (``iterations``: the real run's used), the iteration first, then
+    per phase either has (``iterations``: the real run's used, in words: "iterations 5-6",
+    "iteration 30"), the iteration first, then
     the compute's, then the others by when they end; NaN where one side lacks the
     phase."""
     real, real_its = _phase_values(real_rows)
@@ -326,7 +327,11 @@ def phases(real_rows: Iterable[Sequence], twin_rows: Iterable[Sequence]) -> list
         return (rank, end, bases.index(base), quantity.get(what, 0))
 
     names.sort(key=place)
-    used = f"{real_its[0]}-{real_its[-1]}" if real_its else ""
+    used = ""  # "iteration 30", "iterations 5-6": what the medians are over
+    if real_its:
+        used = f"iteration {real_its[0]}"
+        if len(real_its) > 1:
+            used = f"iterations {real_its[0]}-{real_its[-1]}"
     return [
         {
             "phase": name,

@@ -662,11 +662,22 @@ def detail_figures(experiment: Experiment) -> list[tuple[str, str, pd.DataFrame,
     out = []
     timeline = timeline_frame(runs)
     if not timeline.empty:
-        seeds = ", ".join(f"{r.system} seed {r.seed}" for r in _lowest_seeds(runs))
+        shown = set(timeline["panel"])
+        seeds = ", ".join(
+            f"{r.system} seed {r.seed}" for r in _lowest_seeds(runs) if r.system in shown
+        )
+        without = [r.system for r in _lowest_seeds(runs) if r.system not in shown]
+        caption = (
+            f"one bar per operation [start, end) in the last measured iteration{where}, one run "
+            f"per system ({seeds})"
+        )
+        if without:  # e.g. PyTorch's DDP, the real Horovod: their operations are not recorded
+            caption += f"; no operations recorded by {', '.join(without)}"
+        real = runs[0].spec.get("mode") == "real"
         kwargs = {
-            "caption": f"one bar per operation [start, end) in the last measured iteration"
-            f"{where}, one run per system ({seeds})",
-            "xlabel": "simulated time since the iteration's first operation (s)",
+            "caption": caption,
+            "xlabel": ("measured" if real else "simulated")
+            + " time since the iteration's first operation (s)",
         }
         out.append(("timeline", "timeline_gantt", timeline, kwargs))
     jct = jct_frame(runs)
@@ -688,7 +699,7 @@ def detail_figures(experiment: Experiment) -> list[tuple[str, str, pd.DataFrame,
     if not phases.empty:
         used = phases["iterations"].iat[0]
         caption = (
-            f"{runs[0].system} seed {runs[0].seed}{where}, medians over iterations {used} of "
+            f"{runs[0].system} seed {runs[0].seed}{where}, medians over {used} of "
             "the run's timeline and its twin's (python -m runners twin --phases); busy: per "
             "worker or server; waits: within the compute's span; ends: after the iteration's "
             "first forward op"

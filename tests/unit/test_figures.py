@@ -257,6 +257,36 @@ def test_a_comm_experiment_draws_the_last_iterations_timeline_per_system(client,
 
 
 @pytest.mark.django_db
+def test_the_timeline_says_whose_operations_it_shows_and_on_which_clock(user, config):
+    """Simulated runs: simulated time. Real runs: measured time; a run that recorded no
+    operations (PyTorch's DDP, the real Horovod write a timeline of a header only) is named
+    as such, not listed among the runs shown."""
+    from lab import actions
+
+    experiment = actions.create_experiment(user, config)
+    _run_for_real(experiment)
+
+    def timeline() -> dict:
+        (kwargs,) = [
+            k for stem, _, _, k in figures.detail_figures(experiment) if stem == "timeline"
+        ]
+        return kwargs
+
+    said = timeline()
+    assert said["xlabel"].startswith("simulated time")
+    assert "(bytescheduler seed 0, wfbp seed 0)" in said["caption"]
+    for run in experiment.runs.all():  # as if they had trained for real
+        run.spec = {**run.spec, "mode": "real"}
+        run.save(update_fields=["spec"])
+    for run in experiment.runs.filter(system="wfbp"):
+        path = run.run_dir / "timeline.csv"
+        path.write_text(path.read_text().splitlines()[0] + "\n")
+    said = timeline()
+    assert said["xlabel"].startswith("measured time")
+    assert "(bytescheduler seed 0); no operations recorded by wfbp" in said["caption"]
+
+
+@pytest.mark.django_db
 def test_a_cluster_experiment_compares_jct_and_utility_and_draws_the_jct_cdf(client, user):
     from django.urls import reverse
 

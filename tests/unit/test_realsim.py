@@ -189,7 +189,7 @@ def test_phases_set_each_resource_of_the_run_beside_its_twin_s():
     # iterations 5 and 6 (7 has no next one): 30 and 40 ms real, 25 twin
     assert got["iteration"]["real_ms"] == pytest.approx(35.0)
     assert got["iteration"]["twin_ms"] == pytest.approx(25.0)
-    assert got["iteration"]["iterations"] == "5-6"
+    assert got["iteration"]["iterations"] == "iterations 5-6"
     assert got["compute forward: busy"]["real_ms"] == pytest.approx(4.0)
     assert got["compute forward: busy"]["twin_ms"] == pytest.approx(8.0)
     assert got["compute backward: ends"]["real_ms"] == pytest.approx(17.0)  # (16 + 18) / 2
