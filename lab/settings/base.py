@@ -222,6 +222,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
+        "fontTools": {"level": "WARNING"},  # matplotlib's PDFs: ~180 INFO lines a figure
         **{
             name: {"filters": _QUIET}
             for name in ("celery.beat", "celery.worker.strategy", "celery.app.trace")
