@@ -1055,8 +1055,13 @@ def ask_render(experiment_id: int) -> None:
 
 
 def _measuring_here() -> Run | None:
-    """The real run running on this host, if any."""
-    return Run.objects.filter(_this_host(), state=Run.RUNNING, spec__mode="real").first()
+    """The real run running on this host, if any: its first node or, for a run over several
+    hosts, a further node of it."""
+    run = Run.objects.filter(_this_host(), state=Run.RUNNING, spec__mode="real").first()
+    if run is None:
+        node = _active_nodes().filter(host=settings.HOST_NAME).select_related("run").first()
+        run = node.run if node is not None else None
+    return run
 
 
 def render_figures(experiment_id: int) -> list[str]:

@@ -127,3 +127,24 @@ def test_the_page_of_a_real_experiment_under_way_says_its_figures_wait(
         assert ('id="figures-between-runs"' in client.get(url).content.decode()) is said, state
     sim = actions.create_experiment(user, config)
     assert 'id="figures-between-runs"' not in client.get(f"/experiments/{sim.pk}/").content.decode()
+
+
+def test_a_render_waits_for_a_further_node_of_a_real_run_on_this_host(
+    real_run, user, config, asked, monkeypatch, settings
+):
+    """A run over several hosts: its first node elsewhere, a further node here."""
+    from lab.runs.models import RunNode
+
+    drawn: list[int] = []
+    monkeypatch.setattr(figures, "render", lambda experiment: drawn.append(experiment.pk) or [])
+    Run.objects.filter(pk=real_run.pk).update(state=Run.RUNNING, host="elsewhere")
+    sim = actions.create_experiment(user, config)
+    actions.render_figures(sim.pk)
+    assert drawn == [sim.pk]  # nothing of the real run here
+    real_run.refresh_from_db()
+    RunNode.objects.create(
+        run=real_run, rank=1, attempt=real_run.attempt, rendezvous="elsewhere:29500",
+        host=settings.HOST_NAME,
+    )  # fmt: skip
+    actions.ask_render(sim.pk)
+    assert actions.render_figures(sim.pk) == [] and drawn == [sim.pk]  # waits for the node
