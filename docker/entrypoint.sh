@@ -73,7 +73,7 @@ case "$role" in
     check_results_dir
     setup
     echo "web" >"$ROLE_FILE"
-    exec gunicorn lab.wsgi --bind "0.0.0.0:$PORT" --workers "${LAB_WEB_WORKERS:-2}" \
+    exec gunicorn lab.wsgi -c python:lab.gunicorn_conf --bind "0.0.0.0:$PORT" --workers "${LAB_WEB_WORKERS:-2}" \
       --access-logfile - --log-level warning "$@"
     ;;
   worker)

@@ -1,8 +1,10 @@
-"""Logging filters for the lab's processes (wired in ``settings.LOGGING``)."""
+"""Logging filters for the lab's processes (wired in ``settings.LOGGING`` and
+``lab/gunicorn_conf.py``)."""
 
 from __future__ import annotations
 
 import logging
+import re
 
 # The periodic housekeeping tasks: beat sends them every few seconds (reconcile every
 # LAB_RECONCILE_INTERVAL_S, 3 s by default), and Celery logs each one three times at INFO
@@ -26,3 +28,17 @@ class QuietHousekeeping(logging.Filter):
             return True
         message = record.getMessage()
         return not any(task in message for task in HOUSEKEEPING)
+
+
+# A successful poll of a page's live part: the experiment and claims pages ask for it every
+# 2 s while something runs (lab/static/lab/live.js).
+_POLL = re.compile(r'"GET /(?:experiments/\d+/|claims/)live/\S* HTTP/[\d.]+" (?:200|304) ')
+
+
+class QuietPolls(logging.Filter):
+    """Drop gunicorn's access-log lines of successful live-status polls: one every 2 s for each
+    open page while an experiment runs, between the lines of the requests people make. A
+    failed poll, and every other request, stay (``lab/gunicorn_conf.py`` installs it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _POLL.search(record.getMessage())

@@ -61,3 +61,35 @@ def test_the_font_subsetting_of_the_pdf_figures_logs_no_info():
     about 180 lines a figure, 1,870 in one three-run experiment's renders."""
     assert not logging.getLogger("fontTools.subset").isEnabledFor(logging.INFO)
     assert logging.getLogger("fontTools.subset").isEnabledFor(logging.WARNING)
+
+
+def test_the_access_log_leaves_out_successful_live_polls():
+    """gunicorn's access lines (its default format) through the filter gunicorn_conf installs."""
+    from lab.logfilters import QuietPolls
+
+    def line(request: str, status: int) -> logging.LogRecord:
+        message = (
+            f'127.0.0.1 - - [06/Dec/2026:04:34:39 +0000] "{request} HTTP/1.1" {status} 2351 '
+            '"http://127.0.0.1:8000/experiments/1/" "Mozilla/5.0"'
+        )
+        return logging.LogRecord("gunicorn.access", logging.INFO, "", 0, message, (), None)
+
+    quiet = QuietPolls()
+    assert not quiet.filter(line("GET /experiments/12/live/", 200))
+    assert not quiet.filter(line("GET /claims/live/?x=1", 200))
+    assert quiet.filter(line("GET /experiments/12/live/", 500))  # a failed poll is told
+    assert quiet.filter(line("GET /experiments/12/", 200))  # what people ask for is told
+    assert quiet.filter(line("POST /experiments/new/", 302))
+
+
+def test_gunicorn_s_settings_install_the_filter():
+    from lab import gunicorn_conf
+    from lab.logfilters import QuietPolls
+
+    access = logging.getLogger("gunicorn.access")
+    before = list(access.filters)
+    try:
+        gunicorn_conf.on_starting(None)
+        assert any(isinstance(f, QuietPolls) for f in access.filters)
+    finally:
+        access.filters[:] = before
