@@ -8,3 +8,12 @@ def results_dir(settings, tmp_path):
     """Each test gets its own result store (run ids restart with every test database)."""
     settings.RESULTS_DIR = tmp_path / "results"
     return settings.RESULTS_DIR
+
+
+@pytest.fixture(autouse=True)
+def var_dir(settings, tmp_path):
+    """And its own state that lives in LAB_VAR_DIR at run time: the figures a real run's
+    launch waits for (``lab.measuring``), so one test's render asked for holds up no other
+    test's real run."""
+    settings.VAR_DIR = tmp_path / "var"
+    return settings.VAR_DIR

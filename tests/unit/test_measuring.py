@@ -15,12 +15,6 @@ from lab.runs.models import Run
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def own_var(settings, tmp_path):
-    """This test's own markers and lock (LAB_VAR_DIR)."""
-    settings.VAR_DIR = tmp_path
-
-
 @pytest.fixture
 def real_run(user) -> Run:
     config = actions.ExperimentConfig(
