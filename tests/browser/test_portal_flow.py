@@ -132,6 +132,7 @@ def test_a_member_trains_for_real_from_the_portal(page, portal):
     page.click("text=Queue experiment")
     page.wait_for_url("**/experiments/*/")
     assert page.locator(".message").inner_text().startswith("Queued 2 runs")
+    assert page.is_visible("#figures-between-runs")  # figures wait for the real runs
     page.wait_for_function(
         "document.getElementById('experiment-status').textContent === 'succeeded'", timeout=180_000
     )
