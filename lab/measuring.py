@@ -2,7 +2,7 @@
 
 A real run trains on the host's cores and times every iteration; the lab already runs it alone
 (``actions.launch_run``: no other run beside it). Drawing an experiment's figures takes a core
-for seconds too (seaborn, the PDFs, each real run's twin): 8.5-10.8 s a render on the 2-core
+for seconds too (seaborn, the PDFs, each real run's twin): 5-11 s a render on the 2-core
 machine of 2026-12-06, where a render of one run's figures during the next run made Horovod's
 measured iteration 33.0 ms against 19.0-19.7 ms for the same spec with nothing beside it. So:
 
@@ -25,15 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import logging
 import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from django.conf import settings
-
-log = logging.getLogger(__name__)
 
 WAIT_S = 120.0  # how long a pending render holds up the launch of a real run; then asked again
 
@@ -78,9 +75,9 @@ def defer(experiment_id: int) -> None:
     os.utime(marker, (0, 0))
 
 
-def pending(now: float | None = None) -> dict[int, float]:
+def pending() -> dict[int, float]:
     """Experiment id -> seconds since its render was asked for, of every pending render."""
-    now = time.time() if now is None else now
+    now = time.time()
     out = {}
     for marker in _pending_dir().iterdir():
         if marker.name.isdigit():

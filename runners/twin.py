@@ -309,9 +309,8 @@ def phases(real_rows: Iterable[Sequence], twin_rows: Iterable[Sequence]) -> list
     """A real run's timeline (rows of ``Prediction.TIMELINE_COLUMNS``) beside its twin's,
     phase by phase (``_phase_values``): ``{"phase", "real_ms", "twin_ms", "iterations"}``
     per phase either has (``iterations``: the real run's used, in words: "iterations 5-6",
-    "iteration 30"), the iteration first, then
-    the compute's, then the others by when they end; NaN where one side lacks the
-    phase."""
+    "iteration 30"), the iteration first, then the compute's, then the others by when they
+    end; NaN where one side lacks the phase."""
     real, real_its = _phase_values(real_rows)
     sim, sim_its = _phase_values(twin_rows)
     names = list(dict.fromkeys([*real, *sim]))
