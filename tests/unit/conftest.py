@@ -17,3 +17,20 @@ def var_dir(settings, tmp_path):
     test's real run."""
     settings.VAR_DIR = tmp_path / "var"
     return settings.VAR_DIR
+
+
+@pytest.fixture
+def real_config():
+    """One real run: PyTorch's DDP on vgg16-debug, two ranks on loopback, 50 iterations."""
+    from lab.actions import ExperimentConfig
+
+    return ExperimentConfig(
+        name="real",
+        system="ddp",
+        workloads=("vgg16-debug",),
+        seeds=(0,),
+        mode="real",
+        iterations=50,
+        cluster={"workers": 2},
+        real={"network": "loopback"},
+    )

@@ -16,18 +16,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def real_run(user) -> Run:
-    config = actions.ExperimentConfig(
-        name="real",
-        system="ddp",
-        workloads=("vgg16-debug",),
-        seeds=(0,),
-        mode="real",
-        iterations=50,
-        cluster={"workers": 2},
-        real={"network": "loopback"},
-    )
-    return actions.create_experiment(user, config).runs.get()
+def real_run(user, real_config) -> Run:
+    return actions.create_experiment(user, real_config).runs.get()
 
 
 @pytest.fixture

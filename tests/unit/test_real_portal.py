@@ -118,18 +118,8 @@ def test_the_form_copies_the_real_options(client, user, token):
 
 
 @override_settings(MAX_PARALLEL_RUNS=4)
-def test_a_real_run_runs_alone_on_the_machine(user, config, client):
+def test_a_real_run_runs_alone_on_the_machine(user, config, real_config, client):
     sim = actions.create_experiment(user, dataclasses.replace(config, seeds=(0,)))
-    real_config = actions.ExperimentConfig(
-        name="real",
-        system="ddp",
-        workloads=("vgg16-debug",),
-        seeds=(0,),
-        mode="real",
-        iterations=50,
-        cluster={"workers": 2},
-        real={"network": "loopback"},
-    )
     real = actions.create_experiment(user, real_config)
     (real_run,) = real.runs.all()
     sim_ids = list(sim.runs.values_list("pk", flat=True))
