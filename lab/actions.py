@@ -788,8 +788,9 @@ def reconcile() -> dict[str, int]:
     except Exception:
         log.exception("could not stop the first nodes of failed runs")
     _refresh_gpus()
-    if _measuring_here() is None:  # the renders that waited for a real run, or were lost
-        for experiment_id in measuring.retry():
+    owed = measuring.retry()  # the renders that waited for a real run, or were lost
+    if owed and _measuring_here() is None:
+        for experiment_id in owed:
             ask_render(experiment_id)
     free = settings.MAX_PARALLEL_RUNS - Run.objects.filter(_this_host(), state=Run.RUNNING).count()
     if free > 0:

@@ -46,15 +46,19 @@ def _lock_path() -> Path:
     return Path(settings.VAR_DIR) / "measuring.lock"
 
 
+def _marker(experiment_id: int) -> Path:
+    return _pending_dir() / str(experiment_id)
+
+
 def mark_pending(experiment_id: int) -> None:
     """A render of the experiment is asked for now."""
-    (_pending_dir() / str(experiment_id)).touch()
+    _marker(experiment_id).touch()
 
 
 def asked_at(experiment_id: int) -> float | None:
     """When the experiment's pending render was asked for (None: none pending)."""
     try:
-        return (_pending_dir() / str(experiment_id)).stat().st_mtime
+        return _marker(experiment_id).stat().st_mtime
     except FileNotFoundError:
         return None
 
@@ -62,15 +66,14 @@ def asked_at(experiment_id: int) -> float | None:
 def done(experiment_id: int, asked: float | None) -> None:
     """The render asked for at ``asked`` has run (drawn, or failed: either way it is no longer
     pending). A render asked for again since (its marker newer) stays pending."""
-    marker = _pending_dir() / str(experiment_id)
     if asked is not None and asked_at(experiment_id) == asked:
-        marker.unlink(missing_ok=True)
+        _marker(experiment_id).unlink(missing_ok=True)
 
 
 def defer(experiment_id: int) -> None:
     """The render waits for a real run: pending, but not blocking a launch until asked again
     (its marker dated at the epoch, so ``retry`` picks it up first)."""
-    marker = _pending_dir() / str(experiment_id)
+    marker = _marker(experiment_id)
     marker.touch()
     os.utime(marker, (0, 0))
 
@@ -99,7 +102,7 @@ def retry() -> list[int]:
 
 @contextlib.contextmanager
 def drawing() -> Iterator[None]:
-    """Held while a render draws (shared: renders run side by side)."""
+    """Held while a render draws (shared: renders run side by side); also a decorator."""
     with _lock_path().open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_SH)
         try:

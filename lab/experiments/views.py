@@ -185,6 +185,8 @@ def _live_context(experiment: Experiment) -> dict[str, object]:
         "figures": figure_list,
         "metric_headers": _headers(columns, real),
         "active": status in Run.ACTIVE or not settled,
+        # a real experiment under way: its figures are drawn between its runs (lab.measuring)
+        "figures_wait": real and status in Run.ACTIVE,
         "twin_notes": notes,
     }
 

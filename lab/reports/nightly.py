@@ -116,8 +116,7 @@ def judge_check(check: ClaimCheck) -> ClaimCheck:
     _record(check, claim, assessment, per_condition)
     if check.state == ClaimCheck.DONE and check.experiment is not None:
         try:
-            with measuring.drawing():  # a real run's launch here waits for it
-                draw_claim_figure(check, claim)
+            draw_claim_figure(check, claim)
         except Exception:  # a figure must never block the verdict
             log.exception("claim figure of check %s could not be drawn", check.pk)
     return check
@@ -182,8 +181,7 @@ def _draw_owed_figures() -> int:
         if not figure_owed(check):
             continue
         try:
-            with measuring.drawing():
-                drawn += draw_claim_figure(check, claim_of(check)) is not None
+            drawn += draw_claim_figure(check, claim_of(check)) is not None
         except Exception:  # logged; tried again at the next settle within the grace
             log.exception("claim figure of check %s could not be drawn", check.pk)
     return drawn
@@ -207,6 +205,7 @@ def _short_condition(label: str) -> str:
     return condition_text(values)
 
 
+@measuring.drawing()  # a real run's launch here waits for it
 def draw_claim_figure(check: ClaimCheck, claim: ledger.Claim) -> Path | None:
     """Bars: the claim's measure at each condition over each baseline; a dashed line: the
     claimed value. The figure behind the number on the Claims page."""
