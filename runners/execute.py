@@ -138,6 +138,8 @@ def _real_to_directory(spec: RunSpec, out: Path, argv: list[str]) -> dict[str, A
                 if result.network.kind == "shaped"
                 else None,
                 "latency_emulated": result.network.latency_emulated,
+                # where the delay line added it: its packets, lateness, CPU (shaped only)
+                "delay_line": result.network.delay_line,
                 "note": result.network.note,
                 # the testbed's TCP retransmits, reorderings and shaper drops (shaped only)
                 "health": result.network.health,

@@ -142,7 +142,9 @@ def twin_spec(
     if network not in ("shaped", "loopback"):
         raise NoTwin(f"real.network {network}: no calibration measures it")
     if (summary or {}).get("network", {}).get("latency_emulated"):
-        raise NoTwin("the run's latency was emulated (netem); calibrations measure none")
+        raise NoTwin(
+            "the run's latency was added (netem or the delay line); calibrations measure none"
+        )
     if real["workload"] not in testbed.get("profiles", {}):
         raise NoTwin(
             f"calibration '{label}' did not measure {real['workload']}: run `python -m runners "

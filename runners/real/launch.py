@@ -60,14 +60,20 @@ class Network:
     note: str = ""
     latency_emulated: bool = False
     health: dict[str, int] | None = None  # the testbed's counts (``Testbed.health``)
+    delay_line: dict[str, Any] | None = None  # its counts, where it added the latency
 
     def on(self, bed: tb.Testbed) -> None:
         """The run's network is ``bed`` (now set up): what it emulates, and the run log says
         what it does not (the launch's first line was written before the testbed existed)."""
-        self.latency_emulated = bed.netem
+        self.latency_emulated = bed.netem or bed.delayed
         self.note = bed.notes()
         if self.note:
             log.info("real run: shaped network: %s", self.note)
+
+    def after(self, bed: tb.Testbed) -> None:
+        """What ``bed`` counted over the run (its ranks done, the testbed still up)."""
+        self.health = bed.health()
+        self.delay_line = bed.delay_counts()
 
 
 @dataclass
@@ -361,11 +367,18 @@ def preflight(spec: RunSpec) -> Network:
                 f"the emulated network shapes {MIN_SHAPED_GBPS:g}..{MAX_SHAPED_GBPS:g} Gbit/s "
                 f"(got {c.bandwidth_gbps:g}); use the simulator beyond that",
             )
-        if c.latency_us > tb.NATIVE_LATENCY_US:
+        if c.latency_us > tb.MAX_LATENCY_US:
             raise SpecError(
                 "cluster.latency_us",
-                f"the emulated network adds no latency on this machine (no netem qdisc): at "
-                f"most {tb.NATIVE_LATENCY_US:g} us, the testbed's own (got {c.latency_us:g})",
+                f"the emulated network adds at most {tb.MAX_LATENCY_US:g} us (got "
+                f"{c.latency_us:g}); use the simulator beyond that",
+            )
+        why = tb.can_delay() if c.latency_us > tb.NATIVE_LATENCY_US else None
+        if why and not tb.netem_available():
+            raise SpecError(
+                "cluster.latency_us",
+                f"the emulated network cannot add latency on this machine ({why}): at most "
+                f"{tb.NATIVE_LATENCY_US:g} us, the testbed's own (got {c.latency_us:g})",
             )
     cpus = usable_cpus()
     ranks, servers, server_field = c.workers, 0, "cluster.workers"
@@ -565,7 +578,7 @@ def _run(
                     for k in range(n)
                 ]  # fmt: skip
                 _supervise(commands, work, options.threads, end, progress)
-            network.health = bed.health()
+            network.after(bed)
     elif horovod:
         argv = horovodrun_argv(n, "runners.real.worker", work)
         _supervise([(argv, extra)], work, options.threads, end, progress)

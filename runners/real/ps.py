@@ -306,7 +306,7 @@ def run(
                 commands.append((argv, env))
             reshaper = tb.Reshaper(bed, rates, 0, progress)
             launch._supervise(commands, work, options.threads, end, reshaper)
-            network.health = bed.health()
+            network.after(bed)
             worker_reshapes = sum(reshaper.changed[:workers])
             reshapes = sum(reshaper.changed[workers:])
     else:

@@ -6,9 +6,11 @@ their own, as on a full-duplex NIC a direction's acknowledgements do not wait be
 direction's data. (With one ``tc tbf`` queue per direction, as before 2026-11-23, they did: a
 transfer running against another one in the opposite direction took 1.2-1.7 times as long as
 alone, because its acknowledgements queued behind up to a burst of the other's data; see
-``shaper_commands``.) Added latency uses ``netem`` under both classes when the kernel has it
-(``netem_available``); this project's machines lack ``sch_netem``, so there the testbed's own
-latency stands and is reported as not emulated.
+``shaper_commands``.) Added latency (``latency_us`` above the testbed's own,
+``NATIVE_LATENCY_US``) uses ``netem`` under both classes when the kernel has it; this project's
+machines lack ``sch_netem``, so there a delay line in user space adds it (``runners.real.
+delayline``: each node's received packets held ``latency_us`` in an ``NFQUEUE``), and a
+latency up to ``NATIVE_LATENCY_US`` is the testbed's own, reported as not emulated.
 
 A NIC delivers a TCP flow's packets in order; a veth delivers each into the backlog of the CPU
 that sent it on, and behind a shaper that is whichever CPU dequeued it (the shaper's timer on
@@ -31,13 +33,16 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 PREFIX = "labnet"
 _NAME = re.compile(rf"^({PREFIX}-(\d+)-\d+)-(sw|\d+)$")
@@ -62,7 +67,8 @@ def ack_matches() -> list[list[str]]:
     ]  # fmt: skip
 
 
-NATIVE_LATENCY_US = 100.0  # what may be asked for without netem (the testbed's own, below)
+NATIVE_LATENCY_US = 100.0  # up to this, no latency is added without netem (the testbed's own)
+MAX_LATENCY_US = 100_000.0  # the most that may be added (the delay line's queues hold it)
 
 
 def cpu_mask(cpus: Iterable[int]) -> str:
@@ -110,6 +116,16 @@ def can_shape() -> str | None:
     for tool in ("ip", "tc"):
         if subprocess.run(["which", tool], capture_output=True).returncode:
             return f"the emulated network needs '{tool}' (Debian package iproute2)"
+    return None
+
+
+def can_delay() -> str | None:
+    """None if the delay line can add latency here (``runners.real.delayline``: the kernel's
+    ``nfnetlink_queue`` and ``iptables``), else why not (one line)."""
+    if not os.path.exists("/proc/net/netfilter/nfnetlink_queue"):
+        return "the kernel has neither the netem qdisc nor nfnetlink_queue"
+    if subprocess.run(["which", "iptables"], capture_output=True).returncode:
+        return "the delay line needs 'iptables' (Debian package iptables)"
     return None
 
 
@@ -214,6 +230,7 @@ class Testbed:
     bandwidth_gbps: list[float]
     latency_us: float = 0.0
     netem: bool = False
+    delay_line: subprocess.Popen[str] | None = None  # adds the latency where netem cannot
     steered: bool = True  # every veth end steers by flow (``steer``): no reordering
     created: list[str] = field(default_factory=list)
 
@@ -256,11 +273,66 @@ class Testbed:
             self.steered = steer(ns, ["eth0"]) and self.steered
         ports = [f"v{k}" for k in range(self.nodes)]
         self.steered = steer(self.switch, ports) and self.steered  # one call for the switch
+        if self.latency_us > NATIVE_LATENCY_US and not self.netem:
+            self._start_delay_line()
+
+    @property
+    def delayed(self) -> bool:
+        """Whether this testbed's latency is added by the delay line."""
+        return self.delay_line is not None
+
+    def _start_delay_line(self) -> None:
+        why = can_delay()
+        if why:
+            raise TestbedError(f"cannot add {self.latency_us:g} us of latency: {why}")
+        nodes = [self.namespace(k) for k in range(self.nodes)]
+        self.delay_line = subprocess.Popen(
+            [sys.executable, "-m", "runners.real.delayline", f"{self.latency_us:g}",
+             str(os.getpid()), *nodes],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert self.delay_line.stdout is not None
+        ready, _, _ = select.select([self.delay_line.stdout], [], [], 30)
+        if not ready or self.delay_line.stdout.readline().strip() != "ready":
+            self.delay_line.kill()
+            _, err = self.delay_line.communicate()
+            raise TestbedError(f"the delay line did not start: {err.strip()[-500:]}")
+        for ns in nodes:  # the rule only once the queue is bound: no packet is lost
+            result = subprocess.run(
+                ["ip", "netns", "exec", ns, "iptables", "-t", "mangle", "-A", "PREROUTING",
+                 "-i", "eth0", "-j", "NFQUEUE", "--queue-num", "0"],
+                capture_output=True, text=True,
+            )  # fmt: skip
+            if result.returncode:
+                raise TestbedError(f"iptables in {ns}: {result.stderr.strip()}")
+
+    def delay_counts(self) -> dict[str, Any] | None:
+        """The delay line's counts so far (``runners.real.delayline``); None without one."""
+        line = self.delay_line
+        if line is None or line.stdout is None:
+            return None
+        if line.poll() is not None:
+            raise TestbedError(f"the delay line exited (code {line.returncode})")
+        line.send_signal(signal.SIGUSR1)
+        ready, _, _ = select.select([line.stdout], [], [], 10)
+        return json.loads(line.stdout.readline()) if ready else None
+
+    def _stop_delay_line(self) -> None:
+        line, self.delay_line = self.delay_line, None
+        if line is not None:
+            line.terminate()
+            try:
+                line.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                line.kill()
+                line.communicate()
 
     def notes(self) -> str:
         """What a run on this testbed reports it does not emulate (empty: nothing)."""
         said = []
-        if not self.netem:
+        if self.delayed:
+            said.append("latency added by a delay line in user space (no netem qdisc)")
+        elif not self.netem:
             said.append("latency not emulated (no netem qdisc): the testbed's own")
         if not self.steered:
             said.append("a flow's packets may be reordered (no receive packet steering)")
@@ -297,9 +369,16 @@ class Testbed:
         for ns in self.created:
             shown = _tc(ns, "-s", "qdisc", "show", check=False).stdout
             said["drops"] += sum(int(n) for n in re.findall(r"dropped (\d+)", shown))
+            if self.delayed:  # the delay line's queues: full (queue_dropped) or unsent
+                queued = subprocess.run(
+                    ["ip", "netns", "exec", ns, "cat", "/proc/net/netfilter/nfnetlink_queue"],
+                    capture_output=True, text=True,
+                ).stdout.split()  # fmt: skip
+                said["drops"] += sum(int(n) for n in queued[5:7])
         return said
 
     def teardown(self) -> None:
+        self._stop_delay_line()
         for ns in reversed(self.created):
             kill_inside(ns)
             _ip("netns", "del", ns, check=False)
@@ -338,6 +417,16 @@ def steer(namespace: str, devs: list[str]) -> bool:
         text=True,
     )
     return result.returncode == 0
+
+
+def netem_available() -> bool:
+    """Whether this kernel has the ``netem`` qdisc (tried in a namespace of its own)."""
+    probe = f"{PREFIX}-{os.getpid()}-{next(_counter)}-sw"  # swept as any testbed's
+    _ip("netns", "add", probe)
+    try:
+        return _probe_netem(probe)
+    finally:
+        _ip("netns", "del", probe, check=False)
 
 
 def _probe_netem(namespace: str) -> bool:

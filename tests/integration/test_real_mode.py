@@ -441,6 +441,76 @@ def test_the_shaper_s_token_bucket_is_what_the_simulator_models():
     )
 
 
+_ECHO = """
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], 5204)); s.listen(1); c, _ = s.accept()
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+while b := c.recv(1): c.sendall(b)
+"""
+_PING = """
+import socket, sys, time
+for _ in range(200):
+    try:
+        c = socket.create_connection((sys.argv[1], 5204)); break
+    except OSError:
+        time.sleep(0.02)
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+for _ in range(int(sys.argv[2])):
+    t = time.perf_counter(); c.sendall(b"x"); c.recv(1); print(time.perf_counter() - t)
+"""
+
+
+def _round_trip_s(bed: testbed.Testbed, n: int = 20) -> float:
+    """The median round trip of a byte from node 0 to node 1 and back (TCP, no Nagle)."""
+    echo = subprocess.Popen(bed.wrap(1, [sys.executable, "-c", _ECHO, bed.address(1)]))
+    try:
+        out = subprocess.run(
+            bed.wrap(0, [sys.executable, "-c", _PING, bed.address(1), str(n)]),
+            capture_output=True, text=True, check=True, timeout=60,
+        ).stdout  # fmt: skip
+    finally:
+        echo.wait(timeout=30)  # it ends with the connection
+    return statistics.median(float(x) for x in out.split())
+
+
+def _delay_line_pids() -> list[str]:
+    out = subprocess.run(["pgrep", "-f", "runners.real.delayline"], capture_output=True, text=True)
+    return out.stdout.split()
+
+
+def test_the_testbed_adds_latency_without_netem():
+    """2 ms added to each node's one-way latency: a round trip takes 4 ms more than the
+    testbed's own, and a link keeps its rate. Where the kernel has no ``netem`` (ours) the
+    delay line adds it (``runners.real.delayline``). Measured here, an idle machine: 4.47 ms
+    against 4.01 (the wake-ups of idle CPUs after each 2 ms gap; 4.08 with both CPUs busy),
+    0.238 Gbit/s through a 0.25 Gbit/s link."""
+    require_root("the emulated network")
+    with testbed.testbed([0.25, 0.25]) as bed:
+        own = _round_trip_s(bed)
+    with testbed.testbed([0.25, 0.25], latency_us=2000) as bed:
+        assert bed.netem or bed.delayed, bed.notes()
+        added = _round_trip_s(bed)
+        sink = subprocess.Popen(
+            bed.wrap(1, [sys.executable, "-c", _SINK, bed.address(1)]),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(0.5)
+        subprocess.run(bed.wrap(0, [sys.executable, "-c", _SOURCE, bed.address(1)]), check=True)
+        mbit = float(sink.communicate(timeout=30)[0])
+        counts = bed.delay_counts()
+        health = bed.health()
+    assert 4e-3 + own <= added <= 5e-3 + own, (
+        f"a round trip took {added * 1e3:.2f} ms with 2 ms a way added, {own * 1e3:.3f} without"
+    )
+    assert 0.8 * 250 <= mbit <= 1.05 * 250, f"{mbit:.1f} Mbit/s through a 250 Mbit/s link"
+    assert health["drops"] == 0, health
+    if counts is not None:  # the delay line: it held every packet, at real-time priority
+        assert counts["packets"] >= 40 and counts["realtime"], counts
+    assert not _ours() and not _delay_line_pids()
+
+
 def _torchrun_leftovers() -> set[str]:
     """The folders torchrun makes in the temporary folder when not given ``--log-dir``."""
     return {p.name for p in Path(tempfile.gettempdir()).glob("torchelastic_*")}
@@ -464,6 +534,35 @@ def test_a_real_run_on_the_shaped_network(tmp_path):
     assert 0 < metrics["train_thread_cpu_s"] <= metrics["cpu_time_s"]
     assert 0 <= metrics["train_runq_wait_s"] < metrics["iteration_time_s"]
     assert not _ours()
+
+
+def test_a_real_run_pays_the_added_latency_in_every_collective(tmp_path):
+    """wfbp issues its all-reduces one after another on one thread; a ring all-reduce of two
+    ranks is two steps, each a one-way trip, so 5 ms added to every trip adds at least 10 ms
+    to each. Measured here: 35 all-reduces a rank, 395 ms an iteration against 21 without."""
+    require_root("the emulated network")
+    latency_s = 5e-3
+    raw = {
+        "system": "wfbp", "mode": "real", "workload": "resnet50-debug", "iterations": 4,
+        "warmup_iterations": 1, "real": {"network": "shaped", "threads": 1},
+        "cluster": {"workers": 2, "bandwidth_gbps": 0.25, "latency_us": latency_s * 1e6},
+    }  # fmt: skip
+    summary = run_to_directory(validate(raw), tmp_path / "run", ["test"])
+    network = summary["network"]
+    assert network["latency_emulated"] and network["health"]["drops"] == 0, network
+    if network["delay_line"] is not None:
+        assert network["delay_line"]["packets"] > 0
+        assert "delay line" in network["note"]
+    with open(tmp_path / "run" / "timeline.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r["op"] == "allreduce"]
+    iterations = {r["iteration"] for r in rows}
+    per_rank = len(rows) / len(iterations) / 2
+    floor = per_rank * 2 * latency_s
+    took = summary["metrics"]["iteration_time_s"]
+    assert floor <= took <= 1.5 * floor, (
+        f"{took * 1e3:.0f} ms an iteration, {per_rank:g} all-reduces a rank: at least "
+        f"{floor * 1e3:.0f} ms of added latency"
+    )
 
 
 def test_compute_time_leaves_out_the_forward_s_waits_for_parameters(tmp_path):
@@ -625,7 +724,9 @@ def test_a_killed_launcher_leaves_no_namespace_and_no_rank(tmp_path):
     require_root("the emulated network")
     raw = _spec("wfbp", network="shaped", dataset="synthetic")
     raw["cluster"]["bandwidth_gbps"] = 0.01
+    raw["cluster"]["latency_us"] = 2000.0  # and the delay line, where it adds the latency
     raw["iterations"] = 1000
+    delayed = not testbed.netem_available()
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(json.dumps(raw))
     proc = subprocess.Popen(
@@ -638,11 +739,13 @@ def test_a_killed_launcher_leaves_no_namespace_and_no_rank(tmp_path):
     try:
         wait_for(lambda: len(_ours()) >= 3, timeout_s=60, what="the testbed")
         wait_for(lambda: _worker_pids(), timeout_s=60, what="the ranks")
+        assert _delay_line_pids() or not delayed
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     wait_for(lambda: not _ours(), timeout_s=30, what="the reaper to delete the namespaces")
     wait_for(lambda: not _worker_pids(), timeout_s=30, what="the ranks to stop")
+    wait_for(lambda: not _delay_line_pids(), timeout_s=30, what="the delay line to stop")
     assert not (tmp_path / "run").exists()
 
 
@@ -679,7 +782,7 @@ SHAPED = {"network": "shaped"}
             {"real": {"network": "shaped"}, "cluster": {"bandwidth_gbps": 50}},
             "cluster.bandwidth_gbps",
         ),
-        ({"real": {"network": "shaped"}, "cluster": {"latency_us": 5000}}, "cluster.latency_us"),
+        ({"real": {"network": "shaped"}, "cluster": {"latency_us": 2e5}}, "cluster.latency_us"),
     ],
 )
 def test_the_command_line_refuses_what_this_machine_cannot_run(change, field, tmp_path):

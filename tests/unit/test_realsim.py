@@ -103,7 +103,7 @@ def test_a_run_whose_engine_issued_from_its_hooks_needs_a_calibration_that_measu
         ({"cluster": {"stragglers": [{"worker": 0, "slowdown": 2.0}]}}, {}, "cluster.stragglers"),
         ({}, {"comm_priority": {"priority": "normal"}}, "set real.comm_priority: realtime"),
         ({}, {"device": {"kind": "cuda"}}, "trained on cuda"),
-        ({}, {"network": {"kind": "shaped", "latency_emulated": True}}, "netem"),
+        ({}, {"network": {"kind": "shaped", "latency_emulated": True}}, "latency was added"),
     ],
 )
 def test_a_run_the_calibration_did_not_measure_has_no_twin_and_is_told_why(change, summary, words):
