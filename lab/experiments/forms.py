@@ -202,7 +202,10 @@ class ExperimentForm(_ClusterArenaFields):
         help_text="one value, or several separated by commas to sweep (e.g. 1, 10, 25, 100)",
     )
     cluster_latency_us = forms.FloatField(
-        label="latency (µs per message)", initial=_DEFAULTS.latency_us
+        label="latency (µs per message)",
+        initial=_DEFAULTS.latency_us,
+        help_text="real runs on the emulated network: above 100 (the testbed's own) it is "
+        "added to every one-way trip, up to 100000",
     )
     cluster_gpu = forms.ChoiceField(
         label="GPU", initial=_DEFAULTS.gpu, choices=[(d, d) for d in sorted(devices.DEVICES)]

@@ -331,7 +331,9 @@ class Testbed:
         """What a run on this testbed reports it does not emulate (empty: nothing)."""
         said = []
         if self.delayed:
-            said.append("latency added by a delay line in user space (no netem qdisc)")
+            said.append(
+                f"{self.latency_us:g} us a way added by a delay line in user space (no netem qdisc)"
+            )
         elif not self.netem:
             said.append("latency not emulated (no netem qdisc): the testbed's own")
         if not self.steered:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 
 import pytest
 from django.test import override_settings
@@ -87,6 +88,11 @@ def test_the_api_takes_the_engine_s_dispatch(client, token):
             marks=pytest.mark.skipif(_cuda(), reason="this machine has GPUs for them"),
         ),  # fmt: skip
         ({"real": {"threads_per_rank": 2}}, "real.threads_per_rank"),
+        pytest.param(
+            {"real": {"network": "shaped"}, "cluster": {"workers": 2, "latency_us": 2e5}},
+            "cluster.latency_us",  # more than the emulated network adds (100 ms)
+            marks=pytest.mark.skipif(os.geteuid() != 0, reason="the emulated network is root's"),
+        ),  # fmt: skip
         ({"real": "fast"}, "real"),
         ({"cluster": {"workers": 1000}}, "cluster.workers"),  # more ranks than this machine holds
         ({"system": "oasis", "baselines": []}, "mode"),  # the cluster arena has no real mode

@@ -46,7 +46,7 @@ def test_a_testbed_with_the_delay_line_says_so():
     bed = testbed.Testbed("labnet-1-0", [1.0, 1.0], latency_us=2000.0)
     bed.delay_line = object()  # a stand-in: only whether there is one matters to notes()
     assert bed.delayed
-    assert bed.notes() == "latency added by a delay line in user space (no netem qdisc)"
+    assert bed.notes() == "2000 us a way added by a delay line in user space (no netem qdisc)"
 
 
 def _shaped(latency_us: float):
