@@ -16,6 +16,31 @@ class ConfigError(RuntimeError):
     pass
 
 
+def load_dotenv(path: Path) -> list[str]:
+    """Set the variables of the ``.env`` file at ``path`` (``KEY=VALUE`` lines, as `make run`
+    writes it and honcho reads it; ``#`` comments, ``export`` and quotes allowed) that the
+    environment does not set already; returns their names. No file: nothing."""
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    set_here = []
+    for number, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.removeprefix("export ").partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key.isidentifier():
+            raise ConfigError(f"{path}, line {number}: expected KEY=VALUE")
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        if key not in os.environ:
+            os.environ[key] = value
+            set_here.append(key)
+    return set_here
+
+
 def text(name: str, default: str | None = None) -> str | None:
     value = os.environ.get(name)
     return default if value in (None, "") else value
