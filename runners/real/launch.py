@@ -577,7 +577,7 @@ def _run(
                       "GLOO_SOCKET_IFNAME": "eth0", **nccl(k)})
                     for k in range(n)
                 ]  # fmt: skip
-                _supervise(commands, work, options.threads, end, progress)
+                _supervise(commands, work, options.threads, end, progress, bed.broken)
             network.after(bed)
     elif horovod:
         argv = horovodrun_argv(n, "runners.real.worker", work)
@@ -695,7 +695,7 @@ def _supervise_horovod(
             )
             for k in range(len(addresses))
         ]  # fmt: skip
-        _supervise(commands, work, threads, total, progress)
+        _supervise(commands, work, threads, total, progress, bed.broken)
 
 
 def _loopback(address: str) -> bool:
@@ -840,9 +840,11 @@ def _supervise(
     threads: int,
     total: int,
     progress: Callable[[int, int], None] | None,
+    broken: Callable[[], str | None] | None = None,
 ) -> None:
     """Start every command, follow rank 0's progress lines, and fail with the logs' tails if
-    any command fails or the run exceeds ``TIMEOUT_S``; stops every process on the way out."""
+    any command fails, the run exceeds ``TIMEOUT_S`` or ``broken`` says why the run cannot go
+    on (the testbed's ``Testbed.broken``); stops every process on the way out."""
     env = {
         **os.environ,
         "PYTHONPATH": _pythonpath(),
@@ -870,6 +872,9 @@ def _supervise(
             if time.monotonic() > deadline:
                 raise RealRunError(f"the ranks did not finish within {TIMEOUT_S:g} s"
                                    + _tails(logs))  # fmt: skip
+            why = broken() if broken is not None else None
+            if why:
+                raise RealRunError(why + _tails(logs))
             time.sleep(0.1)
         failed = [k for k, p in enumerate(procs) if p.poll() not in (None, 0)]
         if failed:

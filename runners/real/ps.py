@@ -305,7 +305,7 @@ def run(
                 argv = bed.wrap(k, launch._torchrun(spec, work, k, bed, nodes=n))
                 commands.append((argv, env))
             reshaper = tb.Reshaper(bed, rates, 0, progress)
-            launch._supervise(commands, work, options.threads, end, reshaper)
+            launch._supervise(commands, work, options.threads, end, reshaper, bed.broken)
             network.after(bed)
             worker_reshapes = sum(reshaper.changed[:workers])
             reshapes = sum(reshaper.changed[workers:])

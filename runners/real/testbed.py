@@ -231,6 +231,7 @@ class Testbed:
     latency_us: float = 0.0
     netem: bool = False
     delay_line: subprocess.Popen[str] | None = None  # adds the latency where netem cannot
+    delay_line_exit: str | None = None  # why it stopped, where it stopped before the run
     steered: bool = True  # every veth end steers by flow (``steer``): no reordering
     created: list[str] = field(default_factory=list)
 
@@ -306,13 +307,29 @@ class Testbed:
             if result.returncode:
                 raise TestbedError(f"iptables in {ns}: {result.stderr.strip()}")
 
+    def broken(self) -> str | None:
+        """Why a run on this testbed cannot go on (None: it can): the delay line exited, and
+        every packet a node receives is dropped from then on (its queues have no reader)."""
+        line = self.delay_line
+        if line is None or line.poll() is None:
+            return None
+        if self.delay_line_exit is None:
+            err = line.stderr.read().strip() if line.stderr is not None else ""
+            self.delay_line_exit = (
+                f"the delay line adding the latency exited (code {line.returncode}"
+                f"{': ' + err[-300:] if err else ''}); the nodes' packets were dropped from "
+                "then on"
+            )
+        return self.delay_line_exit
+
     def delay_counts(self) -> dict[str, Any] | None:
         """The delay line's counts so far (``runners.real.delayline``); None without one."""
         line = self.delay_line
         if line is None or line.stdout is None:
             return None
-        if line.poll() is not None:
-            raise TestbedError(f"the delay line exited (code {line.returncode})")
+        why = self.broken()
+        if why:
+            raise TestbedError(why)
         line.send_signal(signal.SIGUSR1)
         ready, _, _ = select.select([line.stdout], [], [], 10)
         return json.loads(line.stdout.readline()) if ready else None

@@ -749,6 +749,43 @@ def test_a_killed_launcher_leaves_no_namespace_and_no_rank(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_run_whose_delay_line_dies_fails_at_once_and_says_so(tmp_path):
+    """Without its delay line a node's packets are dropped (its queue has no reader): the run
+    stops within a second or so, saying why, instead of waiting out the collectives' timeout,
+    and leaves nothing behind."""
+    require_root("the emulated network")
+    if testbed.netem_available():
+        pytest.skip("this kernel has netem: the testbed adds latency without the delay line")
+    raw = _spec("wfbp", network="shaped", dataset="synthetic")
+    raw["cluster"].update(bandwidth_gbps=0.25, latency_us=2000.0)
+    raw["iterations"] = 1000
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps(raw))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runners", "run", str(spec_path), "--out", str(tmp_path / "run")],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: _worker_pids(), timeout_s=60, what="the ranks")
+        time.sleep(2.0)  # training
+        for pid in _delay_line_pids():
+            os.kill(int(pid), signal.SIGKILL)
+        killed = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - killed
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err
+    assert "the delay line adding the latency exited (code -9)" in err, err
+    assert took < 15, f"the run went on {took:.1f} s without its delay line"
+    wait_for(lambda: not _ours() and not _worker_pids(), timeout_s=30, what="the cleanup")
+    assert not (tmp_path / "run").exists()
+
+
 def _worker_pids() -> list[str]:
     out = subprocess.run(["pgrep", "-f", "runners.real.worker"], capture_output=True, text=True)
     return out.stdout.split()
