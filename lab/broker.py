@@ -4,7 +4,8 @@ kombu's own ``_put`` creates ``<time>_<uuid>.<queue>.msg`` and then writes into 
 worker's ``_get`` may move and read that file in between: it reads an empty message and the
 worker dies on ``JSONDecodeError`` (seen in CI). Here a message is written under a name no
 queue matches (``.part`` appended) and renamed into place, which is atomic on one file system.
-Selected with the broker URL ``labfs://`` (``lab.settings``: when ``REDIS_URL`` is unset).
+Selected with the broker URL ``labfs://localhost//`` (``lab.settings``: when ``REDIS_URL`` is
+unset; the host is not used, but without one kombu warns at every connection).
 """
 
 from __future__ import annotations

@@ -126,7 +126,7 @@ if REDIS_URL:
 else:
     import lab.broker  # noqa: F401 - registers labfs://, kombu's filesystem transport made atomic
 
-    CELERY_BROKER_URL = "labfs://"
+    CELERY_BROKER_URL = "labfs://localhost//"  # a hostname, though unused: no kombu warning
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),

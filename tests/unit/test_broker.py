@@ -20,3 +20,25 @@ def test_messages_appear_whole_and_partial_files_are_ignored(tmp_path):
         assert queue.get(timeout=2).payload == {"n": 1}
         assert [p.name for p in folder.iterdir()] == ["1_x.host.a.msg.part"]
         queue.close()
+
+
+def test_the_embedded_broker_connects_without_kombu_s_hostname_warning(tmp_path, caplog):
+    """`make run` printed kombu's "No hostname was supplied" at every worker start: the URL
+    had no host (the filesystem transport uses none)."""
+    import logging
+
+    import pytest
+    from django.conf import settings
+
+    if not settings.CELERY_BROKER_URL.startswith("labfs:"):
+        pytest.skip("REDIS_URL is set: the broker is Redis")
+    options = {key: str(tmp_path / key) for key in ("data_folder_in", "data_folder_out")}
+    (tmp_path / "data_folder_in").mkdir()
+    url = settings.CELERY_BROKER_URL
+    with (
+        caplog.at_level(logging.WARNING, logger="kombu"),
+        Connection(url, transport_options=options) as conn,
+    ):
+        conn.connect()
+        conn.info()
+    assert not [r for r in caplog.records if "hostname" in r.getMessage()], caplog.text
