@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import errno
 import json
 import os
 import select
@@ -158,6 +159,10 @@ class Queue:
                 data = self.sock.recv(1 << 17)
             except BlockingIOError:
                 return
+            except OSError as err:  # the socket overflowed: those packets are dropped, and
+                if err.errno != errno.ENOBUFS:  # counted by the kernel (user_dropped)
+                    raise
+                continue
             now = time.monotonic()
             at = 0
             while at + 16 <= len(data):

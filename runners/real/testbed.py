@@ -231,7 +231,7 @@ class Testbed:
     latency_us: float = 0.0
     netem: bool = False
     delay_line: subprocess.Popen[str] | None = None  # adds the latency where netem cannot
-    delay_line_exit: str | None = None  # why it stopped, where it stopped before the run
+    delay_line_exit: str | None = None  # why it stopped under a run (``broken``), once it has
     steered: bool = True  # every veth end steers by flow (``steer``): no reordering
     created: list[str] = field(default_factory=list)
 
@@ -388,7 +388,7 @@ class Testbed:
         for ns in self.created:
             shown = _tc(ns, "-s", "qdisc", "show", check=False).stdout
             said["drops"] += sum(int(n) for n in re.findall(r"dropped (\d+)", shown))
-            if self.delayed:  # the delay line's queues: full (queue_dropped) or unsent
+            if self.delayed:  # its queues': full (queue_dropped), not handed over (user_dropped)
                 queued = subprocess.run(
                     ["ip", "netns", "exec", ns, "cat", "/proc/net/netfilter/nfnetlink_queue"],
                     capture_output=True, text=True,
