@@ -286,19 +286,24 @@ def _ours() -> list[str]:
     return [ns for ns in testbed.namespaces() if ns.startswith(testbed.PREFIX + "-")]
 
 
+def _bulk_mbit(bed: testbed.Testbed) -> float:
+    """Mbit/s of a 2-s bulk transfer from node 0 to node 1 (from the first byte received)."""
+    sink = subprocess.Popen(
+        bed.wrap(1, [sys.executable, "-c", _SINK, bed.address(1)]),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(0.5)
+    subprocess.run(bed.wrap(0, [sys.executable, "-c", _SOURCE, bed.address(1)]), check=True)
+    return float(sink.communicate(timeout=30)[0])
+
+
 def test_testbed_shapes_bandwidth_and_cleans_up():
     require_root("the emulated network")
     with testbed.testbed([0.05, 0.05]) as bed:
         shown = bed.qdiscs(0)
         assert "qdisc htb 1: root" in shown and "class htb 1:1 root rate 50Mbit" in shown
-        sink = subprocess.Popen(
-            bed.wrap(1, [sys.executable, "-c", _SINK, bed.address(1)]),
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        time.sleep(0.5)
-        subprocess.run(bed.wrap(0, [sys.executable, "-c", _SOURCE, bed.address(1)]), check=True)
-        mbit = float(sink.communicate(timeout=30)[0])
+        mbit = _bulk_mbit(bed)
         assert set(_ours()) >= {bed.namespace(0), bed.namespace(1), bed.switch}
     assert 0.8 * 50 <= mbit <= 1.05 * 50, f"{mbit:.1f} Mbit/s through a 50 Mbit/s link"
     assert not _ours()
@@ -491,14 +496,7 @@ def test_the_testbed_adds_latency_without_netem():
     with testbed.testbed([0.25, 0.25], latency_us=2000) as bed:
         assert bed.netem or bed.delayed, bed.notes()
         added = _round_trip_s(bed)
-        sink = subprocess.Popen(
-            bed.wrap(1, [sys.executable, "-c", _SINK, bed.address(1)]),
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        time.sleep(0.5)
-        subprocess.run(bed.wrap(0, [sys.executable, "-c", _SOURCE, bed.address(1)]), check=True)
-        mbit = float(sink.communicate(timeout=30)[0])
+        mbit = _bulk_mbit(bed)
         counts = bed.delay_counts()
         health = bed.health()
     assert 4e-3 + own <= added <= 5e-3 + own, (
@@ -720,6 +718,20 @@ def test_pytorch_s_ddp_trains_a_model_with_buffers_through_the_run_command(tmp_p
     assert all(row["exposed_comm_s"] > 0 for row in rows), rows  # the broadcast and buckets
 
 
+def _launch(raw: dict, tmp_path: Path, stderr: int) -> subprocess.Popen[str]:
+    """``python -m runners run`` of ``raw`` into ``tmp_path / "run"``, started, not awaited."""
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps(raw))
+    return subprocess.Popen(
+        [sys.executable, "-m", "runners", "run", str(spec_path), "--out", str(tmp_path / "run")],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+        text=True,
+    )
+
+
 def test_a_killed_launcher_leaves_no_namespace_and_no_rank(tmp_path):
     require_root("the emulated network")
     raw = _spec("wfbp", network="shaped", dataset="synthetic")
@@ -727,15 +739,7 @@ def test_a_killed_launcher_leaves_no_namespace_and_no_rank(tmp_path):
     raw["cluster"]["latency_us"] = 2000.0  # and the delay line, where it adds the latency
     raw["iterations"] = 1000
     delayed = not testbed.netem_available()
-    spec_path = tmp_path / "spec.json"
-    spec_path.write_text(json.dumps(raw))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runners", "run", str(spec_path), "--out", str(tmp_path / "run")],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = _launch(raw, tmp_path, stderr=subprocess.DEVNULL)
     try:
         wait_for(lambda: len(_ours()) >= 3, timeout_s=60, what="the testbed")
         wait_for(lambda: _worker_pids(), timeout_s=60, what="the ranks")
@@ -759,16 +763,7 @@ def test_a_run_whose_delay_line_dies_fails_at_once_and_says_so(tmp_path):
     raw = _spec("wfbp", network="shaped", dataset="synthetic")
     raw["cluster"].update(bandwidth_gbps=0.25, latency_us=2000.0)
     raw["iterations"] = 1000
-    spec_path = tmp_path / "spec.json"
-    spec_path.write_text(json.dumps(raw))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runners", "run", str(spec_path), "--out", str(tmp_path / "run")],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = _launch(raw, tmp_path, stderr=subprocess.PIPE)
     try:
         wait_for(lambda: _worker_pids(), timeout_s=60, what="the ranks")
         time.sleep(2.0)  # training
