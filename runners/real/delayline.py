@@ -65,7 +65,6 @@ CLONE_NEWNET = 0x40000000
 QUEUE = 0  # the queue number in every node's namespace (each namespace has its own queues)
 MAXLEN = 1 << 16  # packets a queue may hold (beyond: dropped, and counted by the kernel)
 RCVBUF = 32 << 20
-MAX_DELAY_US = 100_000.0  # the largest delay offered (a queue holds its bandwidth-delay)
 
 
 class DelayLineError(RuntimeError):
