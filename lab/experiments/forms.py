@@ -21,6 +21,7 @@ from lab.catalogue.models import CatalogueEntry, Workload
 from runners import registry
 from runners import spec as run_spec
 from runners.cluster import spec as cluster_spec
+from runners.real import testbed
 from workloads import devices
 
 MAX_RUNS = 500
@@ -204,8 +205,8 @@ class ExperimentForm(_ClusterArenaFields):
     cluster_latency_us = forms.FloatField(
         label="latency (µs per message)",
         initial=_DEFAULTS.latency_us,
-        help_text="real runs on the emulated network: above 100 (the testbed's own) it is "
-        "added to every one-way trip, up to 100000",
+        help_text=f"real runs on the emulated network: above {testbed.NATIVE_LATENCY_US:g} (the "
+        f"testbed's own) it is added to every one-way trip, up to {testbed.MAX_LATENCY_US:g}",
     )
     cluster_gpu = forms.ChoiceField(
         label="GPU", initial=_DEFAULTS.gpu, choices=[(d, d) for d in sorted(devices.DEVICES)]

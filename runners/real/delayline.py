@@ -76,8 +76,8 @@ def _attr(kind: int, payload: bytes) -> bytes:
     return struct.pack("=HH", size, kind) + payload + b"\0" * (-size % 4)
 
 
-def _message(kind: int, flags: int, seq: int, attrs: bytes, queue: int = QUEUE) -> bytes:
-    body = struct.pack("=BBH", socket.AF_UNSPEC, 0, socket.htons(queue)) + attrs
+def _message(kind: int, flags: int, seq: int, attrs: bytes) -> bytes:
+    body = struct.pack("=BBH", socket.AF_UNSPEC, 0, socket.htons(QUEUE)) + attrs
     kind = (NFNL_SUBSYS_QUEUE << 8) | kind
     return struct.pack("=IHHII", 16 + len(body), kind, flags, seq, 0) + body
 

@@ -378,22 +378,24 @@ class Testbed:
     def health(self) -> dict[str, int]:
         """What the nodes' TCP and the shapers counted since setup: ``retransmits`` (segments
         sent again), ``reorderings`` (a flow's packets seen out of order: none on a NIC, see
-        ``steer``) and ``drops`` (packets the shapers' queues dropped), over all nodes."""
+        ``steer``) and ``drops`` (packets the shapers' queues dropped, and the delay line's
+        queues in the nodes), over all nodes."""
         said = {"retransmits": 0, "reorderings": 0, "drops": 0}
         for k in range(self.nodes):
             tcp = tcp_counters(self.namespace(k))
             said["retransmits"] += tcp.get("TcpRetransSegs", 0)
             said["reorderings"] += sum(tcp.get(f"TcpExtTCP{kind}Reorder", 0)
                                        for kind in ("SACK", "TS", "Reno"))  # fmt: skip
-        for ns in self.created:
-            shown = _tc(ns, "-s", "qdisc", "show", check=False).stdout
-            said["drops"] += sum(int(n) for n in re.findall(r"dropped (\d+)", shown))
-            if self.delayed:  # its queues': full (queue_dropped), not handed over (user_dropped)
+            if self.delayed:  # its queue: full (queue_dropped), not handed over (user_dropped)
                 queued = subprocess.run(
-                    ["ip", "netns", "exec", ns, "cat", "/proc/net/netfilter/nfnetlink_queue"],
+                    ["ip", "netns", "exec", self.namespace(k), "cat",
+                     "/proc/net/netfilter/nfnetlink_queue"],
                     capture_output=True, text=True,
                 ).stdout.split()  # fmt: skip
                 said["drops"] += sum(int(n) for n in queued[5:7])
+        for ns in self.created:
+            shown = _tc(ns, "-s", "qdisc", "show", check=False).stdout
+            said["drops"] += sum(int(n) for n in re.findall(r"dropped (\d+)", shown))
         return said
 
     def teardown(self) -> None:

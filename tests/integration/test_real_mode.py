@@ -479,9 +479,14 @@ def _round_trip_s(bed: testbed.Testbed, n: int = 20) -> float:
     return statistics.median(float(x) for x in out.split())
 
 
-def _delay_line_pids() -> list[str]:
-    out = subprocess.run(["pgrep", "-f", "runners.real.delayline"], capture_output=True, text=True)
+def _pids(module: str) -> list[str]:
+    """The processes running ``python -m module``."""
+    out = subprocess.run(["pgrep", "-f", module], capture_output=True, text=True)
     return out.stdout.split()
+
+
+def _delay_line_pids() -> list[str]:
+    return _pids("runners.real.delayline")
 
 
 def test_the_testbed_adds_latency_without_netem():
@@ -782,8 +787,7 @@ def test_a_run_whose_delay_line_dies_fails_at_once_and_says_so(tmp_path):
 
 
 def _worker_pids() -> list[str]:
-    out = subprocess.run(["pgrep", "-f", "runners.real.worker"], capture_output=True, text=True)
-    return out.stdout.split()
+    return _pids("runners.real.worker")
 
 
 # --- bad input ----------------------------------------------------------------------------
