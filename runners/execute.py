@@ -147,6 +147,9 @@ def _real_to_directory(spec: RunSpec, out: Path, argv: list[str]) -> dict[str, A
             # the communication threads' priority (runners.real.priority)
             "comm_priority": result.priority_record(),
             "device": result.device_record(),
+            # other processes' CPU on this machine beside the steady iterations (None where
+            # not measured: rank 0 on another machine)
+            "others": result.others.record() if result.others is not None else None,
             # how the lab's engine issued its collectives ("" where it did not run)
             "engine_dispatch": result.ranks[0].get("dispatch", "") if result.ranks else "",
             "metrics": {k: _finite(v) for k, v in result.metrics.items()},

@@ -34,7 +34,7 @@ import workloads
 from ..manifest import busy_cores, cpu_ticks, steal_pct, usable_cpus
 from ..policies.allreduce import CommPlan
 from ..spec import RealOptions, RunSpec, SpecError
-from . import priority
+from . import others, priority
 from . import testbed as tb
 
 log = logging.getLogger("runners")
@@ -89,6 +89,7 @@ class RealResult:
     servers_aggregate: list[str] = field(default_factory=list)  # PS: each server's (priority)
     device: str = "cpu"  # where the ranks trained (resolve_device)
     device_note: str = ""  # why, where the spec asked for auto and got the CPU
+    others: others.Others | None = None  # other processes' CPU beside the steady iterations
 
     def priority_record(self) -> dict[str, Any]:
         """The run summary's ``comm_priority``: what the run had, with rank 0's threads per
@@ -454,12 +455,43 @@ def run(
     engine in turns in the same ranks; the series' rows then carry ``side``, ``block`` and
     ``trim``, and the summary metrics mix the sides."""
     before = cpu_ticks()
-    result = _run(spec, work, progress, interleave)
+    with others.Watch() as watch:
+        result = _run(spec, work, progress, interleave)
     stolen = steal_pct(before, cpu_ticks())
     if stolen is not None:
         result.metrics["machine_steal_pct"] = stolen
         result.units["machine_steal_pct"] = "%"
+    window = steady_window(result.ranks)
+    seen = watch.over(*window) if window is not None else None
+    if seen is not None:
+        result.others = seen
+        result.metrics["other_cores"] = seen.cores
+        result.units["other_cores"] = "cores"
+        if seen.cores >= others.FLAG_CORES:
+            log.warning(
+                "other processes on this machine used %s beside the run's steady iterations: "
+                "its times are slower and noisier than on a quiet machine; run it again when "
+                "they have ended", seen.words(),
+            )  # fmt: skip
     return result
+
+
+def steady_window(ranks: list[dict[str, Any]]) -> tuple[float, float] | None:
+    """Rank 0's steady iterations on this machine's ``time.perf_counter``: from the first
+    measured iteration's begin to the last one's (the intervals the timing metrics average);
+    ``None`` where rank 0 ran on another machine (its clock's boot id is not ours) or has
+    fewer than two measured iterations."""
+    from .worker import boot_id
+
+    if not ranks:
+        return None
+    clock = ranks[0].get("clock")
+    if clock is not None and clock.get("boot_id") not in (None, boot_id()):
+        return None
+    begins = [r["begin"] for r in ranks[0].get("iterations", []) if not r["warmup"]]
+    if len(begins) < 2:
+        return None
+    return begins[0], begins[-1]
 
 
 def _run(
