@@ -2165,6 +2165,9 @@ def _row(
         row["sim_cpu_cores"] = sim.metrics["host_cpu_s"] / predicted if predicted > 0 else None
     if all("machine_steal_pct" in r.metrics for r in runs):  # the hypervisor's share
         row["real_steal_pct"] = statistics.median(r.metrics["machine_steal_pct"] for r in runs)
+    if all("other_cores" in r.metrics for r in runs):  # runs from before: none
+        # the most CPU other processes took beside one of its runs (runners.real.others)
+        row["real_other_cores"] = max(r.metrics["other_cores"] for r in runs)
     if all("train_runq_wait_s" in r.metrics for r in runs):  # runs from before: none
         # per iteration, the training threads' time on a core and runnable but waiting for
         # one (/proc/thread-self/schedstat): how far the compute waits for the cores the
@@ -2461,6 +2464,31 @@ def _per_system(result: dict[str, Any], predicted: str) -> str:
     )
 
 
+def _others_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """What other processes took beside the real runs (``real_other_cores``): the
+    configurations whose runs were disturbed, or that none was."""
+    from .real.others import FLAG_CORES
+
+    seen = [c for c in rows if c.get("real_other_cores") is not None]
+    if not seen:
+        return []
+    flagged = [c for c in seen if c["real_other_cores"] >= FLAG_CORES]
+    if not flagged:
+        most = max(c["real_other_cores"] for c in seen)
+        return [f"no other work beside the real runs (at most {most:.2f} cores)"]
+    named = ", ".join(
+        f"{c['system']} {c['workload']} {network_name(c['bandwidth_gbps'])} "
+        f"{c['real_other_cores']:.2f}"
+        for c in sorted(flagged, key=lambda c: -c["real_other_cores"])
+    )
+    return [
+        f"other processes on this machine took {FLAG_CORES:g} cores or more beside the real "
+        f"runs of {len(flagged)} of {len(seen)} configurations ({named}; the most in one run, "
+        "rows' real_other_cores): those runs are slower and noisier than alone; run the set "
+        "again on a quiet machine"
+    ]
+
+
 def format_report(result: dict[str, Any]) -> str:
     """The report as text: one line per configuration, MAPE per system and overall, speedups."""
 
@@ -2533,6 +2561,7 @@ def format_report(result: dict[str, Any]) -> str:
             f"{100 * statistics.median(waits):.0f} % of an iteration (configurations "
             f"{100 * min(waits):.0f}-{100 * max(waits):.0f} %; rows' real_train_runq_wait_s)"
         )
+    lines.extend(_others_lines(result["configs"]))
     host_error = result.get("host_cpu_error_pct")
     if with_host:
         lines.append(

@@ -194,7 +194,7 @@ def _live_context(experiment: Experiment) -> dict[str, object]:
 def _headers(columns: list[tuple[str, str, str]], real: bool) -> list[str]:
     headers = [header for _, header, _ in columns]
     if real:  # the twin's time right after the run's own; where it trained at the end
-        headers = [headers[0], "simulated (s)", *headers[1:], "network", "device"]
+        headers = [headers[0], "simulated (s)", *headers[1:], "network", "device", "beside it"]
     return headers
 
 
@@ -221,15 +221,34 @@ RUN_COLUMNS = {
 def _trained_on(run: Run) -> list[str]:
     """What a finished real run trained on, from its summary: the network (e.g. "shaped") and
     the device ("cpu", "cuda"; with why, where it is not what the spec asked), each with its
-    note; blank before the run has succeeded or for summaries from before the device."""
+    note, and the other work on its host beside it (``beside``); blank before the run has
+    succeeded or for summaries from before these were recorded."""
     if run.state != Run.SUCCEEDED:
-        return ["", ""]
+        return ["", "", ""]
     try:
         summary = rundir.read_summary(run.run_dir)
     except (OSError, ValueError):
-        return ["", ""]
+        return ["", "", ""]
+    return [
+        told(summary.get("network") or {}),
+        told(summary.get("device") or {}),
+        beside(summary.get("others")),
+    ]
 
-    return [told(summary.get("network") or {}), told(summary.get("device") or {})]
+
+def beside(record: dict | None) -> str:
+    """A summary's ``others`` in words: "quiet" under ``FLAG_CORES``, else the cores other
+    processes took and the busiest, with what it means for the run's times; blank where not
+    measured (runs from before it, rank 0 on another host)."""
+    if not record:
+        return ""
+    if not record.get("flagged"):
+        return "quiet"
+    top = ", ".join(f"{t['name']} {t['cores']:.2f}" for t in record.get("top", []))
+    return (
+        f"{record['cores']:.2f} cores of other work ({top}): its times are slower and "
+        "noisier than alone; run it again on a quiet machine"
+    )
 
 
 def told(block: dict) -> str:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from typing import Any
 INTERVAL_S = 0.25  # between two scans of /proc
 FLAG_CORES = 0.1  # others at or above this over a run's steady iterations: said where it shows
 KTHREADD = 2  # the parent of every kernel thread
+LABEL_CHARS = 48  # of a process's command line in the summary and the run log
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,24 @@ def scan(proc: Path = Path("/proc")) -> dict[int, Proc]:
     return out
 
 
+def label(pid: int, fallback: str, proc: Path = Path("/proc")) -> str:
+    """A process's name for people: its command line's program (without its directory) and
+    first arguments (``python3 -m celery``, ``python3 loop.py``), at most ``LABEL_CHARS``;
+    ``fallback`` (the kernel's 15-character name) where the command line cannot be read."""
+    try:
+        argv = (proc / str(pid) / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return fallback
+    words = [a.decode(errors="replace") for a in argv if a][:4]
+    if not words:
+        return fallback
+    words[0] = words[0].rsplit("/", 1)[-1]
+    words[1:] = [w.rsplit("/", 1)[-1] if "/" in w and not w.startswith("-") else w
+                 for w in words[1:]]  # fmt: skip
+    text = " ".join(" ".join(words).split())  # one line
+    return text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…"
+
+
 def tree(procs: dict[int, Proc], root: int) -> set[int]:
     """``root`` and every process descended from it, as ``procs`` sees them."""
     children: dict[int, list[int]] = {}
@@ -100,16 +119,22 @@ class Interval:
 
 
 def interval(
-    before: dict[int, Proc], after: dict[int, Proc], ours: set[int], start: float, end: float
+    before: dict[int, Proc],
+    after: dict[int, Proc],
+    ours: set[int],
+    start: float,
+    end: float,
+    name: Callable[[int, Proc], str] = lambda pid, p: p.name,
 ) -> Interval:
     """The ticks every process outside ``ours`` used between two scans (seen in both, the same
-    process: the same start time)."""
+    process: the same start time), by ``name``."""
     ticks: dict[str, int] = {}
     for pid, p in after.items():
         q = before.get(pid)
         if pid in ours or q is None or q.start != p.start or p.ticks <= q.ticks:
             continue
-        ticks[p.name] = ticks.get(p.name, 0) + p.ticks - q.ticks
+        key = name(pid, p)
+        ticks[key] = ticks.get(key, 0) + p.ticks - q.ticks
     return Interval(start, end, ticks)
 
 
@@ -173,6 +198,7 @@ class Watch:
         self.interval_s = interval_s
         self.hz = os.sysconf("SC_CLK_TCK")
         self.intervals: list[Interval] = []
+        self._labels: dict[tuple[int, int], str] = {}  # (pid, start) -> its label, read once
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="others", daemon=True)
 
@@ -200,5 +226,11 @@ class Watch:
             after, t1 = scan(), time.perf_counter()
             # The run's tree as this scan sees it (its processes come and go as it starts)
             ours = tree(after, self.root) | tree(before, self.root)
-            self.intervals.append(interval(before, after, ours, t0, t1))
+            self.intervals.append(interval(before, after, ours, t0, t1, self._label))
             before, t0 = after, t1
+
+    def _label(self, pid: int, p: Proc) -> str:
+        key = (pid, p.start)
+        if key not in self._labels:
+            self._labels[key] = label(pid, p.name)
+        return self._labels[key]

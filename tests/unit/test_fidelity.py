@@ -1027,6 +1027,40 @@ def test_the_busy_cores_check_sets_the_machine_s_beside_the_twin_s():
     assert "kept a median" not in fidelity.format_report(fidelity.report(rows[3:], "unit"))
 
 
+def test_the_report_names_the_configurations_whose_runs_had_other_work_beside_them():
+    """A row keeps the most CPU other processes took beside one of its runs; the text names
+    the configurations at or over the flag, or says that none was; rows without it (runs
+    from before) are left out, and with none the line is left out too."""
+    from types import SimpleNamespace
+
+    def run(other):
+        metrics = {"iteration_time_s": 0.03, "iteration_time_median_s": 0.03,
+                   "compute_time_s": 0.01, "other_cores": other}  # fmt: skip
+        return SimpleNamespace(metrics=metrics, network=SimpleNamespace(kind="shaped"))
+
+    plain = SimpleNamespace(metrics={"iteration_time_s": 0.03, "compute_time_s": 0.01})
+    row = fidelity._row("wfbp", "vgg16-debug", 0.25, [run(0.0), run(0.62), run(0.01)], plain)
+    assert row["real_other_cores"] == pytest.approx(0.62)
+    older = run(0.0)
+    del older.metrics["other_cores"]
+    assert "real_other_cores" not in fidelity._row("wfbp", "vgg16-debug", 1, [older], plain)
+    rows = [
+        {**_row("wfbp", 0.05, 0.04, 0.25), "real_other_cores": 0.62},
+        {**_row("ddp", 0.05, 0.04, 0.25), "real_other_cores": 0.02},
+        {**_row("ddp", 0.05, 0.04), "real_other_cores": 1.31},
+        _row("horovod", 0.05, 0.04),
+    ]
+    text = " ".join(fidelity.format_report(fidelity.report(rows, "unit")).split())
+    assert (
+        "other processes on this machine took 0.1 cores or more beside the real runs of 2 of "
+        "3 configurations (ddp vgg16-debug 1 Gbit/s 1.31, wfbp vgg16-debug 0.25 Gbit/s 0.62;"
+    ) in text
+    quiet = [{**r, "real_other_cores": 0.02} for r in rows[:2]]
+    text = fidelity.format_report(fidelity.report(quiet, "unit"))
+    assert "no other work beside the real runs (at most 0.02 cores)" in text
+    assert "other work" not in fidelity.format_report(fidelity.report(rows[3:], "unit"))
+
+
 def test_the_report_averages_errors_and_computes_speedups():
     rows = [
         _row("wfbp", 0.040, 0.036),  # 10 %

@@ -146,10 +146,29 @@ def test_a_real_run_runs_alone_on_the_machine(user, config, real_config, client)
     assert "<th>network</th>" in page and "<td>loopback" in page
     # where it trained: this machine's CPU (real.device auto; no GPU was given to the run)
     assert "<th>device</th>" in page and "<td>cpu</td>" in page
+    # and what other processes on the machine took beside it (quiet, or how much)
+    assert "<th>beside it</th>" in page
     assert "final loss" in page
     # beside it the simulator's prediction (its twin) or why it has none on this machine
     assert "real-vs-sim.png" in page or "No simulator prediction beside these real" in page
     finish_all(rerun)
+
+
+def test_the_other_work_beside_a_run_is_told_when_it_reached_the_flag():
+    from lab.experiments.views import beside
+
+    assert beside(None) == ""  # a run from before it was measured
+    assert beside({"cores": 0.02, "top": [{"name": "sshd", "cores": 0.02}],
+                   "flagged": False}) == "quiet"  # fmt: skip
+    busy = {
+        "cores": 0.93,
+        "flagged": True,
+        "top": [{"name": "python3 loop.py", "cores": 0.91}, {"name": "make", "cores": 0.02}],
+    }
+    assert beside(busy) == (
+        "0.93 cores of other work (python3 loop.py 0.91, make 0.02): its times are slower "
+        "and noisier than alone; run it again on a quiet machine"
+    )
 
 
 def test_a_run_s_network_is_told_with_what_its_testbed_counted():
