@@ -450,7 +450,10 @@ def run(
     """Train ``spec`` for real; ``work`` holds the job file and the ranks' logs and records.
     The metrics get ``machine_steal_pct``, the share of this machine's CPU time a hypervisor
     took while the run ran (``/proc/stat``; left out where it cannot be read): on a contended
-    host, runs are slower and noisier than their configuration's usual. ``interleave`` is the
+    host, runs are slower and noisier than their configuration's usual. And ``other_cores``
+    (and ``result.others``): the CPU other processes on this machine took beside the steady
+    iterations (``runners.real.others``), with a warning in the log from ``FLAG_CORES``
+    (left out where rank 0 ran on another machine). ``interleave`` is the
     engine bench's (``bench.run_real``; ``worker._train_interleaved``): DDP and the lab's
     engine in turns in the same ranks; the series' rows then carry ``side``, ``block`` and
     ``trim``, and the summary metrics mix the sides."""

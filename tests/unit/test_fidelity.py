@@ -1731,7 +1731,9 @@ def test_every_real_run_records_the_hypervisor_s_share(monkeypatch, tmp_path):
 
     ticks = iter([(100, 10_000), (130, 10_600)])  # 30 of the run's 600 ticks stolen
     monkeypatch.setattr(launch, "cpu_ticks", lambda: next(ticks))
-    fake = SimpleNamespace(metrics={"iteration_time_s": 0.01}, units={"iteration_time_s": "s"})
+    fake = SimpleNamespace(
+        metrics={"iteration_time_s": 0.01}, units={"iteration_time_s": "s"}, ranks=[]
+    )
     monkeypatch.setattr(launch, "_run", lambda spec, work, progress, interleave=None: fake)
     result = launch.run(None, tmp_path)
     assert result.metrics["machine_steal_pct"] == pytest.approx(5.0)
