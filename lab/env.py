@@ -7,6 +7,7 @@ they cannot parse instead of silently falling back.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -18,7 +19,8 @@ class ConfigError(RuntimeError):
 
 def load_dotenv(path: Path) -> list[str]:
     """Set the variables of the ``.env`` file at ``path`` (``KEY=VALUE`` lines, as `make run`
-    writes it and honcho reads it; ``#`` comments, ``export`` and quotes allowed) that the
+    writes it and honcho reads it; ``#`` comments, also after an unquoted value, ``export``
+    and quotes allowed) that the
     environment does not set already; returns their names. No file: nothing."""
     try:
         lines = path.read_text().splitlines()
@@ -33,8 +35,13 @@ def load_dotenv(path: Path) -> list[str]:
         key, value = key.strip(), value.strip()
         if not sep or not key.isidentifier():
             raise ConfigError(f"{path}, line {number}: expected KEY=VALUE")
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
+        if value[:1] in ("'", '"'):  # up to its closing quote (a comment may follow)
+            end = value.find(value[0], 1)
+            if end < 0:
+                raise ConfigError(f"{path}, line {number}: {key}'s value has no closing quote")
+            value = value[1:end]
+        else:  # a comment after an unquoted value (``KEY=value  # why``), as bash and honcho
+            value = re.split(r"\s#", value, maxsplit=1)[0].rstrip()
         if key not in os.environ:
             os.environ[key] = value
             set_here.append(key)

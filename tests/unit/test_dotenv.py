@@ -34,6 +34,23 @@ def test_a_dotenv_sets_what_the_environment_does_not(tmp_path, monkeypatch):
     assert load_dotenv(tmp_path / "missing") == []
 
 
+def test_a_comment_after_a_value_is_not_part_of_it(tmp_path, monkeypatch):
+    path = tmp_path / ".env"
+    path.write_text(
+        "LAB_T_A=redis://x:6379/0  # the broker\nLAB_T_B='a # b' # why\nLAB_T_C=abc#def\nLAB_T_D=\n"
+    )
+    for key in ("LAB_T_A", "LAB_T_B", "LAB_T_C", "LAB_T_D"):
+        monkeypatch.delenv(key, raising=False)
+    load_dotenv(path)
+    assert os.environ["LAB_T_A"] == "redis://x:6379/0"
+    assert os.environ["LAB_T_B"] == "a # b"  # quoted: kept
+    assert os.environ["LAB_T_C"] == "abc#def"  # no space before it: not a comment (bash)
+    assert os.environ["LAB_T_D"] == ""
+    path.write_text("LAB_T_E='open\n")
+    with pytest.raises(ConfigError, match=r"line 1: LAB_T_E's value has no closing quote"):
+        load_dotenv(path)
+
+
 def test_a_line_that_is_not_key_value_is_named(tmp_path):
     path = tmp_path / ".env"
     path.write_text("LAB_T_OK=1\nthis is not a setting\n")
