@@ -24,6 +24,7 @@ from lab.experiments.models import Experiment
 from lab.reports import export, figures, paper, realsim
 from lab.runs.models import Run
 from runners import rundir
+from runners.real import others
 
 
 def experiment_list(request: HttpRequest) -> HttpResponse:
@@ -244,10 +245,9 @@ def beside(record: dict | None) -> str:
         return ""
     if not record.get("flagged"):
         return "quiet"
-    top = ", ".join(f"{t['name']} {t['cores']:.2f}" for t in record.get("top", []))
     return (
-        f"{record['cores']:.2f} cores of other work ({top}): its times are slower and "
-        "noisier than alone; run it again on a quiet machine"
+        f"other work, {others.words(record)}: its times are slower and noisier than alone; "
+        "run it again on a quiet machine"
     )
 
 

@@ -31,7 +31,7 @@ import re
 import shutil
 import tempfile
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
@@ -77,12 +77,15 @@ def write_bundle(
     dirty: bool,
     note: str = "",
     extras: Mapping[str, str] | None = None,
+    cautions: Sequence[str] = (),
 ) -> Path:
     """Write the bundle to `out_zip` atomically: it is built in a temporary file beside the
     target and moved into place at the end, so on any error `out_zip` is as it was. A dirty
     tree is refused unless `note` says why the export is fine; the note is recorded in
     README.txt and figures.json. `extras` maps file names to text written at the top of the
-    bundle beside README.txt (a LaTeX table, say); they may not replace the bundle's own files."""
+    bundle beside README.txt (a LaTeX table, say); they may not replace the bundle's own files.
+    ``cautions`` are what a reader of the figures should know about the runs behind them (a
+    real run measured beside other work), listed in README.txt and figures.json."""
     if dirty and not note.strip():
         raise DirtyTreeError(
             "the working tree has uncommitted changes: commit them and export again, or pass "
@@ -94,7 +97,9 @@ def write_bundle(
     out_zip.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bundle-") as work:
         root = Path(work)
-        _write_tree(root, figures, manifests, extras, dirty=dirty, note=note.strip())
+        _write_tree(
+            root, figures, manifests, extras, dirty=dirty, note=note.strip(), cautions=cautions
+        )
         temp = paper.temp_beside(out_zip)
         try:
             _zip(root, temp)
@@ -141,6 +146,7 @@ def _write_tree(
     *,
     dirty: bool,
     note: str,
+    cautions: Sequence[str] = (),
 ) -> None:
     entries = [_figure(root, spec) for spec in figures]
     for name, text in extras.items():
@@ -163,6 +169,7 @@ def _write_tree(
         "figures": entries,
         "manifests": [f"manifests/{run}.json" for run in manifests],
         "extras": sorted(extras),
+        "cautions": list(cautions),
     }
     _write(root / "figures.json", _json(index))
     _write(root / "README.txt", readme(index))
@@ -224,6 +231,9 @@ def readme(index: Mapping[str, Any]) -> str:
     ]
     if index["note"]:
         lines.append(f"Note: {index['note']}")
+    cautions = index.get("cautions") or []
+    if cautions:
+        lines += ["", "Cautions", *(f"  {c}" for c in cautions)]
     return "\n".join(lines) + "\n"
 
 

@@ -36,6 +36,7 @@ from lab.reports import figures, paper, plots, realsim, stats
 from lab.reports.bundle import DirtyTreeError, FigureSpec, write_bundle
 from lab.runs.models import CONDITION_KEYS, Run, condition_text
 from runners import rundir
+from runners.real import others
 
 TABLE = "table.tex"
 DIRTY_HINT = (
@@ -102,7 +103,26 @@ def export_experiment(experiment: Experiment, venue: str, note: str = "") -> Pat
         dirty=bool(dirty),
         note=note,
         extras={TABLE: table},
+        cautions=disturbed(runs),
     )
+
+
+def disturbed(runs: Sequence[Run]) -> list[str]:
+    """A line per real run whose steady iterations had other work beside them on its host
+    (its summary's ``others`` flagged: ``runners.real.others``), for the bundle's readers."""
+    out = []
+    for run in runs:
+        try:
+            record = rundir.read_summary(run.run_dir).get("others") or {}
+        except (OSError, ValueError):
+            continue
+        if record.get("flagged"):
+            out.append(
+                f"run {run.pk} ({run.system}, seed {run.seed}) was measured beside other work "
+                f"on its host, {others.words(record)}: its real times are slower and noisier "
+                "than alone"
+            )
+    return out
 
 
 def real_vs_sim_figures(experiment: Experiment, venue: str) -> list[FigureSpec]:

@@ -159,9 +159,15 @@ class Others:
         }
 
     def words(self) -> str:
-        """'0.93 cores (python3 0.91, celery 0.02)'."""
-        top = ", ".join(f"{name} {c:.2f}" for name, c in self.top() if c >= 0.005)
-        return f"{self.cores:.2f} cores" + (f" ({top})" if top else "")
+        """'0.93 cores (python3 loop.py 0.91, celery 0.02)'."""
+        return words(self.record())
+
+
+def words(record: dict[str, Any]) -> str:
+    """A summary's ``others`` in words: its cores and its busiest (those of at least 0.005
+    cores), '0.93 cores (python3 loop.py 0.91, celery 0.02)'."""
+    top = ", ".join(f"{t['name']} {t['cores']:.2f}" for t in record["top"] if t["cores"] >= 0.005)
+    return f"{record['cores']:.2f} cores" + (f" ({top})" if top else "")
 
 
 def over(intervals: Iterable[Interval], start: float, end: float, hz: int) -> Others | None:

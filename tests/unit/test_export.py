@@ -139,6 +139,36 @@ def test_with_a_note_a_dirty_export_is_written_and_the_note_is_in_the_readme(use
     assert json.loads(archive.read("figures.json"))["dirty"] is True
 
 
+SUMMARY = {"metrics": {}, "units": {}}
+
+
+def test_a_run_measured_beside_other_work_is_named_in_the_readme(user, config):
+    """A real run's summary says other processes took a tenth of a core or more beside it
+    (``runners.real.others``): the bundle's readers are told, in README.txt and figures.json;
+    a quiet run and a run without a summary are not named."""
+    experiment = finished(user, config)
+    ids = run_ids(experiment)
+    busy = {"cores": 0.66, "flagged": True, "window_s": 1.5,
+            "top": [{"name": "python3 loop.py", "cores": 0.65}]}  # fmt: skip
+    quiet = {"cores": 0.0, "flagged": False, "window_s": 1.5, "top": []}
+    runs = list(experiment.runs.order_by("id"))
+    rundir.write_json(runs[0].run_dir / rundir.SUMMARY, {**SUMMARY, "others": busy})
+    rundir.write_json(runs[1].run_dir / rundir.SUMMARY, {**SUMMARY, "others": quiet})
+    archive = zipfile.ZipFile(export.export_experiment(experiment, "ieee-1col"))
+    readme = " ".join(archive.read("README.txt").decode().split())
+    said = (
+        f"run {ids[0]} ({runs[0].system}, seed {runs[0].seed}) was measured beside other work "
+        "on its host, 0.66 cores (python3 loop.py 0.65): its real times are slower and noisier "
+        "than alone"
+    )
+    assert f"Cautions {said}" in readme
+    assert json.loads(archive.read("figures.json"))["cautions"] == [said]
+    assert f"run {ids[1]} " not in readme
+    rundir.write_json(runs[0].run_dir / rundir.SUMMARY, {**SUMMARY, "others": quiet})
+    archive = zipfile.ZipFile(export.export_experiment(experiment, "ieee-1col"))
+    assert "Cautions" not in archive.read("README.txt").decode()
+
+
 def test_a_run_without_a_manifest_is_named_and_nothing_is_written(user, config):
     experiment = finished(user, config, manifests=False)
     with pytest.raises(export.ExportError, match=f"run\\(s\\) {run_ids(experiment)[0]}, "):

@@ -166,7 +166,7 @@ def test_the_other_work_beside_a_run_is_told_when_it_reached_the_flag():
         "top": [{"name": "python3 loop.py", "cores": 0.91}, {"name": "make", "cores": 0.02}],
     }
     assert beside(busy) == (
-        "0.93 cores of other work (python3 loop.py 0.91, make 0.02): its times are slower "
+        "other work, 0.93 cores (python3 loop.py 0.91, make 0.02): its times are slower "
         "and noisier than alone; run it again on a quiet machine"
     )
 
