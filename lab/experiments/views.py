@@ -176,6 +176,7 @@ def _live_context(experiment: Experiment) -> dict[str, object]:
         if real:  # its twin's time (python -m runners twin) beside its own
             run.cells.insert(1, "" if run.pk not in twins else format(twins[run.pk], ".4f"))
             run.cells.extend(_trained_on(run))
+            run.disturbed = run.cells[-1].startswith("other work")
     status = Run.combined_state([r.state for r in runs])
     figure_list, settled = _figures(experiment)
     return {
@@ -189,6 +190,7 @@ def _live_context(experiment: Experiment) -> dict[str, object]:
         # a real experiment under way: its figures are drawn between its runs (lab.measuring)
         "figures_wait": real and status in Run.ACTIVE,
         "twin_notes": notes,
+        "disturbed": [run.pk for run in runs if getattr(run, "disturbed", False)],
     }
 
 
@@ -239,16 +241,13 @@ def _trained_on(run: Run) -> list[str]:
 
 def beside(record: dict | None) -> str:
     """A summary's ``others`` in words: "quiet" under ``FLAG_CORES``, else the cores other
-    processes took and the busiest, with what it means for the run's times; blank where not
-    measured (runs from before it, rank 0 on another host)."""
+    processes took and the two busiest (the page says what it means below the table); blank
+    where not measured (runs from before it, rank 0 on another host)."""
     if not record:
         return ""
     if not record.get("flagged"):
         return "quiet"
-    return (
-        f"other work, {others.words(record)}: its times are slower and noisier than alone; "
-        "run it again on a quiet machine"
-    )
+    return f"other work: {others.words(record, top=2)}"
 
 
 def told(block: dict) -> str:

@@ -163,11 +163,12 @@ class Others:
         return words(self.record())
 
 
-def words(record: dict[str, Any]) -> str:
-    """A summary's ``others`` in words: its cores and its busiest (those of at least 0.005
-    cores), '0.93 cores (python3 loop.py 0.91, celery 0.02)'."""
-    top = ", ".join(f"{t['name']} {t['cores']:.2f}" for t in record["top"] if t["cores"] >= 0.005)
-    return f"{record['cores']:.2f} cores" + (f" ({top})" if top else "")
+def words(record: dict[str, Any], top: int = 3) -> str:
+    """A summary's ``others`` in words: its cores and its ``top`` busiest (those of at least
+    0.005 cores), '0.93 cores (python3 loop.py 0.91, celery 0.02)'."""
+    busiest = [t for t in record["top"] if t["cores"] >= 0.005][:top]
+    top_words = ", ".join(f"{t['name']} {t['cores']:.2f}" for t in busiest)
+    return f"{record['cores']:.2f} cores" + (f" ({top_words})" if top_words else "")
 
 
 def over(intervals: Iterable[Interval], start: float, end: float, hz: int) -> Others | None:

@@ -165,10 +165,44 @@ def test_the_other_work_beside_a_run_is_told_when_it_reached_the_flag():
         "flagged": True,
         "top": [{"name": "python3 loop.py", "cores": 0.91}, {"name": "make", "cores": 0.02}],
     }
-    assert beside(busy) == (
-        "other work, 0.93 cores (python3 loop.py 0.91, make 0.02): its times are slower "
-        "and noisier than alone; run it again on a quiet machine"
-    )
+    assert beside(busy) == "other work: 0.93 cores (python3 loop.py 0.91, make 0.02)"
+
+
+def test_the_page_says_which_runs_were_measured_beside_other_work(client, user, token):
+    """A succeeded real run whose summary flags other work: its cell names it and a line
+    below the table says what that means and what to do; a quiet run is not named."""
+    from django.utils import timezone
+
+    from runners import rundir
+
+    post(client, {**BODY, "seeds": [0, 1]}, token)
+    experiment = Experiment.objects.get()
+    runs = list(experiment.runs.order_by("id"))
+    busy = {
+        "cores": 0.66,
+        "flagged": True,
+        "window_s": 1.5,
+        "top": [
+            {"name": "python3 loop.py", "cores": 0.64},
+            {"name": "celery", "cores": 0.02},
+            {"name": "honcho", "cores": 0.005},
+        ],
+    }
+    quiet = {"cores": 0.0, "flagged": False, "window_s": 1.5, "top": []}  # fmt: skip
+    for run, others in zip(runs, [busy, quiet, quiet, quiet], strict=True):
+        run.run_dir.mkdir(parents=True)
+        rundir.write_json(
+            run.run_dir / rundir.SUMMARY, {"metrics": {}, "units": {}, "others": others}
+        )
+    experiment.runs.update(state=Run.SUCCEEDED, finished_at=timezone.now())
+    client.force_login(user)
+    page = " ".join(client.get(f"/experiments/{experiment.pk}/").content.decode().split())
+    assert "<td>other work: 0.66 cores (python3 loop.py 0.64, celery 0.02)</td>" in page
+    assert page.count("<td>quiet</td>") == 3
+    assert (
+        f"Run {runs[0].pk}: other processes on the host took a tenth of a core or more while "
+        "it measured (<em>beside it</em>), so its times are slower and noisier than alone."
+    ) in page
 
 
 def test_a_run_s_network_is_told_with_what_its_testbed_counted():
