@@ -20,8 +20,8 @@ class ConfigError(RuntimeError):
 def load_dotenv(path: Path) -> list[str]:
     """Set the variables of the ``.env`` file at ``path`` (``KEY=VALUE`` lines, as `make run`
     writes it and honcho reads it; ``#`` comments, also after an unquoted value, ``export``
-    and quotes allowed) that the
-    environment does not set already; returns their names. No file: nothing."""
+    and quotes allowed) that the environment does not set already; returns their names. No
+    file: nothing."""
     try:
         lines = path.read_text().splitlines()
     except FileNotFoundError:

@@ -87,6 +87,7 @@ import workloads
 from . import fidelity_transport, registry, resample
 from .fidelity_journal import Journal, fingerprint, kept_as, profiles_fingerprint
 from .manifest import usable_cpus
+from .real.others import FLAG_CORES
 from .spec import SLOWDOWN_MAX, SPLIT_COST_MAX, CommCluster, RunSpec, SpecError, validate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -2467,8 +2468,6 @@ def _per_system(result: dict[str, Any], predicted: str) -> str:
 def _others_lines(rows: list[dict[str, Any]]) -> list[str]:
     """What other processes took beside the real runs (``real_other_cores``): the
     configurations whose runs were disturbed, or that none was."""
-    from .real.others import FLAG_CORES
-
     seen = [c for c in rows if c.get("real_other_cores") is not None]
     if not seen:
         return []

@@ -175,8 +175,8 @@ def _live_context(experiment: Experiment) -> dict[str, object]:
         ]
         if real:  # its twin's time (python -m runners twin) beside its own
             run.cells.insert(1, "" if run.pk not in twins else format(twins[run.pk], ".4f"))
-            run.cells.extend(_trained_on(run))
-            run.disturbed = run.cells[-1].startswith("other work")
+            cells, run.disturbed = _trained_on(run)
+            run.cells.extend(cells)
     status = Run.combined_state([r.state for r in runs])
     figure_list, settled = _figures(experiment)
     return {
@@ -221,22 +221,25 @@ RUN_COLUMNS = {
 }
 
 
-def _trained_on(run: Run) -> list[str]:
+def _trained_on(run: Run) -> tuple[list[str], bool]:
     """What a finished real run trained on, from its summary: the network (e.g. "shaped") and
     the device ("cpu", "cuda"; with why, where it is not what the spec asked), each with its
     note, and the other work on its host beside it (``beside``); blank before the run has
-    succeeded or for summaries from before these were recorded."""
+    succeeded or for summaries from before these were recorded. And whether that other work
+    reached ``FLAG_CORES``."""
     if run.state != Run.SUCCEEDED:
-        return ["", "", ""]
+        return ["", "", ""], False
     try:
         summary = rundir.read_summary(run.run_dir)
     except (OSError, ValueError):
-        return ["", "", ""]
-    return [
+        return ["", "", ""], False
+    record = summary.get("others")
+    cells = [
         told(summary.get("network") or {}),
         told(summary.get("device") or {}),
-        beside(summary.get("others")),
+        beside(record),
     ]
+    return cells, bool(record and record.get("flagged"))
 
 
 def beside(record: dict | None) -> str:
