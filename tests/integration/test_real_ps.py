@@ -129,6 +129,9 @@ def test_sync_ps_systems_match_single_process_sgd(system, params, tmp_path, monk
     # the cores the machine kept busy over the steady iterations: some, at most all of them
     assert 0 < metrics["machine_busy_cores"] <= (os.cpu_count() or 1)
     assert summary["units"]["machine_busy_cores"] == "cores"
+    # other processes' CPU beside it: measured, and the run's own servers are not others
+    assert summary["others"]["window_s"] > 0
+    assert 0 <= metrics["other_cores"] < 0.5 * metrics["server_cpu_cores"]
     series = [json.loads(line) for line in (out / "metrics.jsonl").open()]
     assert [s["iteration"] for s in series] == list(range(4))
     rows = (out / "timeline.csv").read_text().splitlines()
