@@ -33,6 +33,7 @@ from typing import Any
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from lab import measuring
@@ -43,6 +44,7 @@ from lab.reports.models import Alert, ClaimCheck, ExpectedChange, HistoryPoint, 
 from lab.results.models import Measurement
 from lab.runs.models import Run, condition_of, condition_text
 from runners import manifest as run_manifest
+from runners.real import others
 
 log = logging.getLogger(__name__)
 
@@ -441,6 +443,7 @@ def _record_points(night: NightlyRun) -> list[HistoryPoint]:
                 metric=claim.measure,
                 value=check.measured,
                 unit=claim.unit,
+                finding=_beside(Run.objects.filter(experiment=check.experiment)),
             )
         )
     for experiment in night.experiments.select_related("rerun_of"):
@@ -452,20 +455,21 @@ def _record_points(night: NightlyRun) -> list[HistoryPoint]:
 def _experiment_points(night: NightlyRun, experiment: Experiment) -> list[HistoryPoint]:
     source = experiment.rerun_of or experiment
     groups: dict[tuple, list[float]] = defaultdict(list)
+    group_runs: dict[tuple, list[int]] = defaultdict(list)
     units: dict[str, str] = {}
     rows = Measurement.objects.filter(
         run__experiment=experiment, run__state=Run.SUCCEEDED, metric__in=TRACKED_METRICS
-    ).values_list("run__system", "run__workload", "run__spec", "metric", "value", "unit")
-    for system, workload, spec, metric, value, unit in rows:
+    ).values_list("run_id", "run__system", "run__workload", "run__spec", "metric", "value", "unit")
+    for run_id, system, workload, spec, metric, value, unit in rows:
         condition = condition_of(spec)
         load = condition.get("jobs_per_hour")  # a cluster experiment's load sweep
         key = (system, workload, condition["workers"], condition["bandwidth_gbps"], load, metric)
         groups[key].append(value)
+        group_runs[key].append(run_id)
         units[metric] = unit
     out = []
-    for (system, workload, workers, bandwidth, load, metric), values in sorted(
-        groups.items(), key=str
-    ):
+    for key, values in sorted(groups.items(), key=str):
+        system, workload, workers, bandwidth, load, metric = key
         where = condition_text(
             {"workload": workload, "workers": workers, "bandwidth_gbps": bandwidth,
              "jobs_per_hour": load}
@@ -480,9 +484,20 @@ def _experiment_points(night: NightlyRun, experiment: Experiment) -> list[Histor
                 metric=metric,
                 value=fmean(values),
                 unit=units[metric],
+                finding=_beside(Run.objects.filter(pk__in=group_runs[key])),
             )
         )
     return out
+
+
+def _beside(runs: Any) -> dict[str, float]:
+    """``{"other_cores": x}``, the most CPU other processes took beside one of ``runs`` (real
+    runs: ``runners.real.others``), where it reached ``FLAG_CORES``; else nothing. Kept in the
+    point's ``finding`` and said in its alert: a change may be that work's, not the code's."""
+    most = Measurement.objects.filter(run__in=runs, metric="other_cores").aggregate(
+        most=Max("value")
+    )["most"]
+    return {"other_cores": most} if most is not None and most >= others.FLAG_CORES else {}
 
 
 def thresholds(point: HistoryPoint) -> regression.Thresholds:
@@ -522,7 +537,15 @@ def _detect(night: NightlyRun, points: list[HistoryPoint]) -> list[Alert]:
     alerts = []
     for point in points:
         finding = regression.detect(history(point.series, until=night), thresholds(point))
+        beside = point.finding.get("other_cores")  # as _record_points left it
         point.finding = _json_safe(finding.as_dict())
+        message = finding.message
+        if beside is not None:
+            point.finding["other_cores"] = beside
+            message += (
+                f" (tonight's runs were measured beside other work on their host, up to "
+                f"{beside:.2f} cores: the change may be that work's, not the code's)"
+            )
         point.save(update_fields=["finding"])
         if finding.status == "alert":
             alerts.append(
@@ -531,7 +554,7 @@ def _detect(night: NightlyRun, points: list[HistoryPoint]) -> list[Alert]:
                     series=point.series,
                     label=point.label,
                     kind=finding.kind or "point",
-                    message=finding.message,
+                    message=message,
                     z=_finite(finding.z),
                     rel_change=_finite(finding.rel_change),
                 )

@@ -85,6 +85,9 @@ def test_a_night_checks_the_claims_reruns_nightly_experiments_and_records_histor
     _finish(check.experiment, {"pace": 0.6, "horovod": 1.0, "bytescheduler": 0.9})
     assert nights.settle() == {"judged": 1, "finished": 0, "figures": 0}  # the nightly runs on
     _finish(copy_, {"bytescheduler": 0.5, "wfbp": 0.7})
+    # one bytescheduler run measured beside other work (a real run's other_cores)
+    beside = copy_.runs.filter(system="bytescheduler").first()
+    Measurement.objects.create(run=beside, metric="other_cores", value=0.3, unit="cores")
     assert nights.settle()["finished"] == 1
     night.refresh_from_db()
     assert night.state == NightlyRun.DONE and night.finished_at
@@ -95,6 +98,12 @@ def test_a_night_checks_the_claims_reruns_nightly_experiments_and_records_histor
     point = night.points.get(series="claim:pace-speedup:sim")
     assert point.finding["status"] == "insufficient-history"
     assert not night.alerts.exists()
+    marked = [
+        (p.series.split(":")[2], p.finding["other_cores"])
+        for p in night.points.filter(series__startswith="exp:")
+        if "other_cores" in p.finding
+    ]
+    assert marked == [("bytescheduler", pytest.approx(0.3))]  # its run's series, no other
 
 
 def test_a_second_night_is_skipped_while_one_runs_and_beat_does_not_double_start(ledger):
@@ -139,6 +148,40 @@ def test_a_drop_raises_an_alert_noise_does_not_and_an_expected_change_resets_it(
     history = nights.history("claim:pace-speedup:sim")
     assert [p.expected_change for p in history].count(True) == 1
     assert history[len(noise)].expected_change  # the annotated night starts the new regime
+
+
+def test_an_alert_says_when_the_night_s_runs_were_measured_beside_other_work(ledger, user, config):
+    """A point whose runs (real ones) had other work beside them on their host keeps the most
+    of it in its finding, and its alert says the change may be that work's; a night whose runs
+    were quiet, or under the flag, keeps nothing."""
+    for value in [40.1, 39.8, 40.3, 39.9, 40.0, 40.2, 39.7, 40.1]:
+        _night(CLAIM, value)
+    experiment = actions.create_experiment(user, config)
+    runs = list(experiment.runs.all())
+    for run, cores in zip(runs, [0.05, 0.66, *[0.0] * len(runs)], strict=False):
+        Measurement.objects.create(run=run, metric="other_cores", value=cores, unit="cores")
+    night = NightlyRun.objects.create(trigger="manual")
+    ClaimCheck.objects.create(
+        claim_id=CLAIM["id"], nightly=night, state=ClaimCheck.DONE, verdict="partial",
+        measured=20.0, definition=CLAIM, line={"reason": ""}, experiment=experiment,
+    )  # fmt: skip
+    assert nights.finish_night(night)
+    point = night.points.get()
+    assert point.finding["other_cores"] == pytest.approx(0.66)
+    alert = night.alerts.get(kind="point")
+    assert alert.message.endswith(
+        "(tonight's runs were measured beside other work on their host, up to 0.66 cores: the "
+        "change may be that work's, not the code's)"
+    )
+    Measurement.objects.filter(metric="other_cores", value__gt=0.5).update(value=0.09)
+    quiet = NightlyRun.objects.create(trigger="manual")
+    ClaimCheck.objects.create(
+        claim_id=CLAIM["id"], nightly=quiet, state=ClaimCheck.DONE, verdict="partial",
+        measured=20.0, definition=CLAIM, line={"reason": ""}, experiment=experiment,
+    )  # fmt: skip
+    assert nights.finish_night(quiet)
+    assert "other_cores" not in quiet.points.get().finding
+    assert all("other work" not in a.message for a in quiet.alerts.all())
 
 
 def test_environment_drift_is_a_diff_of_manifests():
