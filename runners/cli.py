@@ -387,6 +387,7 @@ def _twin(args: argparse.Namespace) -> int:
             "real_iteration_s": real, "sim_iteration_s": prediction.iteration_time_s,
             "error_pct": error, "calibration": prediction.label,
             "calibration_date": prediction.date, "twin_spec": prediction.spec,
+            "others": summary.get("others"),
             **({"phases": _json_phases(phases)} if phases is not None else {}),
         }))  # fmt: skip
         return 0
@@ -395,6 +396,14 @@ def _twin(args: argparse.Namespace) -> int:
         f"{prediction.iteration_time_s * 1e3:.1f} ms ({error:+.1f} %), the twin of calibration "
         f"'{prediction.label}' ({prediction.date})"
     )
+    beside = summary.get("others") or {}
+    if beside.get("flagged"):
+        from .real.others import words
+
+        print(
+            f"the run was measured beside other work on its host, {words(beside)}: its real "
+            "time is slower than alone, and so is the error; run it again on a quiet machine"
+        )
     if phases:
         print(_phase_table(phases))
     return 0

@@ -158,6 +158,24 @@ def test_the_twin_command_prints_the_run_beside_its_twin(tmp_path, capsys):
     assert f"calibration '{LABEL}'" in line
 
 
+def test_the_twin_command_says_when_the_run_had_other_work_beside_it(tmp_path, capsys):
+    busy = {"cores": 0.66, "flagged": True, "window_s": 1.5,
+            "top": [{"name": "python3 loop.py", "cores": 0.65}]}  # fmt: skip
+    out = _run_dir(tmp_path, _real(), 0.040, others=busy)
+    assert cli.main(["twin", str(out), "--label", LABEL]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert (
+        "the run was measured beside other work on its host, 0.66 cores (python3 loop.py "
+        "0.65): its real time is slower than alone" in text
+    )
+    assert cli.main(["twin", str(out), "--label", LABEL, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["others"] == busy
+    (tmp_path / "q").mkdir()
+    quiet = _run_dir(tmp_path / "q", _real(), 0.040, others={**busy, "flagged": False})
+    assert cli.main(["twin", str(quiet), "--label", LABEL]) == 0
+    assert "other work" not in capsys.readouterr().out
+
+
 def test_the_twin_command_refuses_what_has_no_twin_with_exit_2(tmp_path, capsys):
     assert cli.main(["twin", str(tmp_path)]) == 2
     assert "no manifest.json" in capsys.readouterr().err
