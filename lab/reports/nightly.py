@@ -131,6 +131,8 @@ def _record(
     per_condition: dict[str, dict[str, float]],
 ) -> None:
     line = assessment.line(check.mode)
+    if check.experiment is not None:  # real runs measured beside other work: said with it
+        line.update(_beside(Run.objects.filter(experiment=check.experiment)))
     ClaimCheck.objects.filter(pk=check.pk, state=ClaimCheck.PENDING).update(
         state=ClaimCheck.DONE,
         verdict=assessment.verdict,

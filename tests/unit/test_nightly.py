@@ -270,6 +270,29 @@ def test_the_claims_page_shows_claimed_measured_rule_figure_and_runs(client, led
     assert client.post(reverse("claim-reproduce", args=["nope"])).status_code == 404
 
 
+def test_a_claim_checked_on_runs_beside_other_work_says_so(client, ledger, user):
+    """A check whose runs (real ones) had other work beside them: its line keeps the most of
+    it and the Claims page says the measured value may be that work's; a quiet check not."""
+    client.force_login(user)
+    check = nights.start_check(nights.claims_by_id()["pace-speedup"], "sim", user=user)
+    _finish(check.experiment, {"pace": 0.6, "horovod": 1.0, "bytescheduler": 0.9})
+    run = check.experiment.runs.filter(system="pace").first()
+    Measurement.objects.create(run=run, metric="other_cores", value=0.42, unit="cores")
+    nights.settle()
+    check.refresh_from_db()
+    assert check.line["other_cores"] == pytest.approx(0.42)
+    page = " ".join(client.get(reverse("claims-live")).content.decode().split())
+    assert (
+        "its runs were measured beside other work on their host (up to 0.42 cores): the "
+        "measured value may be that work's" in page
+    )
+    quiet = nights.start_check(nights.claims_by_id()["pace-speedup"], "sim", user=user)
+    _finish(quiet.experiment, {"pace": 0.6, "horovod": 1.0, "bytescheduler": 0.9})
+    nights.settle()
+    quiet.refresh_from_db()
+    assert "other_cores" not in quiet.line
+
+
 def test_a_figure_missing_after_the_verdict_is_drawn_by_settle_and_awaited_by_the_page(
     client, ledger, user, monkeypatch
 ):
