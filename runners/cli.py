@@ -402,7 +402,8 @@ def _twin(args: argparse.Namespace) -> int:
 
         print(
             f"the run was measured beside other work on its host, {words(beside)}: its real "
-            "time is slower than alone, and so is the error; run it again on a quiet machine"
+            "time is slower than alone, so the error is not the simulator's alone; run it again "
+            "on a quiet machine"
         )
     if phases:
         print(_phase_table(phases))

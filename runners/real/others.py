@@ -231,6 +231,9 @@ class Watch:
         before, t0 = scan(), time.perf_counter()
         while not self._stop.wait(self.interval_s):
             after, t1 = scan(), time.perf_counter()
+            if not before or not after:  # /proc unreadable: no interval, so no measurement
+                before, t0 = after, t1
+                continue
             # The run's tree as this scan sees it (its processes come and go as it starts)
             ours = tree(after, self.root) | tree(before, self.root)
             self.intervals.append(interval(before, after, ours, t0, t1, self._label))

@@ -138,3 +138,13 @@ def test_a_watch_sees_a_busy_process_outside_the_tree_and_not_one_inside(tmp_pat
     assert name.startswith(Path(sys.executable).name + " -c") and cores > 0.3
     assert mine.by_name.get(name, 0.0) < 0.05
     assert os.sysconf("SC_CLK_TCK") == beside.hz
+
+
+def test_a_watch_that_cannot_read_proc_measures_nothing(monkeypatch):
+    """No scan, no interval: ``over`` gives None (no ``other_cores``), not a quiet 0."""
+    monkeypatch.setattr(others, "scan", lambda proc=None: {})
+    with others.Watch(interval_s=0.05) as watch:
+        start = time.perf_counter()
+        time.sleep(0.3)
+        end = time.perf_counter()
+    assert watch.intervals == [] and watch.over(start, end) is None
