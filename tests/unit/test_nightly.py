@@ -113,8 +113,11 @@ def test_a_second_night_is_skipped_while_one_runs_and_beat_does_not_double_start
     assert second.state == NightlyRun.SKIPPED and f"#{first.pk}" in second.note
 
 
-def _night(claim: dict, measured: float, verdict: str = "reproduced") -> NightlyRun:
-    """A night whose one check was judged with ``measured`` (history without running)."""
+def _night(
+    claim: dict, measured: float, verdict: str = "reproduced", experiment=None
+) -> NightlyRun:
+    """A night whose one check was judged with ``measured`` (history without running), on
+    ``experiment``'s runs where given."""
     night = NightlyRun.objects.create(trigger="manual")
     ClaimCheck.objects.create(
         claim_id=claim["id"],
@@ -124,6 +127,7 @@ def _night(claim: dict, measured: float, verdict: str = "reproduced") -> Nightly
         measured=measured,
         definition=claim,
         line={"reason": ""},
+        experiment=experiment,
     )
     assert nights.finish_night(night)
     return night
@@ -160,12 +164,7 @@ def test_an_alert_says_when_the_night_s_runs_were_measured_beside_other_work(led
     runs = list(experiment.runs.all())
     for run, cores in zip(runs, [0.05, 0.66, *[0.0] * len(runs)], strict=False):
         Measurement.objects.create(run=run, metric="other_cores", value=cores, unit="cores")
-    night = NightlyRun.objects.create(trigger="manual")
-    ClaimCheck.objects.create(
-        claim_id=CLAIM["id"], nightly=night, state=ClaimCheck.DONE, verdict="partial",
-        measured=20.0, definition=CLAIM, line={"reason": ""}, experiment=experiment,
-    )  # fmt: skip
-    assert nights.finish_night(night)
+    night = _night(CLAIM, 20.0, "partial", experiment)
     point = night.points.get()
     assert point.finding["other_cores"] == pytest.approx(0.66)
     alert = night.alerts.get(kind="point")
@@ -174,12 +173,7 @@ def test_an_alert_says_when_the_night_s_runs_were_measured_beside_other_work(led
         "change may be that work's, not the code's)"
     )
     Measurement.objects.filter(metric="other_cores", value__gt=0.5).update(value=0.09)
-    quiet = NightlyRun.objects.create(trigger="manual")
-    ClaimCheck.objects.create(
-        claim_id=CLAIM["id"], nightly=quiet, state=ClaimCheck.DONE, verdict="partial",
-        measured=20.0, definition=CLAIM, line={"reason": ""}, experiment=experiment,
-    )  # fmt: skip
-    assert nights.finish_night(quiet)
+    quiet = _night(CLAIM, 20.0, "partial", experiment)
     assert "other_cores" not in quiet.points.get().finding
     assert all("other work" not in a.message for a in quiet.alerts.all())
 
