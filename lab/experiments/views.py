@@ -167,6 +167,7 @@ def _live_context(experiment: Experiment) -> dict[str, object]:
         columns = RUN_COLUMNS["real" if experiment.mode == "real" else "comm"]
     real = experiment.mode == "real"
     notes, twins = realsim.page(figures.figure_dir(experiment)) if real else ([], {})
+    disturbed: list[int] = []
     for run in runs:
         values = {m.metric: m.value for m in run.measurements.all()}
         run.cells = [
@@ -175,8 +176,10 @@ def _live_context(experiment: Experiment) -> dict[str, object]:
         ]
         if real:  # its twin's time (python -m runners twin) beside its own
             run.cells.insert(1, "" if run.pk not in twins else format(twins[run.pk], ".4f"))
-            cells, run.disturbed = _trained_on(run)
+            cells, beside_other_work = _trained_on(run)
             run.cells.extend(cells)
+            if beside_other_work:
+                disturbed.append(run.pk)
     status = Run.combined_state([r.state for r in runs])
     figure_list, settled = _figures(experiment)
     return {
@@ -190,7 +193,7 @@ def _live_context(experiment: Experiment) -> dict[str, object]:
         # a real experiment under way: its figures are drawn between its runs (lab.measuring)
         "figures_wait": real and status in Run.ACTIVE,
         "twin_notes": notes,
-        "disturbed": [run.pk for run in runs if getattr(run, "disturbed", False)],
+        "disturbed": disturbed,  # real runs measured beside other work (runners.real.others)
     }
 
 

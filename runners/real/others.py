@@ -196,9 +196,9 @@ def over(intervals: Iterable[Interval], start: float, end: float, hz: int) -> Ot
 
 
 class Watch:
-    """The launcher's thread that scans ``/proc`` while a run runs (``start``/``stop``, or a
-    ``with`` block); ``over(start, end)`` reads the other work in a window of
-    ``time.perf_counter`` (the same clock as the ranks' on this machine)."""
+    """The launcher's thread that scans ``/proc`` while a ``with`` block runs (the run);
+    ``over(start, end)`` reads the other work in a window of ``time.perf_counter`` (the same
+    clock as the ranks' on this machine)."""
 
     def __init__(self, root: int | None = None, interval_s: float = INTERVAL_S) -> None:
         self.root = os.getpid() if root is None else root
@@ -210,19 +210,12 @@ class Watch:
         self._thread = threading.Thread(target=self._loop, name="others", daemon=True)
 
     def __enter__(self) -> Watch:
-        self.start()
+        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        self._thread.join()
 
     def over(self, start: float, end: float) -> Others | None:
         return over(list(self.intervals), start, end, self.hz)
