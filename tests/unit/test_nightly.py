@@ -13,12 +13,14 @@ from datetime import timedelta
 import pytest
 import yaml
 from django.core import mail
+from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
 from lab import actions
 from lab.reports import nightly as nights
+from lab.reports import reproduce as reproduce_mod
 from lab.reports.models import Alert, ClaimCheck, ExpectedChange, HistoryPoint, NightlyRun
 from lab.results.models import Measurement
 from lab.runs.models import Run
@@ -421,3 +423,28 @@ def test_the_api_carries_the_noise_groups_of_the_ps_arena(client, user):
         reverse("api-experiments"), body, content_type="application/json", **auth
     )
     assert response.status_code == 400 and "cluster.jitter_groups" in response.json()["errors"]
+
+
+def test_reproduce_says_a_claim_was_checked_beside_other_work(ledger, user, monkeypatch, capsys):
+    """``manage.py reproduce``'s table says what the Claims page says of a check whose runs had
+    other work beside them; a quiet check's line has no such words."""
+
+    beside = [0.42]  # the first check's runs only
+
+    def wait(experiments, timeout_s, progress=None):
+        for experiment in experiments:
+            _finish(experiment, {"pace": 0.6, "horovod": 1.0, "bytescheduler": 0.9})
+            for cores in beside:
+                run = experiment.runs.filter(system="pace").first()
+                Measurement.objects.create(run=run, metric="other_cores", value=cores, unit="cores")
+        beside.clear()
+        return True
+
+    monkeypatch.setattr(reproduce_mod, "wait", wait)
+    call_command("reproduce", "pace-speedup", "--mode", "sim")
+    out = capsys.readouterr().out
+    assert "pace-speedup" in out and "reproduced" in out
+    assert "measured beside other work on their host (up to 0.42 cores)" in out
+    call_command("reproduce", "pace-speedup", "--mode", "sim")
+    out = capsys.readouterr().out
+    assert "pace-speedup" in out and "other work" not in out

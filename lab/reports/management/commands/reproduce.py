@@ -3,7 +3,9 @@
 Runs each claim's experiment through the normal queue (a Celery worker must be running, as
 ``make run`` starts one) and store, then prints one line per claim: a table, or with ``--json``
 one JSON object per line with ``claim``, ``system``, ``claimed``, ``measured``, ``unit``,
-``verdict`` and ``conditions``. Each check is also kept, and shown on the Claims page.
+``verdict`` and ``conditions`` (and ``other_cores`` where real runs were measured beside
+other work on their host, which the table says too). Each check is also kept, and shown on
+the Claims page.
 """
 
 from __future__ import annotations
@@ -80,9 +82,18 @@ class Command(BaseCommand):
                 self.stdout.write(json.dumps(line, sort_keys=True))
             else:
                 measured = "-" if line["measured"] is None else f"{line['measured']:.3g}"
+                beside = line.get("other_cores")  # real runs beside other work (the Claims page)
+                caution = (
+                    f"; its runs were measured beside other work on their host (up to "
+                    f"{beside:.2f} cores): the measured value may be that work's, check again "
+                    "on a quiet machine"
+                    if beside
+                    else ""
+                )
                 self.stdout.write(
                     f"{claim.id:<28} claimed {claim.claimed:>6g} {claim.unit:<2} measured "
                     f"{measured:>7} {claim.unit:<2} {line['verdict']:<15} {line['reason']}"
+                    f"{caution}"
                 )
 
     def _progress(self, done: int, total: int) -> None:
