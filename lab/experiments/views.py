@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import re
+from typing import NamedTuple
+
 from django import forms
 from django.contrib import messages
 from django.core.paginator import Paginator
@@ -171,11 +174,11 @@ def _live_context(experiment: Experiment) -> dict[str, object]:
     for run in runs:
         values = {m.metric: m.value for m in run.measurements.all()}
         run.cells = [
-            "" if values.get(metric) is None else format(values[metric], fmt)
+            Cell("" if values.get(metric) is None else format(values[metric], fmt))
             for metric, _, fmt in columns
         ]
         if real:  # its twin's time (python -m runners twin) beside its own
-            run.cells.insert(1, "" if run.pk not in twins else format(twins[run.pk], ".4f"))
+            run.cells.insert(1, Cell("" if run.pk not in twins else format(twins[run.pk], ".4f")))
             cells, beside_other_work = _trained_on(run)
             run.cells.extend(cells)
             if beside_other_work:
@@ -224,25 +227,40 @@ RUN_COLUMNS = {
 }
 
 
-def _trained_on(run: Run) -> tuple[list[str], bool]:
+class Cell(NamedTuple):
+    """A cell of the runs table: its text and, where that is a short form, the whole of it
+    (shown on hover)."""
+
+    text: str
+    title: str = ""
+
+
+def _trained_on(run: Run) -> tuple[list[Cell], bool]:
     """What a finished real run trained on, from its summary: the network (e.g. "shaped") and
     the device ("cpu", "cuda"; with why, where it is not what the spec asked), each with its
     note, and the other work on its host beside it (``beside``); blank before the run has
     succeeded or for summaries from before these were recorded. And whether that other work
-    reached ``FLAG_CORES``."""
+    reached ``FLAG_CORES``. The network's and device's notes lose their asides, the whole of
+    them in the cell's title."""
+    blank = [Cell(""), Cell(""), Cell("")]
     if run.state != Run.SUCCEEDED:
-        return ["", "", ""], False
+        return blank, False
     try:
         summary = rundir.read_summary(run.run_dir)
     except (OSError, ValueError):
-        return ["", "", ""], False
+        return blank, False
     record = summary.get("others")
-    cells = [
-        told(summary.get("network") or {}),
-        told(summary.get("device") or {}),
-        beside(record),
-    ]
+    cells = [_brief(summary.get("network") or {}), _brief(summary.get("device") or {})]
+    cells.append(Cell(beside(record)))
     return cells, bool(record and record.get("flagged"))
+
+
+def _brief(block: dict) -> Cell:
+    """``told(block)`` without the note's asides in parentheses (e.g. "shaped (latency not
+    emulated: the testbed's own)"), the whole in the title where that cut something."""
+    whole = told(block)
+    short = told(block, headline=True)
+    return Cell(short, whole if short != whole else "")
 
 
 def beside(record: dict | None) -> str:
@@ -256,11 +274,14 @@ def beside(record: dict | None) -> str:
     return f"other work: {others.words(record, top=2)}"
 
 
-def told(block: dict) -> str:
+def told(block: dict, headline: bool = False) -> str:
     """A summary's ``network`` or ``device`` block in words: its kind, with its note and, for
-    a shaped network that reordered or dropped packets, how many (``network.health``)."""
+    a shaped network that reordered or dropped packets, how many (``network.health``). With
+    ``headline``, the note without its asides in parentheses (the why of it)."""
     kind = str(block.get("kind", ""))
     said = [str(block["note"])] if block.get("note") else []
+    while headline and said and said[0] != (bare := re.sub(r" \([^()]*\)", "", said[0])):
+        said = [bare]  # the asides in parentheses, innermost first
     health = block.get("health") or {}
     if health.get("reorderings") or health.get("drops"):
         said.append(

@@ -189,16 +189,20 @@ def test_the_page_says_which_runs_were_measured_beside_other_work(client, user, 
         ],
     }
     quiet = {"cores": 0.0, "flagged": False, "window_s": 1.5, "top": []}  # fmt: skip
+    # the network's note as the testbed words it: a headline in the cell, the whole on hover
+    network = {"kind": "shaped", "note": "latency not emulated (no netem qdisc): the testbed's own"}
     for run, others in zip(runs, [busy, quiet, quiet, quiet], strict=True):
         run.run_dir.mkdir(parents=True)
-        rundir.write_json(
-            run.run_dir / rundir.SUMMARY, {"metrics": {}, "units": {}, "others": others}
-        )
+        summary = {"metrics": {}, "units": {}, "others": others, "network": network}
+        rundir.write_json(run.run_dir / rundir.SUMMARY, summary)
     experiment.runs.update(state=Run.SUCCEEDED, finished_at=timezone.now())
     client.force_login(user)
     page = " ".join(client.get(f"/experiments/{experiment.pk}/").content.decode().split())
     assert "<td>other work: 0.66 cores (python3 loop.py 0.64, celery 0.02)</td>" in page
     assert page.count("<td>quiet</td>") == 3
+    whole = "shaped (latency not emulated (no netem qdisc): the testbed&#x27;s own)"
+    short = "shaped (latency not emulated: the testbed&#x27;s own)"
+    assert page.count(f'<td title="{whole}">{short}</td>') == 4
     assert (
         f"Run {runs[0].pk}: other processes on the host took a tenth of a core or more while "
         "it measured (<em>beside it</em>), so its times are slower and noisier than alone."
@@ -215,6 +219,12 @@ def test_a_run_s_network_is_told_with_what_its_testbed_counted():
     clean = {"retransmits": 1, "reorderings": 0, "drops": 0}
     assert told({"kind": "shaped", "health": clean}) == "shaped"
     bad = {"retransmits": 12, "reorderings": 30, "drops": 2}
+    # the runs table's headline: the note without its asides in parentheses (the why)
+    delayed = "250 us a way added (no netem (qdisc)); packets may be reordered (no RPS)"
+    assert told({"kind": "shaped", "note": delayed}, headline=True) == (
+        "shaped (250 us a way added; packets may be reordered)"
+    )
+    assert told({"kind": "cpu", "note": "no CUDA device"}, headline=True) == "cpu (no CUDA device)"
     assert told({"kind": "shaped", "note": "n", "health": bad}) == (
         "shaped (n; 30 packets reordered, 2 dropped, 12 retransmitted)"
     )
