@@ -9,7 +9,7 @@
     python -m runners calibrate [--label L] [--models M,..] [--bandwidths G,..] [--workers N]
                                 [--threads T] [--repeats R] [--comm-priority auto|realtime|normal]
                                 [--split-only | --ps-only | --overlap-only | --horovod-only
-                                 | --compute-only] [--ps-cpu-probes N]
+                                 | --compute-only] [--ps-cpu-probes N] [--probe-rounds N]
     python -m runners fidelity [--label L] [--systems S,..] [--models M,..] [--bandwidths G,..]
                                [--iterations I] [--repeats R] [--latency busy|idle|split|engine]
                                [--no-compute-check] [--no-transport-check] [--check-each-run]
@@ -225,6 +225,17 @@ def _parser() -> argparse.ArgumentParser:
         help="the PS arena's message-CPU probes per network, whose median the calibration "
         f"keeps (default {fidelity.PS_CPU_ROUNDS}; one probe to the next moves up to 75%%; "
         "fewer are quicker, two launches each); with a whole calibration or --ps-only",
+    )
+    p.add_argument(
+        "--probe-rounds",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the interference probes per model and network, of both arenas, whose medians "
+        f"the calibration keeps (default {fidelity.OVERLAP_ROUNDS} for the all-reduce "
+        f"arena's, {fidelity.PS_ROUNDS} for the PS arena's; fewer are quicker and noisier: one "
+        "probe's slow-down swung 2x between calibrations); kept in the calibration "
+        "(probe_rounds) and its method; with a whole calibration",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_calibrate)
@@ -685,6 +696,18 @@ def _calibrate(args: argparse.Namespace) -> int:
                 f"the PS arena's probes: with a whole calibration or --ps-only, not with "
                 f"--{asked[0]}-only",
             )
+        if args.probe_rounds is not None:
+            if not 1 <= args.probe_rounds <= fidelity.PROBE_ROUNDS_MAX:
+                raise SpecError(
+                    "--probe-rounds",
+                    f"must be between 1 and {fidelity.PROBE_ROUNDS_MAX} (got {args.probe_rounds})",
+                )
+            if asked:
+                raise SpecError(
+                    "--probe-rounds",
+                    f"with a whole calibration, not with --{asked[0]}-only (the calibration's "
+                    "other measurements keep their counts)",
+                )
     except SpecError as err:
         print(f"invalid arguments: {err}", file=sys.stderr)
         return 2
@@ -723,6 +746,7 @@ def _calibrate(args: argparse.Namespace) -> int:
             progress=say,
             comm_priority=args.comm_priority or "auto",
             ps_cpu_rounds=cpu_rounds,
+            probe_rounds=args.probe_rounds,
         )
     except RuntimeError as err:  # CalibrationError, the testbed, or a probe's ranks failing
         print(f"calibration failed: {err}", file=sys.stderr)

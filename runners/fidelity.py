@@ -181,12 +181,16 @@ def calibrate(
     progress: Callable[[str], None] | None = None,
     comm_priority: str = "auto",
     ps_cpu_rounds: int = PS_CPU_ROUNDS,
+    probe_rounds: int | None = None,
 ) -> dict[str, Any]:
     """Measure compute and network on this machine; write the profiles and the testbed file.
     ``comm_priority``: the communication threads' in the network probes
     (``runners.real.priority``; resolved here, recorded, and given to the real runs that
     ``fidelity`` matches with the calibration). ``ps_cpu_rounds``: the PS arena's message
-    CPU probes per network (``_probe_ps``; ``calibrate --ps-cpu-probes``)."""
+    CPU probes per network (``_probe_ps``; ``calibrate --ps-cpu-probes``). ``probe_rounds``:
+    the interference probes per model and network, of both arenas (``calibrate
+    --probe-rounds``; default ``OVERLAP_ROUNDS`` and ``PS_ROUNDS``): fewer are quicker and
+    noisier; the count is kept (``probe_rounds``) and said in the method."""
     from .real import priority
     from .real import testbed as tb
 
@@ -201,6 +205,7 @@ def calibrate(
     horovod = hvd.available() is not None
     if not horovod:
         say("Horovod: not installed here (`make horovod`): its own CPU cost is not measured")
+    overlap_rounds, ps_rounds = probe_rounds or OVERLAP_ROUNDS, probe_rounds or PS_ROUNDS
     written = _measure_models(models, label, workers, threads, repeats, say)
     network = []
     points: list[float | None] = [None]
@@ -212,8 +217,10 @@ def calibrate(
         say(f"network: {_where(nominal)}")
         rows, alpha, bandwidth, remeasured = _probe_network(workers, nominal, threads, say, prio)
         split_rows, rs_cost, ag_cost = _probe_split(workers, nominal, threads, say, prio)
-        overlap = _probe_overlap(models, workers, nominal, threads, say, prio)
-        ps_entry = _probe_ps(models, workers, nominal, threads, say, prio, cpu_rounds=ps_cpu_rounds)
+        overlap = _probe_overlap(models, workers, nominal, threads, say, prio, overlap_rounds)
+        ps_entry = _probe_ps(
+            models, workers, nominal, threads, say, prio, rounds=ps_rounds, cpu_rounds=ps_cpu_rounds
+        )
         own = {}
         if horovod:
             try:
@@ -244,6 +251,7 @@ def calibrate(
         "comm_priority": prio,
         "profiles": {model: f"{model}@{label}" for model in models},
         "network": network,
+        "probe_rounds": {"overlap": overlap_rounds, "ps": ps_rounds},
         "method": (
             "compute: measured profiles of every model, taken in `workers` processes at once "
             "(their timed steps started together; median per layer over them), torch threads "
@@ -251,11 +259,11 @@ def calibrate(
             "timed gloo all-reduces per size between `workers` ranks (the slowest rank's), "
             "bandwidth from the sizes >= 1 MiB, latency from the smaller ones "
             "(runners.real.probe.fit_alpha_beta); "
-            + OVERLAP_METHOD
+            + _with_rounds(OVERLAP_METHOD, OVERLAP_ROUNDS, overlap_rounds)
             + "; "
             + SPLIT_METHOD
             + "; "
-            + PS_METHOD
+            + _with_rounds(PS_METHOD, PS_ROUNDS, ps_rounds)
             + "; "
             + (HOROVOD_METHOD + "; " if any("horovod" in p for p in network) else "")
             + PRIORITY_METHOD
@@ -273,6 +281,16 @@ def calibrate(
                     "unchanged; the compute profiles were written")  # fmt: skip
     _rewrite(doc, label)
     return {"testbed": str(path), "profiles": written, "network": network}
+
+
+PROBE_ROUNDS_MAX = 20  # calibrate --probe-rounds' bound
+
+
+def _with_rounds(method: str, default: int, rounds: int) -> str:
+    """``method``, whose probes it counts as ``default``, with ``rounds`` of them instead."""
+    said = f"the median of {default} probes"
+    assert method.count(said) == 1, said
+    return method.replace(said, f"the median of {rounds} probe{'s' if rounds != 1 else ''}")
 
 
 SLOWDOWN_WARN = 3.0  # a measured slow-down above it (4x slower) is told as a busy machine's

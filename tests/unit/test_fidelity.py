@@ -822,6 +822,49 @@ def test_calibrate_refuses_both_only_flags(capsys):
     assert "choose one" in capsys.readouterr().err
 
 
+def test_calibrate_probe_rounds_takes_as_many_interference_probes_and_says_so(
+    tmp_path, monkeypatch
+):
+    """``--probe-rounds N``: N interference probes per model and network in both arenas (5
+    and 3 by default), the count kept in the calibration and said in its method."""
+    from runners.real import hvd
+    from runners.real import testbed as tb
+
+    monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
+    monkeypatch.setattr(hvd, "available", lambda: None)
+    monkeypatch.setattr(tb, "can_shape", lambda: "not root")  # loopback only
+    monkeypatch.setattr(fidelity, "_measure_models", lambda *a: ["p.json"])
+    ring = [(4096, 1e-3), (1 << 20, 2e-3)]
+    monkeypatch.setattr(fidelity, "_probe_network", lambda *a: (ring, 1e-4, 1e9, False))
+    monkeypatch.setattr(fidelity, "_probe_split", lambda *a: ([], 1.0, 0.5))
+    monkeypatch.setattr(fidelity, "_split_entry", lambda *a: {})
+    rounds = {}
+    monkeypatch.setattr(fidelity, "_probe_overlap", lambda *a: rounds.update(overlap=a[6]) or {})
+    monkeypatch.setattr(fidelity, "_probe_ps", lambda *a, **k: rounds.update(ps=k["rounds"]) or {})
+    fidelity.calibrate("cpu", ("vgg16-debug",), (), comm_priority="normal")
+    stored = json.loads((tmp_path / "cpu.json").read_text())
+    assert rounds == stored["probe_rounds"] == {"overlap": 5, "ps": 3}
+    assert fidelity.OVERLAP_METHOD in stored["method"] and fidelity.PS_METHOD in stored["method"]
+    fidelity.calibrate("cpu", ("vgg16-debug",), (), comm_priority="normal", probe_rounds=1)
+    stored = json.loads((tmp_path / "cpu.json").read_text())
+    assert rounds == stored["probe_rounds"] == {"overlap": 1, "ps": 1}
+    assert "each value the median of 1 probe taken in rounds" in stored["method"]
+    assert "the PS transport's values each the median of 1 probe taken" in stored["method"]
+    assert "median of 5 probes" not in stored["method"]
+    assert "median of 3 probes" not in stored["method"]
+
+
+def test_calibrate_refuses_probe_rounds_out_of_range_or_with_an_only_flag(capsys):
+    for n in ("0", str(fidelity.PROBE_ROUNDS_MAX + 1)):
+        assert cli.main(["calibrate", "--probe-rounds", n]) == 2
+        err = capsys.readouterr().err
+        assert f"--probe-rounds: must be between 1 and {fidelity.PROBE_ROUNDS_MAX}" in err
+    assert cli.main(["calibrate", "--overlap-only", "--probe-rounds", "2"]) == 2
+    assert "--probe-rounds: with a whole calibration, not with --overlap-only" in (
+        capsys.readouterr().err
+    )
+
+
 def test_calibrate_refuses_ps_cpu_probes_out_of_range_or_without_the_ps_arena(capsys):
     for n in ("0", str(fidelity.PS_CPU_ROUNDS_MAX + 1)):
         assert cli.main(["calibrate", "--ps-only", "--ps-cpu-probes", n]) == 2
