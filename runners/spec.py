@@ -390,6 +390,11 @@ class RealOptions:
         as PyTorch DDP's reducer does), else by the communication thread; ``thread`` = always
         by the communication thread (the engine as it was before 2026-11-30, e.g. to compare).
         The run's summary says which the engine used (``engine_dispatch``).
+    ps_transport: the PS arena's transport (``runners.real.ps``). ``blocking`` = one receiver
+        thread that posts a message's receive as it comes (gloo's send waits for it: a round
+        trip of the network per message under latency); ``pipelined`` = a receiver thread per
+        peer keeping ``PIPELINE_DEPTH`` receives posted ahead, so a send does not wait for the
+        peer (added 2026-12-06; no calibration measures it, so such runs have no twin).
     """
 
     network: str = "auto"
@@ -404,12 +409,14 @@ class RealOptions:
     comm_priority: str = "auto"
     device: str = "auto"
     dispatch: str = "auto"
+    ps_transport: str = "blocking"
 
 
 IMPLEMENTATIONS = ("default", "lab")
 DEVICES = ("auto", "cpu", "cuda")  # runners.real.launch.resolve_device
 COMM_PRIORITIES = ("auto", "realtime", "normal")  # runners.real.priority
 DISPATCHES = ("auto", "thread")  # runners.real.engine
+PS_TRANSPORTS = ("blocking", "pipelined")  # runners.real.ps
 
 
 _REAL_RULES: dict[str, tuple[type, Any, str]] = {
@@ -437,6 +444,13 @@ _REAL_RULES: dict[str, tuple[type, Any, str]] = {
         f"one of {', '.join(DISPATCHES)} (the lab engine's collectives: auto = from the "
         "gradient hooks where the plan sends in release order with no credit limit, else by "
         "its communication thread; thread = always by that thread)",
+    ),
+    "ps_transport": (
+        str,
+        lambda v: v in PS_TRANSPORTS,
+        f"one of {', '.join(PS_TRANSPORTS)} (the PS arena's transport: blocking = a receive "
+        "posted as each message comes, a round trip per message; pipelined = receives posted "
+        "ahead for every peer)",
     ),
     "device": (
         str,
@@ -886,6 +900,12 @@ def validate_comm(raw: dict[str, Any], entry: registry.Entry) -> RunSpec:
                 "with real.device cuda every rank needs a GPU of its own (NCCL); ask for "
                 f"{per_host}, or set real.device: auto",
             )
+    if real is not None and real.ps_transport != "blocking" and entry.arena != "ps":
+        raise SpecError(
+            "real.ps_transport",
+            f"the PS arena's transport; '{entry.name}' is of the {entry.arena} arena: leave it "
+            "out (or blocking)",
+        )
     links = [i for i, s in enumerate(cluster.stragglers) if s.bandwidth_factor != 1.0]
     if real is not None and links and (real.nodes > 1 or real.network == "loopback"):
         raise SpecError(

@@ -41,7 +41,7 @@ from .spec import RealOptions, SpecError, validate
 REAL_CLUSTER_FIELDS = ("workers", "stragglers", "ps", "servers", "ps_stragglers")
 SHAPED_CLUSTER_FIELDS = ("bandwidth_gbps", "server_bandwidth_gbps")  # read when shaped
 # The real options that change the run's times beside the network and the priority.
-REAL_FIELDS = ("threads", "implementation", "nodes", "gpus", "momentum")
+REAL_FIELDS = ("threads", "implementation", "nodes", "gpus", "momentum", "ps_transport")
 
 
 class NoTwin(ValueError):

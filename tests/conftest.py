@@ -63,14 +63,15 @@ def wait_for(
         time.sleep(interval_s)
 
 
-def torchrun(script: Path, ranks: int, root: Path) -> subprocess.CompletedProcess[str]:
-    """``script`` run by ``ranks`` processes under torchrun on this machine (one torch
-    thread each, the project on the path, 120 s at most); its output captured. torchrun's
-    own files go beside the script (in the test's folder), not into the system's /tmp."""
+def torchrun(script: Path, ranks: int, root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``script`` (with ``args``) run by ``ranks`` processes under torchrun on this machine
+    (one torch thread each, the project on the path, 120 s at most); its output captured.
+    torchrun's own files go beside the script (in the test's folder), not into the system's
+    /tmp."""
     return subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
          "--log-dir", str(script.parent / "torchrun"), "--nproc-per-node", str(ranks),
-         str(script)],
+         str(script), *args],
         cwd=root, env={**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"},
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip

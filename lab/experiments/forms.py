@@ -47,7 +47,7 @@ _MESSAGE_CPU_AT_LABELS = {  # ``cluster.message_cpu_at``'s choices, as the form 
 _REAL = run_spec.RealOptions()
 REAL_KEYS = (
     "network", "dataset", "lr", "momentum", "implementation", "gpus", "gpu_model", "nodes",
-    "comm_priority", "device", "dispatch",
+    "comm_priority", "device", "dispatch", "ps_transport",
 )  # fmt: skip
 # Spec cluster fields the portal does not offer, each with why (the API answers with it).
 CLI_ONLY_CLUSTER_KEYS = {
@@ -552,6 +552,15 @@ class ExperimentForm(_ClusterArenaFields):
         "where the plan sends them as they are ready with no credit limit (wfbp, DDP's "
         "buckets, fifo delayed all-reduce), else by its communication thread; thread: always "
         "by that thread. Each run says which it used",
+    )
+    real_ps_transport = forms.ChoiceField(
+        required=False,
+        label="PS transport",
+        initial=_REAL.ps_transport,
+        choices=[(t, t) for t in run_spec.PS_TRANSPORTS],
+        help_text="parameter-server systems only: blocking, a receive posted as each message "
+        "comes (every message waits a round trip of the network); pipelined, receives posted "
+        "ahead for every peer (no simulator twin: no calibration measures it)",
     )
     params = forms.JSONField(
         required=False,

@@ -144,12 +144,32 @@ def test_sync_ps_systems_match_single_process_sgd(system, params, tmp_path, monk
         assert metrics["psld_changes"] == 0 and metrics["ps_migrated_bytes"] == 0
 
 
-def test_psld_moving_keys_keeps_sgd_exact(tmp_path, monkeypatch):
+@pytest.mark.parametrize(("system", "params"), [SYNC_SYSTEMS[0], SYNC_SYSTEMS[2]])
+def test_the_pipelined_transport_keeps_sync_ps_exact(system, params, tmp_path, monkeypatch):
+    """``real.ps_transport: pipelined`` (receives posted ahead, a receiver thread per peer):
+    the same weights as single-process SGD, on the workers and on the servers."""
+    out = tmp_path / "run"
+    raw = _spec(system, params)
+    raw["real"]["ps_transport"] = "pipelined"
+    summary = _run(raw, out, monkeypatch)
+    want = _reference_sgd(4)
+    for w in range(2):
+        _assert_close(torch.load(out / f"params{w}.pt"), want)
+    _assert_close(torch.load(out / "params-servers.pt"), want)
+    if os.geteuid() == 0:  # the sender and a receiver per peer (a worker and 2 servers)
+        assert summary["comm_priority"]["rank0_threads"]["realtime"] >= 4, summary
+    assert summary["metrics"]["iteration_time_s"] > 0
+
+
+@pytest.mark.parametrize("transport", ["blocking", "pipelined"])
+def test_psld_moving_keys_keeps_sgd_exact(transport, tmp_path, monkeypatch):
     """window 1, always explore: worker 0 moves a key in the run (decided at iteration 4 from
     round 1, effective at 6); its parameters and momentum migrate with it. A third server
-    process exists for scale-out (cluster.servers) and idles."""
+    process exists for scale-out (cluster.servers) and idles. On both transports (the
+    pipelined one's receives are sized for the migration's parameters and momentum)."""
     out = tmp_path / "run"
     raw = _spec("psld", {"window": 1, "epsilon": 1.0}, steps=9, servers=3)
+    raw["real"]["ps_transport"] = transport
     raw["timeline_iterations"] = 0  # every iteration: the migration is on the timeline
     summary = _run(raw, out, monkeypatch)
     metrics = summary["metrics"]
@@ -163,8 +183,8 @@ def test_psld_moving_keys_keeps_sgd_exact(tmp_path, monkeypatch):
 
 
 _CHANNEL_PROBE = """
-import datetime, threading, torch, torch.distributed as dist
-from runners.real.ps import PUSH, Channel
+import datetime, sys, threading, torch, torch.distributed as dist
+from runners.real.ps import PUSH, Channel, PipelinedChannel
 dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
 me, world = dist.get_rank(), dist.get_world_size()
 cv, got, n_messages = threading.Condition(), {}, 300
@@ -173,7 +193,10 @@ def on_message(h, payload, start, end):
         assert got.get(h[4], -1) == h[2] - 1 and payload.numel() == h[3], h
         assert bool((payload == h[2]).all()), h
         got[h[4]] = h[2]
-channel = Channel(me, list(range(world)), cv, on_message)
+if sys.argv[1] == "pipelined":
+    channel = PipelinedChannel(me, list(range(world)), cv, on_message, 50_000)
+else:
+    channel = Channel(me, list(range(world)), cv, on_message)
 dist.barrier()
 channel.start()
 with cv:
@@ -191,13 +214,15 @@ os.write(1, f"ok {me}\\n".encode())  # one write: lines of the three ranks never
 """
 
 
-def test_the_channel_threads_keep_gloo_messages_whole_and_in_order(tmp_path):
+@pytest.mark.parametrize("transport", ["blocking", "pipelined"])
+def test_the_channel_threads_keep_gloo_messages_whole_and_in_order(transport, tmp_path):
     """The transport every PS process uses: a sender and a receiver thread on one gloo group
-    (headers received from any source, then the payload from that source); 3 processes send
-    each other 300 messages of random sizes each, all at once, and stop."""
+    (headers received from any source, then the payload from that source), or with
+    ``real.ps_transport: pipelined`` a receiver thread per peer with receives posted ahead;
+    3 processes send each other 300 messages of random sizes each, all at once, and stop."""
     script = tmp_path / "probe.py"
     script.write_text(_CHANNEL_PROBE)
-    result = torchrun(script, 3, ROOT)
+    result = torchrun(script, 3, ROOT, transport)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert sorted(line for line in result.stdout.splitlines() if line.startswith("ok")) == [
         "ok 0", "ok 1", "ok 2",
@@ -251,6 +276,54 @@ def test_a_push_waits_for_a_busy_server_receiver(tmp_path):
     # into a buffer would have returned at about 0.1 s
     assert times["header", "2"] >= 0.45, times
     assert times["payload", "2"] >= 0.45, times
+
+
+_POSTED_AHEAD_PROBE = """
+import os, sys, threading, time, torch, torch.distributed as dist
+from runners.real.ps import PUSH, Channel, PipelinedChannel
+dist.init_process_group("gloo")
+me, world = dist.get_rank(), dist.get_world_size()
+cv = threading.Condition()
+def on_message(h, payload, start, end):
+    if h[0] == PUSH and h[2] == 0:  # the server busy with the first push for 0.5 s
+        time.sleep(0.5)
+if sys.argv[1] == "pipelined":
+    channel = PipelinedChannel(me, list(range(world)), cv, on_message, 40_000)
+else:
+    channel = Channel(me, list(range(world)), cv, on_message)
+dist.barrier()
+t0 = time.perf_counter()
+channel.start()
+def sent(start, end):
+    os.write(1, f"sent {end - t0:.3f}\\n".encode())
+if me == 1:
+    with cv:
+        for it in range(2):
+            channel.post((1, it), 0, PUSH, 0, it, 0, torch.ones(37_000), sent)
+with cv:
+    channel.close()
+channel.join()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("transport", ["blocking", "pipelined"])
+def test_a_send_waits_for_a_busy_receiver_unless_its_receive_was_posted_ahead(transport, tmp_path):
+    """``real.ps_transport``: a worker sends a server two pushes; the server's handling of the
+    first takes 0.5 s. On the blocking transport the second send returns only once the
+    receiver has handled the first and posted its next receive; on the pipelined one its
+    receive was posted ahead, and it returns at once."""
+    script = tmp_path / "probe.py"
+    script.write_text(_POSTED_AHEAD_PROBE)
+    result = torchrun(script, 2, ROOT, transport)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    sent = [float(line.split()[1]) for line in result.stdout.splitlines() if line[:4] == "sent"]
+    assert len(sent) == 2, result.stdout
+    assert sent[0] < 0.3, sent  # a receive was posted for the first in both
+    if transport == "blocking":
+        assert sent[1] >= 0.45, sent
+    else:
+        assert sent[1] < 0.3, sent
 
 
 _HANDOVER_PROBE = """

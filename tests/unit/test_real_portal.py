@@ -82,6 +82,7 @@ def test_the_api_takes_the_engine_s_dispatch(client, token):
         ({"real": {"comm_priority": "urgent"}}, "real.comm_priority"),
         ({"real": {"device": "tpu"}}, "real.device"),
         ({"real": {"dispatch": "inline"}}, "real.dispatch"),  # auto or thread
+        ({"real": {"ps_transport": "pipelined"}}, "real.ps_transport"),  # the PS arena's
         pytest.param(
             {"real": {"device": "cuda"}},
             "real.device",

@@ -112,6 +112,16 @@ def test_a_run_the_calibration_did_not_measure_has_no_twin_and_is_told_why(chang
         twin.predict(spec, {**SUMMARY, **summary}, LABEL)
 
 
+def test_a_ps_run_on_the_pipelined_transport_has_no_twin():
+    """No calibration measures ``real.ps_transport: pipelined`` (its probes are the blocking
+    transport's): the run is told so; the same run on the blocking transport has a twin."""
+    ps = {"cluster": {"ps": 4, "servers": 4}}
+    assert twin.predict(_real("ps-default", **ps), SUMMARY, LABEL).iteration_time_s > 0
+    spec = _real("ps-default", real={"ps_transport": "pipelined"}, **ps)
+    with pytest.raises(twin.NoTwin, match="real.ps_transport is 'pipelined'.*'blocking'"):
+        twin.predict(spec, SUMMARY, LABEL)
+
+
 def test_a_spec_that_left_its_network_to_auto_needs_the_run_s_summary():
     spec = _real(real={"network": "auto"})
     with pytest.raises(twin.NoTwin, match="real.network is auto"):

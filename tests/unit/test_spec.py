@@ -233,6 +233,16 @@ BAD_SPECS = [
         "real.comm_priority",
     ),
     ("real-bad-dispatch", with_changes(mode="real", real={"dispatch": "inline"}), "real.dispatch"),
+    (
+        "real-bad-ps-transport",
+        with_changes(ps_cluster(), mode="real", real={"ps_transport": "rdma"}),
+        "real.ps_transport",
+    ),
+    (
+        "real-ps-transport-of-the-allreduce-arena",
+        with_changes(mode="real", real={"ps_transport": "pipelined"}),
+        "real.ps_transport",
+    ),
     ("bad-mode", with_changes(mode="turbo"), "mode"),
     ("missing-workload", without("workload"), "workload"),
     ("unknown-workload", with_changes(workload="alexnet"), "workload"),
@@ -582,3 +592,10 @@ def test_the_lab_s_engine_refuses_a_plan_with_collectives_before_the_forward():
     assert plan_from_json(json.loads(json.dumps(plan_to_json(plan)))) == plan
     with pytest.raises(ValueError, match="params.broadcast_buffers: false"):
         Engine(None, None, synced, lr=0.1)  # refused before it touches the model or the group
+
+
+def test_the_ps_transport_defaults_to_blocking_and_takes_pipelined():
+    assert validate(with_changes(ps_cluster(), mode="real")).real.ps_transport == "blocking"
+    spec = validate(with_changes(ps_cluster(), mode="real", real={"ps_transport": "pipelined"}))
+    assert spec.real.ps_transport == "pipelined"
+    assert validate(spec.as_dict()).real.ps_transport == "pipelined"  # round trip
