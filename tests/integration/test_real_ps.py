@@ -493,20 +493,22 @@ def _replay(raw: dict, out: Path) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("server_mode", "lr_rule", "stragglers"),
+    ("server_mode", "lr_rule", "stragglers", "transport"),
     [
-        ("async", "inverse", []),
-        ("sync-round", "linear", [{"worker": 1, "slowdown": 3}]),
+        ("async", "inverse", [], "blocking"),
+        ("sync-round", "linear", [{"worker": 1, "slowdown": 3}], "blocking"),
+        ("async", "inverse", [], "pipelined"),
     ],
 )
 def test_eager_ps_follows_its_update_equations(
-    server_mode, lr_rule, stragglers, tmp_path, monkeypatch
+    server_mode, lr_rule, stragglers, transport, tmp_path, monkeypatch
 ):
     """See ``_replay`` for the equations. sync-round with a straggler: the fast worker runs
-    ahead on older rounds (staleness > 0)."""
+    ahead on older rounds (staleness > 0). async on the pipelined transport too."""
     out = tmp_path / "run"
     params = {"server_mode": server_mode, "lr_rule": lr_rule, "partition_bytes": 40_000}
     raw = _spec("eager-ps", params, steps=5, stragglers=stragglers)
+    raw["real"]["ps_transport"] = transport
     summary = _run(raw, out, monkeypatch)
     want = _replay(raw, out)
     _assert_close(torch.load(out / "params-servers.pt"), want)
