@@ -635,6 +635,7 @@ class Channel:
 
 
 PIPELINE_DEPTH = 4  # real.ps_transport pipelined: receives posted ahead for each peer
+INLINE_BYTES = 4 << 20  # pipelined: a larger payload follows its header (a round trip more)
 _PIPE_TAG = 2
 FILLER = 7  # pipelined: after a STOP, one for each receive the peer still has posted
 _HEADER_BYTES = HEADER * 8
@@ -642,18 +643,20 @@ _HEADER_BYTES = HEADER * 8
 
 class PipelinedChannel(Channel):
     """``real.ps_transport: pipelined``: the sender as ``Channel``'s (one message at a time,
-    in the queue's order), but every message is its header and payload in one send (bytes:
-    the int64 header, then the float32 payload), and a receiver thread per peer keeps
-    ``depth`` receives from that peer posted ahead, each into a buffer of the run's largest
-    message (``max_numel`` values). A gloo send waits until its receive is posted: with one
-    posted as each message comes, every message waits for a round trip of the network
-    (measured 2026-12-06, 2 ms a way: 50 messages in 242 ms; 14 ms with the receives posted
-    first). A peer's messages are handled in their order by its thread (gloo keeps the
-    order of a pair and tag); ``on_message`` is called from several threads (the workers'
-    and servers' take ``cv``). A message's start and end are both the time its receive
+    in the queue's order), but a message is its header and payload in one send (bytes: the
+    int64 header, then the float32 payload), and a receiver thread per peer keeps ``depth``
+    receives from that peer posted ahead, each for up to ``inline_numel`` values. A gloo send
+    waits until its receive is posted: with one posted as each message comes, every message
+    waits for a round trip of the network (measured 2026-12-06, 2 ms a way: 50 messages in
+    242 ms; 14 ms with the receives posted first). A payload larger than ``inline_numel``
+    (``INLINE_BYTES``: the posted buffers' memory) follows its header in a send of its own,
+    whose receive is posted when the header is in: a round trip beside a transfer of more than
+    4 MiB. A peer's messages are handled in their order by its thread (gloo keeps the order
+    of a pair and tag); ``on_message`` is called from several threads (the workers' and
+    servers' take ``cv``). An inline message's start and end are both the time its receive
     completed: its header is not seen apart from its payload (a server's busy time, which
-    PSLD's controller observes, then counts no receiving). After its ``STOP`` a process
-    sends each peer ``depth - 1`` ``FILLER`` messages, so that no receive stays posted."""
+    PSLD's controller observes, then counts no receiving). After its ``STOP`` a process sends
+    each peer ``depth - 1`` ``FILLER`` messages, so that no receive stays posted."""
 
     def __init__(
         self,
@@ -661,11 +664,11 @@ class PipelinedChannel(Channel):
         table: list[int],
         cv: threading.Condition,
         on_message: Callable[[list[int], torch.Tensor | None, float, float], None],
-        max_numel: int,
+        inline_numel: int,
         depth: int = PIPELINE_DEPTH,
     ) -> None:
         super().__init__(me, table, cv, on_message)
-        self.max_numel, self.depth = max_numel, depth
+        self.inline_numel, self.depth = inline_numel, depth
         self._threads = [self._threads[0]] + [
             threading.Thread(target=self._guard, args=(functools.partial(self._recv_peer, peer),),
                              name="ps-recv", daemon=True)
@@ -674,15 +677,16 @@ class PipelinedChannel(Channel):
 
     def _transmit(self, rank: int, header: list[int], payload: torch.Tensor | None) -> None:
         numel = 0 if payload is None else payload.numel()
-        if numel > self.max_numel:
-            raise RuntimeError(
-                f"a message of {numel} values, beyond the transport's {self.max_numel}"
-            )
-        message = torch.empty(_HEADER_BYTES + 4 * numel, dtype=torch.uint8)
-        message[:_HEADER_BYTES].view(torch.int64).copy_(torch.tensor(header, dtype=torch.int64))
-        if payload is not None:
+        follows = numel > self.inline_numel  # header[6]: the payload follows on its own
+        message = torch.empty(_HEADER_BYTES + (0 if follows else 4 * numel), dtype=torch.uint8)
+        message[:_HEADER_BYTES].view(torch.int64).copy_(
+            torch.tensor([*header[:6], int(follows), 0], dtype=torch.int64)
+        )
+        if payload is not None and not follows:
             message[_HEADER_BYTES:].view(torch.float32).copy_(payload.reshape(-1))
         dist.send(message, rank, tag=_PIPE_TAG)
+        if follows:
+            dist.send(payload, rank, tag=_DATA_TAG)
 
     def _send_stop(self, rank: int) -> None:
         super()._send_stop(rank)
@@ -690,7 +694,7 @@ class PipelinedChannel(Channel):
             self._transmit(rank, [FILLER, 0, 0, 0, self.me, 0, 0, 0], None)
 
     def _post(self, rank: int) -> tuple[Any, torch.Tensor]:
-        buffer = torch.empty(_HEADER_BYTES + 4 * self.max_numel, dtype=torch.uint8)
+        buffer = torch.empty(_HEADER_BYTES + 4 * self.inline_numel, dtype=torch.uint8)
         return dist.irecv(buffer, src=rank, tag=_PIPE_TAG), buffer
 
     def _recv_peer(self, peer: int) -> None:
@@ -699,7 +703,7 @@ class PipelinedChannel(Channel):
         while posted:
             work, buffer = posted.popleft()
             work.wait()
-            end = time.perf_counter()
+            start = time.perf_counter()
             h = buffer[:_HEADER_BYTES].view(torch.int64).tolist()
             if h[0] == FILLER:
                 continue
@@ -709,11 +713,14 @@ class PipelinedChannel(Channel):
             else:
                 posted.append(self._post(rank))  # before the handling: the next may come
             payload = None
-            if h[5]:
+            if h[5] and h[6]:
+                payload = torch.empty(h[5])
+                dist.recv(payload, src=rank, tag=_DATA_TAG)
+            elif h[5]:
                 payload = buffer[_HEADER_BYTES : _HEADER_BYTES + 4 * h[5]].view(torch.float32)
-                if 2 * h[5] < self.max_numel:  # a small message does not hold a large buffer
+                if 2 * h[5] < self.inline_numel:  # a small message does not hold a large buffer
                     payload = payload.clone()
-            self.on_message(h, payload, end, end)
+            self.on_message(h, payload, start, time.perf_counter() if h[6] else start)
 
 
 def max_message_numel(keys: list[Key]) -> int:
@@ -730,7 +737,8 @@ def channel_for(
 ) -> Channel:
     """The transport ``real.ps_transport`` names (``blocking`` for jobs from before it)."""
     if (ctx.spec.get("real") or {}).get("ps_transport", "blocking") == "pipelined":
-        return PipelinedChannel(ctx.me, ctx.table, cv, on_message, max_message_numel(keys))
+        inline = min(max_message_numel(keys), INLINE_BYTES // 4)
+        return PipelinedChannel(ctx.me, ctx.table, cv, on_message, inline)
     return Channel(ctx.me, ctx.table, cv, on_message)
 
 

@@ -193,8 +193,8 @@ def on_message(h, payload, start, end):
         assert got.get(h[4], -1) == h[2] - 1 and payload.numel() == h[3], h
         assert bool((payload == h[2]).all()), h
         got[h[4]] = h[2]
-if sys.argv[1] == "pipelined":
-    channel = PipelinedChannel(me, list(range(world)), cv, on_message, 50_000)
+if sys.argv[1] == "pipelined":  # payloads over 20,000 values follow their headers
+    channel = PipelinedChannel(me, list(range(world)), cv, on_message, 20_000)
 else:
     channel = Channel(me, list(range(world)), cv, on_message)
 dist.barrier()
@@ -218,8 +218,9 @@ os.write(1, f"ok {me}\\n".encode())  # one write: lines of the three ranks never
 def test_the_channel_threads_keep_gloo_messages_whole_and_in_order(transport, tmp_path):
     """The transport every PS process uses: a sender and a receiver thread on one gloo group
     (headers received from any source, then the payload from that source), or with
-    ``real.ps_transport: pipelined`` a receiver thread per peer with receives posted ahead;
-    3 processes send each other 300 messages of random sizes each, all at once, and stop."""
+    ``real.ps_transport: pipelined`` a receiver thread per peer with receives posted ahead
+    (the larger payloads after their headers); 3 processes send each other 300 messages of
+    random sizes each, all at once, and stop."""
     script = tmp_path / "probe.py"
     script.write_text(_CHANNEL_PROBE)
     result = torchrun(script, 3, ROOT, transport)
