@@ -521,6 +521,9 @@ class Assignments:
 
 
 # -------------------------------------------------------------------------- communication
+OnMessage = Callable[[list[int], torch.Tensor | None, float, float], None]
+
+
 class Channel:
     """A process's sender and receiver threads (see the module docstring). ``on_message`` is
     called in the receiver thread with (header list, payload or None, start, end)."""
@@ -530,7 +533,7 @@ class Channel:
         me: int,
         table: list[int],
         cv: threading.Condition,
-        on_message: Callable[[list[int], torch.Tensor | None, float, float], None],
+        on_message: OnMessage,
     ) -> None:
         self.me, self.table, self.cv = me, table, cv
         self.on_message = on_message
@@ -663,7 +666,7 @@ class PipelinedChannel(Channel):
         me: int,
         table: list[int],
         cv: threading.Condition,
-        on_message: Callable[[list[int], torch.Tensor | None, float, float], None],
+        on_message: OnMessage,
         inline_numel: int,
         depth: int = PIPELINE_DEPTH,
     ) -> None:
@@ -732,7 +735,7 @@ def max_message_numel(keys: list[Key]) -> int:
 def channel_for(
     ctx: Context,
     cv: threading.Condition,
-    on_message: Callable[[list[int], torch.Tensor | None, float, float], None],
+    on_message: OnMessage,
     keys: list[Key],
 ) -> Channel:
     """The transport ``real.ps_transport`` names (``blocking`` for jobs from before it)."""
