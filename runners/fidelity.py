@@ -286,6 +286,13 @@ def calibrate(
 PROBE_ROUNDS_MAX = 20  # calibrate --probe-rounds' bound
 
 
+def _rounds_of(label: str, arena: str, default: int) -> int:
+    """The interference probes calibration ``label`` took in ``arena`` (``overlap`` or
+    ``ps``; ``calibrate --probe-rounds``), which its method says: ``default`` for those from
+    before the count was kept. ``CalibrationMissing`` where there is no such calibration."""
+    return int(load_testbed(label).get("probe_rounds", {}).get(arena, default))
+
+
 def _with_rounds(method: str, default: int, rounds: int) -> str:
     """``method``, whose probes it counts as ``default``, with ``rounds`` of them instead."""
     said = f"the median of {default} probes"
@@ -797,12 +804,14 @@ def calibrate_overlap(
 ) -> dict[str, Any]:
     """Measure the overlap entries of calibration ``label`` again (at each of its networks, for
     each of its models), leaving its other measurements as they are (``calibrate
-    --overlap-only``)."""
+    --overlap-only``), with as many probes as the calibration took (``probe_rounds``)."""
+    rounds = _rounds_of(label, "overlap", OVERLAP_ROUNDS)
 
     def measure(
         point: dict[str, Any], workers: int, threads: int, models: Any, say: Any, prio: str
     ) -> None:
-        point.update(_probe_overlap(models, workers, point["nominal_gbps"], threads, say, prio))
+        nominal = point["nominal_gbps"]
+        point.update(_probe_overlap(models, workers, nominal, threads, say, prio, rounds))
 
     return _add_to_calibration(
         label,
@@ -859,13 +868,22 @@ def calibrate_ps(
 ) -> dict[str, Any]:
     """Add the PS arena's measurements to calibration ``label`` (at each of its networks, for
     each of its models), leaving its other measurements as they are (``calibrate
-    --ps-only``); ``cpu_rounds``: the message CPU's probes per network (``--ps-cpu-probes``)."""
+    --ps-only``), with as many transport probes as the calibration took (``probe_rounds``);
+    ``cpu_rounds``: the message CPU's probes per network (``--ps-cpu-probes``)."""
+    rounds = _rounds_of(label, "ps", PS_ROUNDS)
 
     def measure(
         point: dict[str, Any], workers: int, threads: int, models: Any, say: Any, prio: str
     ) -> None:
         point["ps"] = _probe_ps(
-            models, workers, point["nominal_gbps"], threads, say, prio, cpu_rounds=cpu_rounds
+            models,
+            workers,
+            point["nominal_gbps"],
+            threads,
+            say,
+            prio,
+            rounds=rounds,
+            cpu_rounds=cpu_rounds,
         )
 
     return _add_to_calibration(

@@ -854,6 +854,34 @@ def test_calibrate_probe_rounds_takes_as_many_interference_probes_and_says_so(
     assert "median of 3 probes" not in stored["method"]
 
 
+def test_an_only_measurement_takes_as_many_probes_as_its_calibration_did(tmp_path, monkeypatch):
+    """``--overlap-only`` and ``--ps-only`` keep the calibration's ``probe_rounds`` (which its
+    method says), as they keep its priority; calibrations from before the count: 5 and 3."""
+    monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
+    doc = {**TESTBED, "method": "m", "profiles": {"vgg16-debug": "vgg16-debug@cpu"}}
+    ps = {"overlap_slowdown": {"vgg16-debug": 0.1}}
+    doc["network"] = [{**point, "ps": ps} for point in TESTBED["network"]]
+    seen = []
+
+    def overlap(models, workers, nominal, threads, say, prio, rounds):
+        seen.append(("overlap", rounds))
+        return {}
+
+    def ps_probe(models, workers, nominal, threads, say, prio, *, rounds, cpu_rounds):
+        seen.append(("ps", rounds))
+        return ps
+
+    monkeypatch.setattr(fidelity, "_probe_overlap", overlap)
+    monkeypatch.setattr(fidelity, "_probe_ps", ps_probe)
+    for rounds, want in (({"overlap": 1, "ps": 2}, (1, 2)), (None, (5, 3))):
+        written = {**doc, "probe_rounds": rounds} if rounds else doc
+        (tmp_path / "cpu.json").write_text(json.dumps(written))
+        seen.clear()
+        assert cli.main(["calibrate", "--label", "cpu", "--overlap-only", "--json"]) == 0
+        assert cli.main(["calibrate", "--label", "cpu", "--ps-only", "--json"]) == 0
+        assert seen == [("overlap", want[0])] * 2 + [("ps", want[1])] * 2  # two networks
+
+
 def test_calibrate_refuses_probe_rounds_out_of_range_or_with_an_only_flag(capsys):
     for n in ("0", str(fidelity.PROBE_ROUNDS_MAX + 1)):
         assert cli.main(["calibrate", "--probe-rounds", n]) == 2
