@@ -673,6 +673,8 @@ def detail_figures(experiment: Experiment) -> list[tuple[str, str, pd.DataFrame,
         )
         if without:  # e.g. PyTorch's DDP, the real Horovod: their operations are not recorded
             caption += f"; no operations recorded by {', '.join(without)}"
+        if (timeline["end_s"] == timeline["start_s"]).any():  # the pipelined PS transport's
+            caption += f"; {plots.INSTANT}"
         real = runs[0].spec.get("mode") == "real"
         kwargs = {
             "caption": caption,

@@ -244,7 +244,9 @@ def timeline_gantt(
 ) -> Figure:
     """An iteration timeline (columns resource, kind, start_s, end_s, optional label and
     panel): one row per resource, top to bottom in order of appearance, one bar per operation
-    with a colour and hatch per kind (compute and communication first); the kinds' legend
+    with a colour and hatch per kind (compute and communication first), a tick in its colour
+    for an operation of no length (e.g. a message of the pipelined PS transport, whose
+    arrival is one instant: ``INSTANT``, said in the caption); the kinds' legend
     above the axes. With a ``panel`` column (e.g. the system), one panel per value, stacked
     on a shared time axis, each as tall as its resources need."""
     require(df, ["resource", "kind", "start_s", "end_s"], "timeline_gantt")
@@ -268,8 +270,13 @@ def timeline_gantt(
     fig.legend(loc="outside upper center", ncols=len(kinds), frameon=False)
     resources = sum(heights)
     default = f"one bar per operation [start, end); n={len(df)} operations"
+    if caption is None and (df["end_s"] == df["start_s"]).any():
+        default += f", {INSTANT}"
     _caption(fig, caption, f"{default} on {resources} resources")
     return fig
+
+
+INSTANT = "a tick for an operation of no length"  # what timeline_gantt draws for one
 
 
 def _gantt_panel(ax: Axes, df: pd.DataFrame, kinds: list, labelled: set) -> None:
@@ -280,17 +287,28 @@ def _gantt_panel(ax: Axes, df: pd.DataFrame, kinds: list, labelled: set) -> None
             continue
         legend = kind not in labelled
         labelled.add(kind)
-        ax.barh(
-            [resources.index(r) for r in ops["resource"]],
-            ops["end_s"] - ops["start_s"],
-            left=ops["start_s"],
-            height=0.6,
-            color=style.color,
-            hatch=style.hatch,
-            edgecolor="black",  # the hatch's colour; no outline, so short bars keep theirs
-            linewidth=0,
-            label=str(kind) if legend else "_nolegend_",
-        )
+        spans, instants = ops[ops["end_s"] > ops["start_s"]], ops[ops["end_s"] == ops["start_s"]]
+        if not spans.empty:
+            ax.barh(
+                [resources.index(r) for r in spans["resource"]],
+                spans["end_s"] - spans["start_s"],
+                left=spans["start_s"],
+                height=0.6,
+                color=style.color,
+                hatch=style.hatch,
+                edgecolor="black",  # the hatch's colour; no outline, so short bars keep theirs
+                linewidth=0,
+                label=str(kind) if legend else "_nolegend_",
+            )
+        if not instants.empty:  # a bar of no width would not show
+            ax.scatter(
+                instants["start_s"],
+                [resources.index(r) for r in instants["resource"]],
+                marker="|",
+                s=120,
+                color=style.color,
+                label=str(kind) if legend and spans.empty else "_nolegend_",
+            )
     if "label" in df.columns:
         _bar_labels(ax, df, resources)
     ax.set_yticks(range(len(resources)), [str(r) for r in resources])

@@ -152,6 +152,26 @@ def test_the_timeline_draws_a_bar_per_operation_on_its_resource_row():
     assert hatches == {series_style(i).hatch for i in range(3)}
 
 
+def test_an_operation_of_no_length_is_a_tick_in_its_kind_s_colour():
+    """The pipelined PS transport's messages arrive in one instant (start = end): a bar of
+    no width would not show, so each is a tick on its row, and the caption says so; a kind
+    with ticks only is in the legend by them."""
+    rows = timeline()
+    instants = pd.DataFrame(
+        [("ps0.in", "communication", 0.7, 0.7, None), ("ps0.in", "aggregation", 0.9, 0.9, None)],
+        columns=rows.columns,
+    )
+    fig = plots.timeline_gantt(pd.concat([rows, instants], ignore_index=True))
+    ax = fig.axes[0]
+    assert len(bars(ax)) == 4  # the spans only
+    ticks = [c for c in ax.collections if len(c.get_offsets())]
+    assert [list(map(tuple, c.get_offsets())) for c in ticks] == [[(0.7, 2.0)], [(0.9, 2.0)]]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["gpu0", "nic0", "ps0.in"]
+    assert "aggregation" in [t.get_text() for t in fig.legends[0].get_texts()]
+    assert plots.INSTANT in caption(fig)
+    assert plots.INSTANT not in caption(plots.timeline_gantt(timeline()))
+
+
 def test_the_timeline_refuses_an_operation_that_ends_before_it_starts():
     bad = timeline().assign(end_s=[1.0, 0.1, 2.0, 2.0])
     with pytest.raises(ValueError, match="end_s < start_s"):
