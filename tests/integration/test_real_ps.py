@@ -547,18 +547,21 @@ def test_three_workers_two_servers_and_a_straggler_finish(system, params, tmp_pa
 
 def test_a_shaped_ps_run_gives_servers_namespaces_and_leaves_none(tmp_path):
     require_root("the emulated network")
+    # Servers' NICs at 0.1 Gbit/s: their pulls take several times the compute, however fast
+    # the machine is (at 0.25 a slow spell of CI's machine hid them behind the backward:
+    # forward waits 5 % of the spans on 2026-12-06, against 17-43 % in four runs here).
     raw = _spec("byteps", {"partition_bytes": 100_000, "cross_barrier": True},
-                bandwidth_gbps=0.5, server_bandwidth_gbps=0.25)  # fmt: skip
+                bandwidth_gbps=0.5, server_bandwidth_gbps=0.1)  # fmt: skip
     raw["real"].update(network="shaped", dataset="synthetic")
     out = tmp_path / "run"
     summary = run_to_directory(validate(raw), out, ["test"])
     assert summary["network"]["kind"] == "shaped"
     assert len(list((out / "ranks").glob("node*.log"))) == 4  # one namespace per process
     metrics = summary["metrics"]
-    # A server holds about half the bytes: per round its 0.25 Gbit/s NIC receives that half
+    # A server holds about half the bytes: per round its 0.1 Gbit/s NIC receives that half
     # from each of the 2 workers (asserted at half of it).
     grad_bytes = sum(p.numel() * 4 for p in build_model(MODEL).parameters())
-    assert metrics["ps_max_busy_s"] >= 0.5 * grad_bytes * 8 / 0.25e9
+    assert metrics["ps_max_busy_s"] >= 0.5 * grad_bytes * 8 / 0.1e9
     # The forward's hooks wait for pulls for much of the iteration: not compute.
     rows = [
         row
