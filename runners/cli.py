@@ -10,10 +10,11 @@
                                 [--threads T] [--repeats R] [--comm-priority auto|realtime|normal]
                                 [--split-only | --ps-only | --overlap-only | --horovod-only
                                  | --compute-only] [--ps-cpu-probes N] [--probe-rounds N]
+                                [--ps-transport blocking|pipelined]  (with --ps-only)
     python -m runners fidelity [--label L] [--systems S,..] [--models M,..] [--bandwidths G,..]
                                [--iterations I] [--repeats R] [--latency busy|idle|split|engine]
                                [--no-compute-check] [--no-transport-check] [--check-each-run]
-                               [--json]
+                               [--ps-transport blocking|pipelined] [--json]
     python -m runners fidelity-pool JOURNAL JOURNAL.. [--latency L] [--json]
     python -m runners twin RUN_DIR [--label L] [--json]
 
@@ -43,7 +44,7 @@ from workloads import devices
 from . import bench, grid, registry, rundir
 from .cluster.run import TraceInputError
 from .execute import run_to_directory
-from .spec import COMM_PRIORITIES, DISPATCHES, SpecError, load_file, validate
+from .spec import COMM_PRIORITIES, DISPATCHES, PS_TRANSPORTS, SpecError, load_file, validate
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,6 +238,15 @@ def _parser() -> argparse.ArgumentParser:
         "probe's slow-down swung 2x between calibrations); kept in the calibration "
         "(probe_rounds) and its method; with a whole calibration",
     )
+    p.add_argument(
+        "--ps-transport",
+        choices=PS_TRANSPORTS,
+        default=None,
+        help="with --ps-only: the PS transport the PS arena's probes use (real.ps_transport; "
+        "default blocking, which every calibration measures). pipelined adds its "
+        "measurements beside the blocking ones (ps_pipelined), and twins of pipelined runs "
+        "then come from them",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_calibrate)
     p = sub.add_parser(
@@ -288,6 +298,14 @@ def _parser() -> argparse.ArgumentParser:
         "network with PS systems before, between the rounds of and after the real runs "
         "(about 30 s per network each time; the report's transport_check, and mape_with's "
         "transport_checked)",
+    )
+    p.add_argument(
+        "--ps-transport",
+        choices=PS_TRANSPORTS,
+        default="blocking",
+        help="the PS systems' transport (real.ps_transport; default blocking): their real runs "
+        "on it, their twins from the calibration's measurements of it (calibrate --ps-only "
+        "--ps-transport pipelined) and the transport check on it; all-reduce systems have none",
     )
     p.add_argument(
         "--check-each-run",
@@ -708,6 +726,13 @@ def _calibrate(args: argparse.Namespace) -> int:
                     f"with a whole calibration, not with --{asked[0]}-only (the calibration's "
                     "other measurements keep their counts)",
                 )
+        if args.ps_transport is not None and asked != ["ps"]:
+            raise SpecError(
+                "--ps-transport",
+                "with --ps-only (a whole calibration measures the blocking transport; add the "
+                f"pipelined one's after it with --label {args.label} --ps-only --ps-transport "
+                "pipelined)",
+            )
     except SpecError as err:
         print(f"invalid arguments: {err}", file=sys.stderr)
         return 2
@@ -719,7 +744,11 @@ def _calibrate(args: argparse.Namespace) -> int:
     if asked:
         add = {
             "split": fidelity.calibrate_split,
-            "ps": functools.partial(fidelity.calibrate_ps, cpu_rounds=cpu_rounds),
+            "ps": functools.partial(
+                fidelity.calibrate_ps,
+                cpu_rounds=cpu_rounds,
+                transport=args.ps_transport or "blocking",
+            ),
             "overlap": fidelity.calibrate_overlap,
             "horovod": fidelity.calibrate_horovod,
             "compute": functools.partial(fidelity.calibrate_compute, repeats=args.repeats),
@@ -792,9 +821,30 @@ def _print_point(point: dict[str, Any]) -> None:
         if cpu
         else ""
     )
-    ps = point.get("ps")
-    ps_line = (
-        f"  PS arena ({ps['servers']} servers): "
+    ps_line = _ps_line(point.get("ps"), "PS arena") + _ps_line(
+        point.get("ps_pipelined"), "PS arena, pipelined transport"
+    )
+    own = point.get("horovod")
+    horovod_line = (
+        f"  Horovod: {own['cycle_cpu_us']:.0f} us of compute per cycle with a collective, a step "
+        + ", ".join(f"{m} {v:+.0%}" for m, v in own["idle_slowdown"].items())
+        + " while it idles"
+        if own
+        else ""
+    )
+    print(
+        f"{where:20} bandwidth {point['bandwidth_gbps']:8.3f} Gbit/s  latency "
+        f"{point['latency_us']:7.1f} us  compute while communicating (latency while "
+        f"computing): {slow}{cpu_line}{split}{ps_line}{horovod_line}"
+    )
+
+
+def _ps_line(ps: dict[str, Any] | None, name: str) -> str:
+    """A calibration's PS arena entry at a network, in words ("" for none)."""
+    if not ps:
+        return ""
+    return (
+        f"  {name} ({ps['servers']} servers): "
         + ", ".join(
             f"{m} {v:+.0%} ({ps['latency_busy_us'][m]:.0f} us)"
             for m, v in ps["overlap_slowdown"].items()
@@ -812,21 +862,6 @@ def _print_point(point: dict[str, Any]) -> None:
             if "host_message_cpu_us" in ps
             else ""
         )
-        if ps
-        else ""
-    )
-    own = point.get("horovod")
-    horovod_line = (
-        f"  Horovod: {own['cycle_cpu_us']:.0f} us of compute per cycle with a collective, a step "
-        + ", ".join(f"{m} {v:+.0%}" for m, v in own["idle_slowdown"].items())
-        + " while it idles"
-        if own
-        else ""
-    )
-    print(
-        f"{where:20} bandwidth {point['bandwidth_gbps']:8.3f} Gbit/s  latency "
-        f"{point['latency_us']:7.1f} us  compute while communicating (latency while "
-        f"computing): {slow}{cpu_line}{split}{ps_line}{horovod_line}"
     )
 
 
@@ -850,7 +885,10 @@ def _fidelity(args: argparse.Namespace) -> int:
         for model in models:
             for nominal in bandwidths:
                 for system in systems:  # each arena has its own measurements
-                    fidelity.matched_specs(system, model, nominal, testbed, latency=args.latency)
+                    fidelity.matched_specs(
+                        system, model, nominal, testbed, latency=args.latency,
+                        ps_transport=args.ps_transport,
+                    )  # fmt: skip
     except (SpecError, fidelity.CalibrationMissing) as err:
         print(f"invalid arguments: {err}", file=sys.stderr)
         return 2
@@ -875,7 +913,9 @@ def _fidelity(args: argparse.Namespace) -> int:
     from .fidelity_journal import default_path
     from .real.launch import RealRunError
 
-    journal = args.journal or default_path(args.label, systems, models, bandwidths)
+    journal = args.journal or default_path(
+        args.label, systems, models, bandwidths, args.ps_transport
+    )
     again = "run the same command with --resume to go on from there"
     try:
         result = fidelity.fidelity(
@@ -893,6 +933,7 @@ def _fidelity(args: argparse.Namespace) -> int:
             resume=args.resume,
             check_runs=args.check_runs,
             transport_check=args.transport_check,
+            ps_transport=args.ps_transport,
         )
     except SpecError as err:
         print(f"invalid arguments: {err}", file=sys.stderr)

@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import math
 import os
@@ -315,6 +316,11 @@ _SLOWDOWNS = {
         "1 MiB all-reduces while the ranks compute",
     ),
     "ps": (("ps", "overlap_slowdown"), "overlap_slowdown", "compute while PS pushes run"),
+    "ps_pipelined": (
+        ("ps_pipelined", "overlap_slowdown"),
+        "overlap_slowdown",
+        "compute while PS pushes run on the pipelined transport",
+    ),
     "horovod": (
         ("horovod", "idle_slowdown"),
         "background_slowdown",
@@ -576,6 +582,16 @@ PS_CPU_MARKER = (
 PS_METHOD = _PS_METHOD_THREE_CPU.replace(
     f"the message CPU among them: the median of {PS_ROUNDS} probes", PS_CPU_MARKER
 )
+PS_PIPELINED_MARKER = "PS arena on the pipelined transport"
+PS_PIPELINED_METHOD = (
+    PS_PIPELINED_MARKER
+    + " (ps_pipelined; calibrate --ps-only --ps-transport pipelined): the PS arena's probes "
+    "and values as on the blocking one, every process's messages through the transport real "
+    "runs get with real.ps_transport: pipelined (runners.real.ps.PipelinedChannel: a message "
+    "one send, receives posted ahead for each peer), the transport's values each the median "
+    f"of {PS_ROUNDS} probes taken in rounds over the models, the message CPU the median of "
+    "its probes, each stored"
+)
 
 
 def _probe_ps(
@@ -588,9 +604,11 @@ def _probe_ps(
     servers: int = PS_SERVERS,
     rounds: int = PS_ROUNDS,
     cpu_rounds: int = PS_CPU_ROUNDS,
+    transport: str = "blocking",
 ) -> dict[str, Any]:
-    """The PS arena's measurements at one network (``ps`` of a calibration's network): the
-    transport's (``probe.ps_overlap``) each the median of ``rounds`` probes taken in rounds
+    """The PS arena's measurements at one network on PS ``transport`` (``real.ps_transport``;
+    ``ps`` of a calibration's network for the blocking one, ``fidelity_transport.ps_entry``):
+    the transport's (``probe.ps_overlap``) each the median of ``rounds`` probes taken in rounds
     over the models, as the all-reduce arena's overlap entries (``_probe_overlap``); the
     message CPU the median of ``cpu_rounds`` probes (one calibration's single probe was 422
     µs, the next's 717 on the same machine; the host's CPU per message moved 2x between two
@@ -602,14 +620,22 @@ def _probe_ps(
     value is stored (``*_probes_us``): how far one probe is from the next."""
     from .real import probe
 
+    on = "" if transport == "blocking" else f" ({transport} transport)"
     taken = _in_rounds(
         models,
         rounds,
         say,
-        lambda model: f"PS arena: {model} beside {servers} server processes",
+        lambda model: f"PS arena{on}: {model} beside {servers} server processes",
         lambda model, tmp: probe.ps_overlap(
-            model, workers, servers, nominal, tmp, threads=threads, comm_priority=comm_priority
-        ),
+            model,
+            workers,
+            servers,
+            nominal,
+            tmp,
+            threads=threads,
+            comm_priority=comm_priority,
+            transport=transport,
+        ),  # fmt: skip
     )
     fields = {
         "overlap_slowdown": ("slowdown", 1.0, 4),
@@ -622,10 +648,11 @@ def _probe_ps(
     fixed_s, agg_bytes_per_s = probe.aggregation_fit(round_big, round_small, workers)
     cpus, host_small, host_big = [], [], []
     for k in range(cpu_rounds):
-        say(f"  PS arena: a message's CPU beside {servers} server processes ({k + 1}/{cpu_rounds})")
+        say(f"  PS arena{on}: a message's CPU beside {servers} server processes "
+            f"({k + 1}/{cpu_rounds})")  # fmt: skip
         for width, hosts in ((probe.PS_CPU_WIDTH, host_small), (probe.PS_CPU_BIG_WIDTH, host_big)):
             cost = fidelity_transport.probe_once(
-                workers, servers, nominal, threads, comm_priority, width
+                workers, servers, nominal, threads, comm_priority, width, transport
             )
             if width == probe.PS_CPU_WIDTH:
                 cpus.append(cost.compute_s)
@@ -865,17 +892,21 @@ def calibrate_ps(
     label: str = DEFAULT_LABEL,
     progress: Callable[[str], None] | None = None,
     cpu_rounds: int = PS_CPU_ROUNDS,
+    transport: str = "blocking",
 ) -> dict[str, Any]:
     """Add the PS arena's measurements to calibration ``label`` (at each of its networks, for
     each of its models), leaving its other measurements as they are (``calibrate
     --ps-only``), with as many transport probes as the calibration took (``probe_rounds``);
-    ``cpu_rounds``: the message CPU's probes per network (``--ps-cpu-probes``)."""
+    ``cpu_rounds``: the message CPU's probes per network (``--ps-cpu-probes``). ``transport``:
+    the PS transport probed (``--ps-transport``); the pipelined one's measurements go beside
+    the blocking one's (``ps_pipelined``, ``ps_pipelined_date``), which stay as they are."""
     rounds = _rounds_of(label, "ps", PS_ROUNDS)
+    key = fidelity_transport.ps_entry(transport)
 
     def measure(
         point: dict[str, Any], workers: int, threads: int, models: Any, say: Any, prio: str
     ) -> None:
-        point["ps"] = _probe_ps(
+        point[key] = _probe_ps(
             models,
             workers,
             point["nominal_gbps"],
@@ -884,8 +915,19 @@ def calibrate_ps(
             prio,
             rounds=rounds,
             cpu_rounds=cpu_rounds,
+            transport=transport,
         )
 
+    if transport != "blocking":
+        return _add_to_calibration(
+            label,
+            progress,
+            measure,
+            _with_rounds(PS_PIPELINED_METHOD, PS_ROUNDS, rounds),
+            PS_PIPELINED_MARKER,
+            f"{key}_date",
+            slowdowns=(key,),
+        )
     return _add_to_calibration(
         label,
         progress,
@@ -1184,14 +1226,19 @@ def _slowdown(point: dict[str, Any], model: str, label: str) -> float:
         ) from None
 
 
-def _ps_point(point: dict[str, Any], model: str, label: str) -> dict[str, Any]:
-    """The PS arena's measurements of ``model`` at a network (``CalibrationMissing`` for a
-    calibration that has none: it is measured by ``calibrate --ps-only``)."""
-    ps = point.get("ps")
+def _ps_point(
+    point: dict[str, Any], model: str, label: str, transport: str = "blocking"
+) -> dict[str, Any]:
+    """The PS arena's measurements of ``model`` at a network on PS ``transport``
+    (``CalibrationMissing`` for a calibration that has none: it is measured by ``calibrate
+    --ps-only``, with ``--ps-transport`` for the pipelined one)."""
+    ps = point.get(fidelity_transport.ps_entry(transport))
     if ps is None or model not in ps.get("overlap_slowdown", {}):
+        flag = "" if transport == "blocking" else f" --ps-transport {transport}"
+        what = "" if transport == "blocking" else f" on the {transport} transport"
         raise CalibrationMissing(
-            f"calibration '{label}' has no PS arena measurement of {model}: run `python -m "
-            f"runners calibrate --label {label} --ps-only`"
+            f"calibration '{label}' has no PS arena measurement of {model}{what}: run `python "
+            f"-m runners calibrate --label {label} --ps-only{flag}`"
         )
     return ps
 
@@ -1260,6 +1307,7 @@ def matched_specs(
     idle_loop: bool = False,
     host_cpu: str = "shared",
     engine_dispatch: str | None = None,
+    ps_transport: str = "blocking",
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The real spec and its simulated twin (raw, to be validated). ``latency``: which
     calibrated latency the simulator gets, ``busy`` (a small all-reduce's time while the rank
@@ -1313,7 +1361,18 @@ def matched_specs(
     auto``, which the real spec sets, gives the system's plan), the twin gets the engine
     measurements taken that way (``latency_engine_inline_us`` with the ``engine`` latency,
     ``collective_cpu_inline_us``; ``CalibrationMissing`` for a calibration from before them:
-    ``calibrate --overlap-only``), else the communication thread's."""
+    ``calibrate --overlap-only``), else the communication thread's.
+
+    ``ps_transport`` (PS systems' alone: an all-reduce system has no PS transport, and a set
+    of both arenas gives it to its PS systems; ``real.ps_transport``): ``pipelined`` gives
+    the real run the pipelined transport and its twin the measurements taken on it
+    (``ps_pipelined`` of the network; ``CalibrationMissing`` where the calibration has none:
+    ``calibrate --ps-only --ps-transport pipelined``) and no rendezvous: a reconstruction,
+    as its receives are posted ahead (up to ``runners.real.ps.PIPELINE_DEPTH`` a peer), so
+    that a message waits for its link and its sender's earlier messages, not for its
+    receiver; the twin's transfers then hold their links as the PS simulator's default
+    transport does; each worker a group of its own (``cluster.jitter_groups``: its own
+    transfers and step noise, as the rendezvous twins' workers are)."""
     point = network_point(testbed, nominal)
     if latency not in LATENCIES:
         raise ValueError(f"latency must be one of {', '.join(LATENCIES)} (got {latency!r})")
@@ -1325,7 +1384,7 @@ def matched_specs(
     engine = registry.get(system).arena != "ps" and system not in OWN_FRAMEWORKS
     inline = engine and _issues_inline(system, model, nominal, testbed, engine_dispatch)
     if registry.get(system).arena == "ps":  # the PS arena's own measurements
-        ps = _ps_point(point, model, label)
+        ps = _ps_point(point, model, label, ps_transport)
         slowdown = float(ps["overlap_slowdown"][model])
         kind = "busy" if latency == "busy" else "idle"
         latency_us = float(ps[f"latency_{kind}_us"][model])
@@ -1403,11 +1462,15 @@ def matched_specs(
                 # the shared cores are what slows the compute beside the messages
                 sim["cluster"]["overlap_slowdown"] = 0.0
                 sim["cluster"].pop("message_cpu_us", None)
-        # the real transport's pulls and pushes: a sender and a receiver held together
-        sim["cluster"]["pull_rendezvous"] = True
-        sim["cluster"]["push_rendezvous"] = True
-        # ... a push's sender free once its bytes are handed over (a gloo send on TCP)
-        sim["cluster"]["push_buffered"] = True
+        if ps_transport == "blocking":
+            # the real transport's pulls and pushes: a sender and a receiver held together
+            sim["cluster"]["pull_rendezvous"] = True
+            sim["cluster"]["push_rendezvous"] = True
+            # ... a push's sender free once its bytes are handed over (a gloo send on TCP)
+            sim["cluster"]["push_buffered"] = True
+        else:  # receives posted ahead: no rendezvous (a reconstruction, above)
+            real["real"]["ps_transport"] = ps_transport
+            sim["cluster"]["jitter_groups"] = workers
         # the probe's slow-down is against pushes that never pause: an op pays it only while
         # a transfer on its worker's links overlaps it (``TWIN_OVERLAP_MODEL``)
         sim["cluster"]["overlap_model"] = TWIN_OVERLAP_MODEL
@@ -1574,6 +1637,7 @@ def fidelity(
     resume: bool = False,
     check_runs: bool = False,
     transport_check: bool = True,
+    ps_transport: str = "blocking",
 ) -> dict[str, Any]:
     """Run every configuration for real and simulated; the report (see the module docstring).
 
@@ -1608,7 +1672,11 @@ def fidelity(
     moved (``transport_check``) and score the same runs with PS twins given it
     (``mape_with``'s ``transport_checked``, ``transport_compute_checked`` with the compute
     check's speed too and, with ``check_runs``, ``transport_checked_run_checked``; rows'
-    ``sim_transport_checked_s`` and so on)."""
+    ``sim_transport_checked_s`` and so on).
+
+    ``ps_transport``: the PS systems' transport (``real.ps_transport``; ``fidelity
+    --ps-transport``): their real runs, twins (``matched_specs``) and transport checks on it;
+    the report says which (``ps_transport``)."""
     from .real import launch
 
     if repeats < 1:
@@ -1617,18 +1685,18 @@ def fidelity(
     testbed = load_testbed(label)
     check_priority(testbed)
     plan = [(m, b, s) for m in models for b in bandwidths for s in systems]
-    pairs = [
-        (cfg, matched_specs(cfg[2], cfg[0], cfg[1], testbed, iterations, latency)) for cfg in plan
-    ]
+    matched = functools.partial(matched_specs, ps_transport=ps_transport)
+    pairs = [(cfg, matched(cfg[2], cfg[0], cfg[1], testbed, iterations, latency)) for cfg in plan]
     checked = [(cfg, validate(r), validate(s)) for cfg, (r, s) in pairs]  # all before any run
-    others = _other_twins(plan, testbed, iterations, latency)
+    others = _other_twins(plan, testbed, iterations, latency, ps_transport)
     idle_twins = [  # with Horovod's idle loop (``mape_with``)
-        validate(matched_specs(s, m, b, testbed, iterations, latency, idle_loop=True)[1])
+        validate(matched(s, m, b, testbed, iterations, latency, idle_loop=True)[1])
         for m, b, s in plan
     ]
     # with the floor over the host's cores (``mape_with``'s ``floor``; PS twins alone)
     floor = [
-        _floor_twin(s, m, b, testbed, iterations, latency, sim) for (m, b, s), _, sim in checked
+        _floor_twin(s, m, b, testbed, iterations, latency, sim, ps_transport)
+        for (m, b, s), _, sim in checked
     ]
     # the floor's twin charging a push's CPU as it is handed over (``mape_with``'s ``handover``)
     handover = [None if twin is None else handover_twin(twin) for twin in floor]
@@ -1647,7 +1715,7 @@ def fidelity(
         say(f"journal: {book.path} (each real run kept as it finishes; if the set stops, the "
             "same command with --resume goes on from there)")  # fmt: skip
     networks = (
-        fidelity_transport.transport_networks(systems, bandwidths, testbed)
+        fidelity_transport.transport_networks(systems, bandwidths, testbed, ps_transport)
         if transport_check
         else ()
     )
@@ -1660,13 +1728,15 @@ def fidelity(
         if not networks:
             return False
         keys = [fidelity_transport.network_key(b) for b in networks]
-        kept = None if book is None else book.transport_stage(stage, keys)
+        # the journal's stages of another transport are not this one's
+        stage_key = stage if ps_transport == "blocking" else f"{stage}@{ps_transport}"
+        kept = None if book is None else book.transport_stage(stage_key, keys)
         if kept is not None:
             transport = kept
             return False
-        fidelity_transport.check_transport(networks, testbed, stage, transport, say)
+        fidelity_transport.check_transport(networks, testbed, stage, transport, say, ps_transport)
         if book is not None:
-            book.add_transport_stage(stage, transport)
+            book.add_transport_stage(stage_key, transport)
         return True
 
     drift: dict[str, dict[str, Any]] | None = {} if compute_check else None
@@ -1863,6 +1933,8 @@ def fidelity(
         mape_with=with_,
         transport_check=transport or None,
     )
+    if any(registry.get(s).arena == "ps" for s in systems):
+        result["ps_transport"] = ps_transport
     if book is not None:
         made = sum(len(r) for r in runs)
         result["journal"] = {"path": str(book.path), "reused_runs": book.reused, "runs": made,
@@ -2052,13 +2124,17 @@ def _floor_twin(
     iterations: int,
     latency: str,
     twin: RunSpec,
+    ps_transport: str = "blocking",
 ) -> RunSpec | None:
     """The floor's twin of a configuration whose twin (``twin``) shares its host's cores op
     by op (``matched_specs``' ``host_cpu`` ``floor``: ``mape_with``'s ``floor``); None for
     any other twin."""
     if twin.arena != "ps" or twin.cluster.host_cpu_model == "floor":
         return None
-    raw = matched_specs(system, model, nominal, testbed, iterations, latency, host_cpu="floor")
+    raw = matched_specs(
+        system, model, nominal, testbed, iterations, latency, host_cpu="floor",
+        ps_transport=ps_transport,
+    )  # fmt: skip
     return validate(raw[1])
 
 
@@ -2109,17 +2185,29 @@ def _other_twins(
     testbed: dict[str, Any],
     iterations: int,
     latency: str,
+    ps_transport: str = "blocking",
 ) -> dict[str, list[RunSpec]]:
     """Per latency model other than ``latency`` that the calibration supports, the twins of
-    every configuration, validated before any real run (``mape_by_latency`` scores the same
-    real runs with them: the modelling choice's effect, free of the runs' noise)."""
+    every configuration (PS systems on ``ps_transport``), validated before any real run
+    (``mape_by_latency`` scores the same real runs with them: the modelling choice's effect,
+    free of the runs' noise)."""
     out = {}
     for kind in LATENCIES:
         if kind == latency:
             continue
         try:
             out[kind] = [
-                validate(matched_specs(system, model, nominal, testbed, iterations, kind)[1])
+                validate(
+                    matched_specs(
+                        system,
+                        model,
+                        nominal,
+                        testbed,
+                        iterations,
+                        kind,
+                        ps_transport=ps_transport,
+                    )[1]
+                )  # fmt: skip
                 for model, nominal, system in plan
             ]
         except (CalibrationMissing, SpecError, KeyError):
@@ -2643,6 +2731,11 @@ def format_report(result: dict[str, Any]) -> str:
         )
     if result.get("compute_drift") is not None:
         lines.append(drift_line(result))
+    if result.get("ps_transport", "blocking") != "blocking":
+        lines.append(
+            f"PS transport: {result['ps_transport']} (real.ps_transport; the twins from the "
+            f"calibration's measurements of it, ps_{result['ps_transport']}, without rendezvous)"
+        )
     if result.get("transport_check"):
         lines.append(fidelity_transport.transport_line(result["transport_check"], result["label"]))
     others = {

@@ -199,8 +199,10 @@ def pool(
         system, model, nominal = config
         mine = [(book.path, h[config]) for book, h in zip(books, held, strict=True)]
         iterations = _iterations(config, mine)
+        # the PS transport the first set's runs had (the others must match its real spec)
+        transport = (mine[0][1][0][0].get("real") or {}).get("ps_transport", "blocking")
         real_raw, sim_raw = fidelity.matched_specs(
-            system, model, nominal, testbed, iterations, latency
+            system, model, nominal, testbed, iterations, latency, ps_transport=transport
         )
         for path, runs in mine:
             for spec, _ in runs:

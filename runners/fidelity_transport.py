@@ -42,36 +42,56 @@ FITTED = ("host_message_cpu_us", "host_cpu_ns_per_byte")
 SIZES = ("small", "big")  # the probe's two message sizes: 4 KiB, 64 KiB
 
 
+def ps_entry(transport: str = "blocking") -> str:
+    """Where a calibration's network keeps the PS arena's measurements taken on PS transport
+    ``transport`` (``real.ps_transport``): ``ps`` for the blocking one (every calibration's),
+    ``ps_pipelined`` for the pipelined one (``calibrate --ps-only --ps-transport
+    pipelined``)."""
+    return "ps" if transport == "blocking" else f"ps_{transport}"
+
+
 def network_key(nominal: float | None) -> str:
     """A network's key in ``TransportChecks`` (JSON keys are strings)."""
     return "loopback" if nominal is None else f"{nominal:g}"
 
 
 def transport_networks(
-    systems: tuple[str, ...], bandwidths: tuple[float | None, ...], testbed: dict[str, Any]
+    systems: tuple[str, ...],
+    bandwidths: tuple[float | None, ...],
+    testbed: dict[str, Any],
+    transport: str = "blocking",
 ) -> tuple[float | None, ...]:
     """The set's networks to check: every one, where the set has a PS system and the
-    calibration measured the host's CPU per message there (none otherwise)."""
+    calibration measured the host's CPU per message there on PS ``transport`` (none
+    otherwise)."""
     if not any(registry.get(s).arena == "ps" for s in systems):
         return ()
     have = {
-        p["nominal_gbps"] for p in testbed["network"] if "host_cpu_small_us" in (p.get("ps") or {})
+        p["nominal_gbps"]
+        for p in testbed["network"]
+        if "host_cpu_small_us" in (p.get(ps_entry(transport)) or {})
     }
     return tuple(b for b in bandwidths if b in have)
 
 
 def probe_once(
-    workers: int, servers: int, nominal: float | None, threads: int, comm_priority: str, width: int
+    workers: int,
+    servers: int,
+    nominal: float | None,
+    threads: int,
+    comm_priority: str,
+    width: int,
+    transport: str = "blocking",
 ) -> Any:
-    """One of the calibration's message-CPU probes (``probe.ps_message_cpu``) in a scratch
-    directory; its ``compute_s`` and ``host_s`` in seconds. ``calibrate`` takes its probes
-    through it too."""
+    """One of the calibration's message-CPU probes (``probe.ps_message_cpu``, on PS
+    ``transport``) in a scratch directory; its ``compute_s`` and ``host_s`` in seconds.
+    ``calibrate`` takes its probes through it too."""
     from .real import probe
 
     with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
         return probe.ps_message_cpu(
             workers, servers, nominal, Path(tmp), threads=threads,
-            comm_priority=comm_priority, width=width,
+            comm_priority=comm_priority, width=width, transport=transport,
         )  # fmt: skip
 
 
@@ -100,8 +120,9 @@ def check_transport(
     when: str,
     checks: TransportChecks,
     say: Callable[[str], None],
+    transport: str = "blocking",
 ) -> None:
-    """Probe the PS transport's CPU per message at each of ``networks`` (one probe at each
+    """Probe PS ``transport``'s CPU per message at each of ``networks`` (one probe at each
     message size), at stage ``when`` (``before``, ``between-<round>``, ``after``), into
     ``checks``: each network's ``calibrated`` values (the calibration's medians and line),
     ``stages`` (when each probe pair was taken), every probe (``host_cpu_small_probes_us``,
@@ -114,7 +135,8 @@ def check_transport(
 
     workers, threads = int(testbed["workers"]), int(testbed["threads"])
     priority = testbed.get("comm_priority", "normal")
-    points = {p["nominal_gbps"]: p["ps"] for p in testbed["network"] if p.get("ps")}
+    entry_key = ps_entry(transport)
+    points = {p["nominal_gbps"]: p[entry_key] for p in testbed["network"] if p.get(entry_key)}
     for nominal in networks:
         ps = points[nominal]
         key = network_key(nominal)
@@ -136,12 +158,10 @@ def check_transport(
         where = "loopback" if nominal is None else f"{nominal:g} Gbit/s"
         say(f"transport check ({when}): a PS message's CPU at {where}")
         try:
-            small = probe_once(
-                workers, int(ps["servers"]), nominal, threads, priority, probe.PS_CPU_WIDTH
-            )
-            big = probe_once(
-                workers, int(ps["servers"]), nominal, threads, priority, probe.PS_CPU_BIG_WIDTH
-            )
+            small, big = [
+                probe_once(workers, int(ps["servers"]), nominal, threads, priority, w, transport)
+                for w in (probe.PS_CPU_WIDTH, probe.PS_CPU_BIG_WIDTH)
+            ]
         except RuntimeError as err:  # a rank died, or the testbed could not be set up
             entry.setdefault("errors", []).append(f"{when}: {str(err).splitlines()[0]}")
             say(f"transport check at {where} failed ({err}); the set goes on")

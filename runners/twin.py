@@ -3,8 +3,8 @@
 A real run has a twin where a calibration (``python -m runners calibrate``, a testbed file in
 ``workloads/profiles/testbeds``) measured its configuration: the same model, network (shaped at
 the same nominal bandwidth, or loopback), workers, torch threads, communication-thread priority
-and, in the PS arena, server processes, on the CPU, with no stragglers and no emulated latency
-(what the calibration did not measure, the twin cannot know). The twin is
+and, in the PS arena, server processes and PS transport, on the CPU, with no stragglers and
+no emulated latency (what the calibration did not measure, the twin cannot know). The twin is
 ``fidelity.matched_specs``'s, the one the fidelity report scores, given the run's own system
 parameters, iterations, warm-up and seed, and simulated as ``fidelity`` simulates it (an
 all-reduce system with the plan the real run executed). Nothing in it comes from the run's
@@ -160,6 +160,7 @@ def twin_spec(
             testbed,
             int(real.get("iterations", 20)),
             engine_dispatch=_engine_dispatch(real, summary),
+            ps_transport=(real.get("real") or {}).get("ps_transport", "blocking"),
         )
     except (fidelity.CalibrationMissing, KeyError) as exc:
         raise NoTwin(str(exc).strip("'\"")) from None

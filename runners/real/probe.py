@@ -35,12 +35,27 @@ from . import priority
 from . import testbed as tb
 
 _PRIORITY = "normal"  # the communication threads' in this probe process (its job's)
+_PS_TRANSPORT = "blocking"  # the PS probes' transport in this process (its job's)
 
 
 def _communication() -> Any:
     """The block that starts communication threads, at the calibration's priority
     (``runners.real.priority``): probes measure what real runs meet."""
     return priority.communication_threads(_PRIORITY)
+
+
+def _ps_channel(rank: int, cv: Any, on_message: Any, numel: int) -> Any:
+    """The PS probes' transport, as a real run's (``runners.real.ps.channel_for``): the job's
+    ``ps_transport``, the pipelined one's receives posted for messages of ``numel`` values
+    (every message of a PS probe has at most that many)."""
+    import torch.distributed as dist
+
+    from .ps import INLINE_BYTES, Channel, PipelinedChannel
+
+    table = list(range(dist.get_world_size()))  # logical rank = dist rank here
+    if _PS_TRANSPORT == "pipelined":
+        return PipelinedChannel(rank, table, cv, on_message, min(numel, INLINE_BYTES // 4))
+    return Channel(rank, table, cv, on_message)
 
 
 DEFAULT_SIZES = (4096, 16384, 65536, 262144, 1048576, 2097152, 4194304, 8388608)
@@ -276,6 +291,7 @@ def ps_overlap(
     steps: int = 15,
     threads: int = 1,
     comm_priority: str = "normal",
+    transport: str = "blocking",
 ) -> PSProbe:
     """The parameter-server arena's ``overlap``, on the real PS arena's transport
     (``runners.real.ps.Channel``: a sender and a receiver thread per process, a header and a
@@ -297,10 +313,13 @@ def ps_overlap(
       link when messages follow each other (the simulator's per-transfer ``latency_us``,
       ``busy`` or ``idle`` as ``fidelity --latency`` chooses);
     - 4 KiB pushes one at a time while the worker computes: half the trimmed mean round trip
-      (one latency for the push, one for the pull), for reference."""
+      (one latency for the push, one for the pull), for reference.
+
+    ``transport``: the PS transport the processes use (``real.ps_transport``: ``blocking``,
+    ``Channel``, or ``pipelined``, ``PipelinedChannel``)."""
     if servers < 1:
         raise ValueError(f"servers must be at least 1 (got {servers})")
-    job = {"ps_model": model, "ps_workers": workers, "steps": steps}
+    job = {"ps_model": model, "ps_workers": workers, "steps": steps, "ps_transport": transport}
     world = workers + servers
 
     def launch(elements: int, window: int, compute: bool = True) -> list[float]:
@@ -340,15 +359,17 @@ def ps_message_cpu(
     threads: int = 1,
     comm_priority: str = "normal",
     width: int = PS_CPU_WIDTH,
+    transport: str = "blocking",
 ) -> PSMessageCPU:
     """What one PS message costs (``_ps_cpu``): the compute time it takes from a backward it
     overlaps (the simulator's ``cluster.message_cpu_us``) and the host's CPU time for it,
     every process together (``host_message_cpu_us`` and ``host_cpu_ns_per_byte``, through
     two widths), in seconds; ``workers`` worker and ``servers`` server processes laid out as
-    a real PS run lays them out (``ps_overlap``'s layout), messages of ``width**2`` floats."""
+    a real PS run lays them out (``ps_overlap``'s layout), messages of ``width**2`` floats,
+    on the PS ``transport`` (``ps_overlap``'s)."""
     if servers < 1:
         raise ValueError(f"servers must be at least 1 (got {servers})")
-    job = {"ps_cpu_workers": workers, "width": width}
+    job = {"ps_cpu_workers": workers, "width": width, "ps_transport": transport}
     compute, host = _launch(job, workers + servers, bandwidth_gbps, work, threads, comm_priority)
     return PSMessageCPU(float(compute), float(host))
 
@@ -435,6 +456,14 @@ def fit_alpha_beta(rows: list[tuple[int, float]], workers: int) -> tuple[float, 
     return max(0.0, alpha), bandwidth
 
 
+def _settings(job: dict[str, Any]) -> None:
+    """(A rank.) The job's settings for this process: its communication threads' priority,
+    its PS probes' transport."""
+    global _PRIORITY, _PS_TRANSPORT
+    _PRIORITY = job.get("comm_priority", "normal")
+    _PS_TRANSPORT = job.get("ps_transport", "blocking")
+
+
 def main(argv: list[str]) -> int:
     """(A rank.) Run the job (all-reduce sizes or the overlap measurement); rank 0 writes
     ``probe.json``."""
@@ -447,8 +476,7 @@ def main(argv: list[str]) -> int:
     work = Path(argv[0])
     job = json.loads((work / "job.json").read_text())
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    global _PRIORITY
-    _PRIORITY = job.get("comm_priority", "normal")
+    _settings(job)
     # as a real run's ranks before their timed loop: no full collection of torch's heap
     # inside a probe (``worker.settle_gc``)
     from .worker import settle_gc
@@ -925,10 +953,9 @@ def _ps_server(rank: int, workers: int, elements: int) -> tuple[float, float, in
     import torch
     import torch.distributed as dist
 
-    from .ps import _DATA, PULL, PUSH, Channel, sgd_step
+    from .ps import _DATA, PULL, PUSH, sgd_step
 
     cv = threading.Condition()
-    table = list(range(dist.get_world_size()))  # logical rank = dist rank here
     key = torch.zeros(elements)
     inbox: deque[tuple[list[int], torch.Tensor]] = deque()
     completing: list[float] = []
@@ -939,7 +966,7 @@ def _ps_server(rank: int, workers: int, elements: int) -> tuple[float, float, in
                 inbox.append((h, payload))
             cv.notify_all()  # a push, or a STOP
 
-    channel = Channel(rank, table, cv, receive)
+    channel = _ps_channel(rank, cv, receive, elements)
     dist.barrier()
     total: torch.Tensor | None = None
     values = key.clone()  # the newest copy for the pulls
@@ -1002,12 +1029,11 @@ def _ps_overlap(
     import torch
     import torch.distributed as dist
 
-    from .ps import _DATA, PULL, PUSH, Channel
+    from .ps import _DATA, PULL, PUSH
 
     world = dist.get_world_size()
     servers = list(range(workers, world))
     cv = threading.Condition()
-    table = list(range(world))  # logical rank = dist rank here
 
     if rank >= workers:
         agg, _, _ = _ps_server(rank, workers, elements)
@@ -1023,7 +1049,7 @@ def _ps_overlap(
             answered += h[0] == PULL
             cv.notify_all()
 
-    channel = Channel(rank, table, cv, on_answer)
+    channel = _ps_channel(rank, cv, on_answer, elements)
     timed(3)
     alone = statistics.median(timed(steps))
     dist.barrier()
@@ -1107,7 +1133,7 @@ def _ps_cpu(
     import torch
     import torch.distributed as dist
 
-    from .ps import _DATA, PULL, PUSH, Channel
+    from .ps import _DATA, PULL, PUSH
 
     if rank >= workers:
         _, cpu, handled = _ps_server(rank, workers, width * width)
@@ -1137,7 +1163,7 @@ def _ps_cpu(
         with cv:
             events.append(start)
 
-    channel = Channel(rank, list(range(dist.get_world_size())), cv, on_answer)
+    channel = _ps_channel(rank, cv, on_answer, width * width)
 
     def hook(p: torch.Tensor) -> None:
         nonlocal sent

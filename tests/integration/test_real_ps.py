@@ -25,7 +25,7 @@ import torch
 
 from runners.execute import run_to_directory
 from runners.policies.ps import lr_scale
-from runners.real import launch, testbed
+from runners.real import launch, probe, testbed
 from runners.real import ps as real_ps
 from runners.real.engine import bind_layers
 from runners.spec import SpecError, validate
@@ -608,6 +608,22 @@ def test_a_nic_straggler_window_reshapes_that_nic_and_slows_those_iterations(
     slow = statistics.median(times[i] for i in (5, 6))  # 4 may start before the switch
     fast = statistics.median(times[i] for i in (1, 2, 8, 9))
     assert slow > 2 * fast, times
+    assert not _ours()
+
+
+def test_the_ps_probes_run_on_the_pipelined_transport(tmp_path):
+    """``calibrate --ps-only --ps-transport pipelined``'s probes on real ranks (2 workers, 1
+    server, loopback): the interference probe's four launches and the message-CPU probe
+    finish on the pipelined transport with values in range (a 1 MiB round's aggregation
+    longer than a 4 KiB one's, a message's CPU positive)."""
+    overlap = probe.ps_overlap(MODEL, 2, 1, None, tmp_path / "o", steps=3, transport="pipelined")
+    assert overlap.slowdown >= 0
+    assert 0 < overlap.message_busy_s < 0.1 and 0 < overlap.message_idle_s < 0.1
+    assert overlap.agg_round_s > overlap.agg_round_small_s > 0
+    job = json.loads((tmp_path / "o" / "job.json").read_text())
+    assert job["ps_transport"] == "pipelined"
+    cost = probe.ps_message_cpu(2, 1, None, tmp_path / "c", transport="pipelined")
+    assert cost.host_s > 0 and cost.compute_s >= 0
     assert not _ours()
 
 

@@ -355,8 +355,9 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
 
     swing = iter([1.0, 3.0, 0.5] * 2)  # each network's probes: their median is the middle
 
-    def fake_ps_overlap(model, workers, servers, nominal, work, threads, comm_priority):
+    def fake_ps_overlap(model, workers, servers, nominal, work, threads, comm_priority, transport):
         assert comm_priority == "normal", "a calibration from before the priority: normal"
+        assert transport == "blocking"
         seen.append((model, workers, servers, nominal))
         f = next(swing)
         return probe.PSProbe(
@@ -372,7 +373,8 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
     cpu_swing = iter(CPU_SWING * 2)  # the message CPU's probes: the median the middle
     host_swing = iter(HOST_SWING * 2)  # and their host CPU, per width
 
-    def fake_message_cpu(workers, servers, nominal, work, threads, comm_priority, width):
+    def fake_message_cpu(workers, servers, nominal, work, threads, comm_priority, width, transport):
+        assert transport == "blocking"
         seen.append(("message", workers, servers, nominal, width))
         # the host: 500 us + 2 ns a byte at the medians; a big probe's own compute unused
         host = (500e-6 + 4 * width**2 * 2e-9) * next(host_swing)
@@ -489,7 +491,7 @@ def test_a_busy_machine_s_slowdown_is_written_as_measured_with_a_warning_or_refu
     (tmp_path / "cpu.json").write_text(json.dumps(doc))
     before = (tmp_path / "cpu.json").read_text()
 
-    def busy_ps_overlap(model, workers, servers, nominal, work, threads, comm_priority):
+    def busy_ps_overlap(model, workers, servers, nominal, work, threads, comm_priority, transport):
         return probe.PSProbe(slowdown, 2e-3, 5e-4, 3e-3, 6e-4, 1e-4)
 
     monkeypatch.setattr(probe, "ps_overlap", busy_ps_overlap)
@@ -867,7 +869,7 @@ def test_an_only_measurement_takes_as_many_probes_as_its_calibration_did(tmp_pat
         seen.append(("overlap", rounds))
         return {}
 
-    def ps_probe(models, workers, nominal, threads, say, prio, *, rounds, cpu_rounds):
+    def ps_probe(models, workers, nominal, threads, say, prio, *, rounds, cpu_rounds, transport):
         seen.append(("ps", rounds))
         return ps
 
@@ -880,6 +882,54 @@ def test_an_only_measurement_takes_as_many_probes_as_its_calibration_did(tmp_pat
         assert cli.main(["calibrate", "--label", "cpu", "--overlap-only", "--json"]) == 0
         assert cli.main(["calibrate", "--label", "cpu", "--ps-only", "--json"]) == 0
         assert seen == [("overlap", want[0])] * 2 + [("ps", want[1])] * 2  # two networks
+
+
+def test_calibrate_ps_only_on_the_pipelined_transport_adds_its_entry_beside_the_blocking_one(
+    tmp_path, monkeypatch, capsys
+):
+    """``--ps-only --ps-transport pipelined``: the PS probes on the pipelined transport, with
+    the calibration's probe count, stored as ``ps_pipelined`` beside ``ps`` (left as it was),
+    dated, and said in the method once however often it is measured; the flag is refused
+    without ``--ps-only``, naming it."""
+    monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
+    doc = {**TESTBED, "method": "m", "profiles": {"vgg16-debug": "vgg16-debug@cpu"}}
+
+    def entry(slowdown: float) -> dict:
+        busy = {"latency_busy_us": {"vgg16-debug": 900.0}, "server_agg_gbps": 9.0}
+        return {"servers": 2, "overlap_slowdown": {"vgg16-debug": slowdown}, **busy}
+
+    blocking = entry(0.1)
+    doc["network"] = [{**point, "ps": blocking} for point in TESTBED["network"]]
+    doc["probe_rounds"] = {"overlap": 5, "ps": 2}
+    (tmp_path / "cpu.json").write_text(json.dumps(doc))
+    seen = []
+
+    def ps_probe(models, workers, nominal, threads, say, prio, *, rounds, cpu_rounds, transport):
+        seen.append((nominal, rounds, transport))
+        return entry(0.2 if nominal else 0.3)
+
+    monkeypatch.setattr(fidelity, "_probe_ps", ps_probe)
+    argv = ["calibrate", "--label", "cpu", "--ps-only", "--ps-transport", "pipelined"]
+    for _ in range(2):
+        assert cli.main(argv) == 0
+    assert seen == [(None, 2, "pipelined"), (1.0, 2, "pipelined")] * 2
+    out = capsys.readouterr().out  # each network: both transports' entries
+    assert "PS arena (2 servers): vgg16-debug +10% (900 us)" in out
+    assert "PS arena, pipelined transport (2 servers): vgg16-debug +20% (900 us)" in out
+    stored = json.loads((tmp_path / "cpu.json").read_text())
+    assert [p["ps"] for p in stored["network"]] == [blocking, blocking]
+    assert [p["ps_pipelined"] for p in stored["network"]] == [entry(0.3), entry(0.2)]
+    assert stored["method"].count(fidelity.PS_PIPELINED_MARKER) == 1
+    assert "the median of 2 probes taken in rounds" in stored["method"]
+    assert stored["ps_pipelined_date"] == fidelity._today() and "ps_date" not in stored
+    capsys.readouterr()
+    for extra in ([], ["--overlap-only"]):
+        assert cli.main(["calibrate", *extra, "--ps-transport", "pipelined"]) == 2
+        assert "--ps-transport: with --ps-only" in capsys.readouterr().err
+    # a slow-down beyond the simulator's bound: refused, the calibration unchanged
+    monkeypatch.setattr(fidelity, "_probe_ps", lambda *a, **k: entry(101.0))
+    assert cli.main(argv) == 1
+    assert json.loads((tmp_path / "cpu.json").read_text()) == stored
 
 
 def test_calibrate_refuses_probe_rounds_out_of_range_or_with_an_only_flag(capsys):
@@ -1289,6 +1339,7 @@ def test_fidelity_json_ends_with_the_report(monkeypatch, capsys):
             "latency": "engine", "repeats": 3, "progress": options["progress"],
             "compute_check": True, "resume": False, "check_runs": False, "transport_check": True,
             "journal": fidelity_journal.default_path("unit", ["wfbp"], ["vgg16-debug"], [1.0]),
+            "ps_transport": "blocking",
         }  # fmt: skip
         for row in rows:
             on_config(row)
@@ -1872,4 +1923,41 @@ def test_a_ps_twin_without_the_host_measurement_has_no_host():
         3,
         550.0,
         3.0,
+    )
+
+
+def test_the_ps_probes_carry_their_transport_to_the_ranks(tmp_path, monkeypatch):
+    """The PS probes' job names the transport (``ps_transport``, blocking by default), and a
+    rank takes it from the job with its priority (``probe._settings``), which chooses the
+    channel its probe uses (``probe._ps_channel``)."""
+    jobs = []
+
+    def launch(job, world, bandwidth, work, threads, comm_priority="normal", horovod=None):
+        jobs.append(job)
+        return [1.0, 1.5, 2e-3, 1e-4] if "ps_model" in job else [1e-4, 5e-4]
+
+    monkeypatch.setattr(probe, "_launch", launch)
+    probe.ps_overlap("vgg16-debug", 2, 1, None, tmp_path, transport="pipelined")
+    probe.ps_message_cpu(2, 1, None, tmp_path)
+    assert [job["ps_transport"] for job in jobs] == ["pipelined"] * 4 + ["blocking"]
+    monkeypatch.setattr(probe, "_PRIORITY", "normal")
+    monkeypatch.setattr(probe, "_PS_TRANSPORT", "blocking")
+    probe._settings({"comm_priority": "realtime", "ps_transport": "pipelined"})
+    assert (probe._PRIORITY, probe._PS_TRANSPORT) == ("realtime", "pipelined")
+    probe._settings({})  # a job from before either
+    assert (probe._PRIORITY, probe._PS_TRANSPORT) == ("normal", "blocking")
+    import threading
+
+    import torch.distributed as dist
+
+    from runners.real import ps
+
+    monkeypatch.setattr(dist, "get_world_size", lambda: 3)
+    for transport, kind in (("pipelined", ps.PipelinedChannel), ("blocking", ps.Channel)):
+        probe._settings({"ps_transport": transport})
+        channel = probe._ps_channel(0, threading.Condition(), lambda *a: None, 1 << 24)
+        assert type(channel) is kind and channel.peers == [1, 2]
+    probe._settings({"ps_transport": "pipelined"})  # receives no larger than a run's
+    assert probe._ps_channel(0, threading.Condition(), lambda *a: None, 1 << 24).inline_numel == (
+        ps.INLINE_BYTES // 4
     )

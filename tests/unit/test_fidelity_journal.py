@@ -301,6 +301,9 @@ def test_the_command_says_where_the_runs_are_kept_and_how_to_go_on(
     assert path.parent == tmp_path / "fidelity" and path.name.startswith("cpu-")
     assert path == fidelity_journal.default_path("cpu", SYSTEMS, MODEL, [1.0])
     assert path != fidelity_journal.default_path("cpu", ["wfbp"], MODEL, [1.0])
+    # a set on the pipelined PS transport keeps its own; the blocking one's as before
+    assert path == fidelity_journal.default_path("cpu", SYSTEMS, MODEL, [1.0], "blocking")
+    assert path != fidelity_journal.default_path("cpu", SYSTEMS, MODEL, [1.0], "pipelined")
     fakes.use(FakeRuns(fail_on=(2, 3)))
     assert cli.main(CLI) == 1
     err = capsys.readouterr().err

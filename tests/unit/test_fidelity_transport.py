@@ -26,10 +26,12 @@ class FakeProbes:
     def __init__(self, small, big, fail_on=()):
         self.small, self.big = iter(small), iter(big)
         self.calls: list[tuple] = []
+        self.transports: list[str] = []  # each call's PS transport
         self.fail_on = fail_on
 
-    def __call__(self, workers, servers, nominal, threads, priority, width):
+    def __call__(self, workers, servers, nominal, threads, priority, width, transport):
         self.calls.append((workers, servers, nominal, threads, priority, width))
+        self.transports.append(transport)
         if len(self.calls) in self.fail_on:
             raise launch.RealRunError("rank 1 died")
         host = next(self.small if width == probe.PS_CPU_WIDTH else self.big)
@@ -233,3 +235,58 @@ def test_the_command_line_turns_the_check_off(monkeypatch, capsys):
     assert seen == [False, True]
     # with --json, the check in words on stderr, where a JSON reader would not look for it
     assert "[fidelity] transport check" in capsys.readouterr().err
+
+
+def test_a_pipelined_ps_set_runs_checks_and_scores_the_pipelined_transport(ps_set, tmp_path):
+    """``fidelity --ps-transport pipelined``: the PS systems' real runs on it, their twins from
+    the calibration's ``ps_pipelined`` (no rendezvous), the transport check probing it against
+    that entry and kept in the journal apart from the blocking set's; the all-reduce systems
+    as before; the report says the transport. Without the entry the set is refused before any
+    run."""
+    specs = []
+
+    def fake_run(spec, work):
+        specs.append(spec)
+        metrics = {"iteration_time_s": 0.050, "iteration_time_median_s": 0.050,
+                   "compute_time_s": 0.010}  # fmt: skip
+        return SimpleNamespace(metrics=metrics, units={}, network=SimpleNamespace(kind="shaped"))
+
+    twins = []
+
+    def fake_twin(real_spec, sim_spec):
+        twins.append(sim_spec)
+        t = 0.030 + 0.010 * sim_spec.cluster.host_message_cpu_us / 500.0
+        metrics = {"iteration_time_s": t, "compute_time_s": 0.01, "host_cpu_s": 1.8 * t}
+        return SimpleNamespace(metrics=metrics)
+
+    testbed = fidelity.load_testbed("cpu")
+    with pytest.raises(fidelity.CalibrationMissing, match="--ps-transport pipelined"):
+        fidelity.fidelity("cpu", ("ps-default",), ("vgg16-debug",), (1.0,), 5,
+                          ps_transport="pipelined")  # fmt: skip
+    assert not ps_set.events
+    pipelined = {**CALIBRATED, "host_message_cpu_us": 250.0, "host_cpu_small_us": 254.0}
+    for point in testbed["network"]:
+        point["ps_pipelined"] = pipelined
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(launch, "run", fake_run)
+        mp.setattr(fidelity, "_twin", fake_twin)
+        probes = ps_set.use(FakeProbes([260, 270, 250, 240], [400, 410, 390, 380]))
+        journal = tmp_path / "set.journal.jsonl"
+        result = fidelity.fidelity(
+            "cpu", ("ps-default", "wfbp"), ("vgg16-debug",), (1.0,), 5,
+            ps_transport="pipelined", journal=journal,
+        )  # fmt: skip
+    real = {s.system: s for s in specs}
+    assert real["ps-default"].real.ps_transport == "pipelined"
+    assert real["wfbp"].real.ps_transport == "blocking"  # (validation refuses it elsewhere)
+    ps_twin = next(t for t in twins if t.system == "ps-default")
+    assert not ps_twin.cluster.pull_rendezvous and not ps_twin.cluster.push_rendezvous
+    assert ps_twin.cluster.host_message_cpu_us == 250.0  # ps_pipelined's, not ps'
+    assert set(probes.transports) == {"pipelined"}
+    (entry,) = result["transport_check"].values()
+    assert entry["calibrated"]["host_cpu_small_us"] == 254.0
+    assert result["ps_transport"] == "pipelined"
+    assert "PS transport: pipelined" in fidelity.format_report(result)
+    entries = [json.loads(line) for line in journal.read_text().splitlines()]
+    stages = [e["stage"] for e in entries if "transport" in e]
+    assert stages == [f"{k}@pipelined" for k in ("before", "between-0", "between-1", "after")]

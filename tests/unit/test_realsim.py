@@ -7,6 +7,7 @@ their times are made up, what is checked is what the portal and the command make
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -112,14 +113,40 @@ def test_a_run_the_calibration_did_not_measure_has_no_twin_and_is_told_why(chang
         twin.predict(spec, {**SUMMARY, **summary}, LABEL)
 
 
-def test_a_ps_run_on_the_pipelined_transport_has_no_twin():
-    """No calibration measures ``real.ps_transport: pipelined`` (its probes are the blocking
-    transport's): the run is told so; the same run on the blocking transport has a twin."""
+def test_a_pipelined_ps_run_s_twin_comes_from_the_pipelined_transport_s_measurements(tmp_path):
+    """A run on ``real.ps_transport: pipelined`` has no twin under a calibration that measured
+    only the blocking transport (the reason says what to measure); under one that measured it
+    too (``ps_pipelined``, ``calibrate --ps-only --ps-transport pipelined``) its twin takes
+    that transport's values and has no rendezvous, and the blocking run's twin is unchanged."""
     ps = {"cluster": {"ps": 4, "servers": 4}}
-    assert twin.predict(_real("ps-default", **ps), SUMMARY, LABEL).iteration_time_s > 0
-    spec = _real("ps-default", real={"ps_transport": "pipelined"}, **ps)
-    with pytest.raises(twin.NoTwin, match="real.ps_transport is 'pipelined'.*'blocking'"):
+    blocking, spec = _real("ps-default", **ps), _real("ps-default", real={"ps_transport":
+                                                      "pipelined"}, **ps)  # fmt: skip
+    before = twin.predict(blocking, SUMMARY, LABEL)
+    assert before.spec["cluster"]["pull_rendezvous"] is True
+    with pytest.raises(twin.NoTwin, match="on the pipelined transport.*--ps-only --ps-transport "
+                       "pipelined"):  # fmt: skip
         twin.predict(spec, SUMMARY, LABEL)
+
+    testbed = fidelity.load_testbed(LABEL)
+    for point in testbed["network"]:  # the blocking one's values, a latency 10x as long
+        pipelined = json.loads(json.dumps(point["ps"]))
+        pipelined["latency_idle_us"] = {m: 10 * v for m, v in pipelined["latency_idle_us"].items()}
+        point["ps_pipelined"] = pipelined
+    (tmp_path / f"{LABEL}.json").write_text(json.dumps(testbed))
+    prediction = twin.predict(spec, SUMMARY, LABEL, directory=tmp_path)
+    cluster = prediction.spec["cluster"]
+    for flag in ("pull_rendezvous", "push_rendezvous", "push_buffered"):
+        assert not cluster.get(flag), flag
+    assert cluster["jitter_groups"] == 2  # each worker its own transfers, as with rendezvous
+    measured = testbed["network"][1]["ps_pipelined"]["latency_idle_us"]["vgg16-debug"]
+    assert testbed["network"][1]["nominal_gbps"] == 0.25
+    assert cluster["latency_us"] == pytest.approx(measured)
+    same = twin.predict(blocking, SUMMARY, LABEL, directory=tmp_path)
+    assert same.iteration_time_s == pytest.approx(before.iteration_time_s, rel=1e-12)
+    # an all-reduce system has no PS transport: a set of both arenas gives it to the PS ones
+    wfbp = functools.partial(fidelity.matched_specs, "wfbp", "vgg16-debug", 0.25, testbed,
+                             engine_dispatch="thread")  # fmt: skip
+    assert wfbp(ps_transport="pipelined") == wfbp()
 
 
 def test_a_spec_that_left_its_network_to_auto_needs_the_run_s_summary():
