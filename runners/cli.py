@@ -880,6 +880,12 @@ def _fidelity(args: argparse.Namespace) -> int:
             raise SpecError("--iterations", f"must be between 3 and 10000 (got {args.iterations})")
         if not 1 <= args.repeats <= 20:
             raise SpecError("--repeats", f"must be between 1 and 20 (got {args.repeats})")
+        if args.ps_transport != "blocking" and all(registry.get(s).arena != "ps" for s in systems):
+            raise SpecError(
+                "--ps-transport",
+                f"{args.ps_transport} is a PS transport and --systems has no PS system "
+                f"({', '.join(systems)}): add one, or leave the flag out",
+            )
         testbed = fidelity.load_testbed(args.label)
         fidelity.check_priority(testbed)
         for model in models:

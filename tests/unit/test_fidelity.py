@@ -1319,6 +1319,7 @@ def test_the_ps_arena_s_systems_get_their_speedup_over_ps_default_and_over_wfbp(
         (["fidelity", "--models", "vgg17"], "--models"),
         (["fidelity", "--iterations", "1"], "--iterations"),
         (["fidelity", "--repeats", "0"], "--repeats"),
+        (["fidelity", "--systems", "wfbp", "--ps-transport", "pipelined"], "--ps-transport"),
         (["fidelity", "--label", "no-such-calibration"], "no calibration"),
         (["calibrate", "--workers", "1"], "--workers"),
         (["calibrate", "--label", "a b"], "--label"),
