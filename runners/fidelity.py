@@ -635,7 +635,7 @@ def _probe_ps(
             threads=threads,
             comm_priority=comm_priority,
             transport=transport,
-        ),  # fmt: skip
+        ),
     )
     fields = {
         "overlap_slowdown": ("slowdown", 1.0, 4),

@@ -394,7 +394,8 @@ class RealOptions:
         thread that posts a message's receive as it comes (gloo's send waits for it: a round
         trip of the network per message under latency); ``pipelined`` = a receiver thread per
         peer keeping ``PIPELINE_DEPTH`` receives posted ahead, so a send does not wait for the
-        peer (added 2026-12-06; no calibration measures it, so such runs have no twin).
+        peer (added 2026-12-06; such a run's twin needs a calibration that measured it,
+        ``calibrate --ps-only --ps-transport pipelined``).
     """
 
     network: str = "auto"

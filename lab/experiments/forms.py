@@ -560,7 +560,8 @@ class ExperimentForm(_ClusterArenaFields):
         choices=[(t, t) for t in run_spec.PS_TRANSPORTS],
         help_text="parameter-server systems only: blocking, a receive posted as each message "
         "comes (every message waits a round trip of the network); pipelined, receives posted "
-        "ahead for every peer (no simulator twin: no calibration measures it)",
+        "ahead for every peer (its simulator twin needs a calibration that measured it: "
+        "calibrate --ps-only --ps-transport pipelined)",
     )
     params = forms.JSONField(
         required=False,
