@@ -918,24 +918,12 @@ def calibrate_ps(
             transport=transport,
         )
 
-    if transport != "blocking":
-        return _add_to_calibration(
-            label,
-            progress,
-            measure,
-            _with_rounds(PS_PIPELINED_METHOD, PS_ROUNDS, rounds),
-            PS_PIPELINED_MARKER,
-            f"{key}_date",
-            slowdowns=(key,),
-        )
-    return _add_to_calibration(
-        label,
-        progress,
-        measure,
-        PS_METHOD,
-        PS_CPU_MARKER,  # older PS texts replaced
-        "ps_date",
-        superseded=(
+    if transport != "blocking":  # its own part of the method, beside the blocking one's
+        method = _with_rounds(PS_PIPELINED_METHOD, PS_ROUNDS, rounds)
+        marker, superseded = PS_PIPELINED_MARKER, ()
+    else:
+        method, marker = PS_METHOD, PS_CPU_MARKER  # older PS texts replaced
+        superseded = (
             _PS_METHOD_BEFORE_CPU,
             _PS_METHOD_BEFORE_ROUNDS,
             _PS_METHOD_CPU_ONCE,
@@ -943,8 +931,9 @@ def calibrate_ps(
             _PS_METHOD_BEFORE_HOST,
             _PS_METHOD_THREE_CPU,
             _PS_METHOD_FIVE_CPU,
-        ),
-        slowdowns=("ps",),
+        )
+    return _add_to_calibration(
+        label, progress, measure, method, marker, f"{key}_date", superseded, slowdowns=(key,)
     )
 
 
@@ -2191,23 +2180,14 @@ def _other_twins(
     every configuration (PS systems on ``ps_transport``), validated before any real run
     (``mape_by_latency`` scores the same real runs with them: the modelling choice's effect,
     free of the runs' noise)."""
+    matched = functools.partial(matched_specs, ps_transport=ps_transport)
     out = {}
     for kind in LATENCIES:
         if kind == latency:
             continue
         try:
             out[kind] = [
-                validate(
-                    matched_specs(
-                        system,
-                        model,
-                        nominal,
-                        testbed,
-                        iterations,
-                        kind,
-                        ps_transport=ps_transport,
-                    )[1]
-                )  # fmt: skip
+                validate(matched(system, model, nominal, testbed, iterations, kind)[1])
                 for model, nominal, system in plan
             ]
         except (CalibrationMissing, SpecError, KeyError):
@@ -2731,10 +2711,11 @@ def format_report(result: dict[str, Any]) -> str:
         )
     if result.get("compute_drift") is not None:
         lines.append(drift_line(result))
-    if result.get("ps_transport", "blocking") != "blocking":
+    transport = result.get("ps_transport", "blocking")
+    if transport != "blocking":
         lines.append(
-            f"PS transport: {result['ps_transport']} (real.ps_transport; the twins from the "
-            f"calibration's measurements of it, ps_{result['ps_transport']}, without rendezvous)"
+            f"PS transport: {transport} (real.ps_transport; the twins from the calibration's "
+            f"measurements of it, {fidelity_transport.ps_entry(transport)}, without rendezvous)"
         )
     if result.get("transport_check"):
         lines.append(fidelity_transport.transport_line(result["transport_check"], result["label"]))

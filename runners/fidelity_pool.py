@@ -199,8 +199,9 @@ def pool(
         system, model, nominal = config
         mine = [(book.path, h[config]) for book, h in zip(books, held, strict=True)]
         iterations = _iterations(config, mine)
-        # the PS transport the first set's runs had (the others must match its real spec)
-        transport = (mine[0][1][0][0].get("real") or {}).get("ps_transport", "blocking")
+        # the PS transport the first run had (every run must match the real spec below)
+        first = next(spec for _, held_runs in mine for spec, _ in held_runs)
+        transport = (first.get("real") or {}).get("ps_transport", "blocking")
         real_raw, sim_raw = fidelity.matched_specs(
             system, model, nominal, testbed, iterations, latency, ps_transport=transport
         )

@@ -45,17 +45,15 @@ def _communication() -> Any:
 
 
 def _ps_channel(rank: int, cv: Any, on_message: Any, numel: int) -> Any:
-    """The PS probes' transport, as a real run's (``runners.real.ps.channel_for``): the job's
-    ``ps_transport``, the pipelined one's receives posted for messages of ``numel`` values
-    (every message of a PS probe has at most that many)."""
+    """The PS probes' transport, as a real run's (``runners.real.ps.open_channel``): the
+    job's ``ps_transport``, for messages of at most ``numel`` values (every message of a PS
+    probe has at most that many)."""
     import torch.distributed as dist
 
-    from .ps import INLINE_BYTES, Channel, PipelinedChannel
+    from .ps import open_channel
 
     table = list(range(dist.get_world_size()))  # logical rank = dist rank here
-    if _PS_TRANSPORT == "pipelined":
-        return PipelinedChannel(rank, table, cv, on_message, min(numel, INLINE_BYTES // 4))
-    return Channel(rank, table, cv, on_message)
+    return open_channel(_PS_TRANSPORT, rank, table, cv, on_message, numel)
 
 
 DEFAULT_SIZES = (4096, 16384, 65536, 262144, 1048576, 2097152, 4194304, 8388608)

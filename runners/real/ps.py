@@ -732,6 +732,22 @@ def max_message_numel(keys: list[Key]) -> int:
     return max(2 * max((k.numel for k in keys), default=0), len(keys), 1)
 
 
+def open_channel(
+    transport: str,
+    me: int,
+    table: list[int],
+    cv: threading.Condition,
+    on_message: OnMessage,
+    numel: int,
+) -> Channel:
+    """The channel of PS ``transport`` (``real.ps_transport``) for messages of at most
+    ``numel`` values: the pipelined one's receives posted for that many, up to
+    ``INLINE_BYTES``."""
+    if transport == "pipelined":
+        return PipelinedChannel(me, table, cv, on_message, min(numel, INLINE_BYTES // 4))
+    return Channel(me, table, cv, on_message)
+
+
 def channel_for(
     ctx: Context,
     cv: threading.Condition,
@@ -739,10 +755,8 @@ def channel_for(
     keys: list[Key],
 ) -> Channel:
     """The transport ``real.ps_transport`` names (``blocking`` for jobs from before it)."""
-    if (ctx.spec.get("real") or {}).get("ps_transport", "blocking") == "pipelined":
-        inline = min(max_message_numel(keys), INLINE_BYTES // 4)
-        return PipelinedChannel(ctx.me, ctx.table, cv, on_message, inline)
-    return Channel(ctx.me, ctx.table, cv, on_message)
+    transport = (ctx.spec.get("real") or {}).get("ps_transport", "blocking")
+    return open_channel(transport, ctx.me, ctx.table, cv, on_message, max_message_numel(keys))
 
 
 @dataclass
