@@ -9,12 +9,15 @@
     python -m runners calibrate [--label L] [--models M,..] [--bandwidths G,..] [--workers N]
                                 [--threads T] [--repeats R] [--comm-priority auto|realtime|normal]
                                 [--split-only | --ps-only | --overlap-only | --horovod-only
-                                 | --compute-only] [--ps-cpu-probes N] [--probe-rounds N]
+                                 | --compute-only | --latency-only] [--ps-cpu-probes N]
+                                [--probe-rounds N]
                                 [--ps-transport blocking|pipelined]  (with --ps-only)
+                                [--added-latency-us US,..]  (with --latency-only)
     python -m runners fidelity [--label L] [--systems S,..] [--models M,..] [--bandwidths G,..]
                                [--iterations I] [--repeats R] [--latency busy|idle|split|engine]
                                [--no-compute-check] [--no-transport-check] [--check-each-run]
-                               [--ps-transport blocking|pipelined] [--json]
+                               [--ps-transport blocking|pipelined] [--added-latency-us US]
+                               [--json]
     python -m runners fidelity-pool JOURNAL JOURNAL.. [--latency L] [--json]
     python -m runners twin RUN_DIR [--label L] [--json]
 
@@ -236,7 +239,9 @@ def _parser() -> argparse.ArgumentParser:
         f"the calibration keeps (default {fidelity.OVERLAP_ROUNDS} for the all-reduce "
         f"arena's, {fidelity.PS_ROUNDS} for the PS arena's; fewer are quicker and noisier: one "
         "probe's slow-down swung 2x between calibrations); kept in the calibration "
-        "(probe_rounds) and its method; with a whole calibration",
+        "(probe_rounds) and its method; with a whole calibration, or with --latency-only "
+        "(its overlap probes; by default the calibration's count; about 4 minutes a probe "
+        "with 2 ms added)",
     )
     p.add_argument(
         "--ps-transport",
@@ -246,6 +251,21 @@ def _parser() -> argparse.ArgumentParser:
         "default blocking, which every calibration measures). pipelined adds its "
         "measurements beside the blocking ones (ps_pipelined), and twins of pipelined runs "
         "then come from them",
+    )
+    p.add_argument(
+        "--latency-only",
+        action="store_true",
+        help="only measure the shaped networks of an existing calibration again with latency "
+        "added (--added-latency-us): the network probe's fit and the overlap entries, kept "
+        "beside the network's own (added_latency); twins of real runs with that "
+        "cluster.latency_us then come from them. All-reduce arena; root",
+    )
+    p.add_argument(
+        "--added-latency-us",
+        default=None,
+        metavar="US,..",
+        help="with --latency-only: the latencies to add a way, in microseconds, comma-separated "
+        "(as a real run's cluster.latency_us: above the testbed's own 100 us, up to 100000)",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_calibrate)
@@ -306,6 +326,15 @@ def _parser() -> argparse.ArgumentParser:
         help="the PS systems' transport (real.ps_transport; default blocking): their real runs "
         "on it, their twins from the calibration's measurements of it (calibrate --ps-only "
         "--ps-transport pipelined) and the transport check on it; all-reduce systems have none",
+    )
+    p.add_argument(
+        "--added-latency-us",
+        type=float,
+        default=0.0,
+        metavar="US",
+        help="add this latency a way (cluster.latency_us, microseconds) to every real run on "
+        "the shaped networks, their twins from the calibration's measurements with it "
+        "(calibrate --latency-only --added-latency-us US); all-reduce systems, no loopback",
     )
     p.add_argument(
         "--check-each-run",
@@ -676,7 +705,7 @@ def _bandwidths(value: str, loopback: bool) -> tuple[float | None, ...]:
 
 
 # ``calibrate --<name>-only``: one measurement added to an existing calibration.
-CALIBRATE_ONLY = ("split", "ps", "overlap", "horovod", "compute")
+CALIBRATE_ONLY = ("split", "ps", "overlap", "horovod", "compute", "latency")
 
 
 def _calibrate(args: argparse.Namespace) -> int:
@@ -720,11 +749,11 @@ def _calibrate(args: argparse.Namespace) -> int:
                     "--probe-rounds",
                     f"must be between 1 and {fidelity.PROBE_ROUNDS_MAX} (got {args.probe_rounds})",
                 )
-            if asked:
+            if asked and asked != ["latency"]:
                 raise SpecError(
                     "--probe-rounds",
-                    f"with a whole calibration, not with --{asked[0]}-only (the calibration's "
-                    "other measurements keep their counts)",
+                    f"with a whole calibration or --latency-only, not with --{asked[0]}-only "
+                    "(the calibration's other measurements keep their counts)",
                 )
         if args.ps_transport is not None and asked != ["ps"]:
             raise SpecError(
@@ -733,6 +762,7 @@ def _calibrate(args: argparse.Namespace) -> int:
                 f"pipelined one's after it with --label {args.label} --ps-only --ps-transport "
                 "pipelined)",
             )
+        latencies = _added_latencies(args.added_latency_us, asked, args.label)
     except SpecError as err:
         print(f"invalid arguments: {err}", file=sys.stderr)
         return 2
@@ -752,6 +782,9 @@ def _calibrate(args: argparse.Namespace) -> int:
             "overlap": fidelity.calibrate_overlap,
             "horovod": fidelity.calibrate_horovod,
             "compute": functools.partial(fidelity.calibrate_compute, repeats=args.repeats),
+            "latency": functools.partial(
+                fidelity.calibrate_latency, latencies_us=latencies, rounds=args.probe_rounds
+            ),
         }[asked[0]]
         try:
             doc = add(args.label, progress=say)
@@ -782,6 +815,41 @@ def _calibrate(args: argparse.Namespace) -> int:
         return 1
     wrote = f"wrote {result['testbed']} and {len(result['profiles'])} measured profiles"
     return _show_calibration(result, args.json, wrote)
+
+
+def _added_latencies(value: str | None, asked: list[str], label: str) -> tuple[float, ...]:
+    """``calibrate --added-latency-us``: the latencies to add a way (``SpecError`` naming the
+    flag for a value out of the testbed's range, or the flag without ``--latency-only`` and
+    the other way round)."""
+    from .real import testbed as tb
+
+    if value is None:
+        if asked == ["latency"]:
+            raise SpecError(
+                "--added-latency-us",
+                "--latency-only needs the latencies to add, e.g. --added-latency-us 1000,5000",
+            )
+        return ()
+    if asked != ["latency"]:
+        raise SpecError(
+            "--added-latency-us",
+            "with --latency-only (a whole calibration measures no added latency; add it after "
+            f"with --label {label} --latency-only --added-latency-us US,..)",
+        )
+    out = []
+    for part in value.split(","):
+        try:
+            latency = float(part)
+        except ValueError:
+            raise SpecError("--added-latency-us", f"{part!r} is not a number") from None
+        if not tb.NATIVE_LATENCY_US < latency <= tb.MAX_LATENCY_US:
+            raise SpecError(
+                "--added-latency-us",
+                f"{part} is out of range: above the testbed's own {tb.NATIVE_LATENCY_US:g} us, "
+                f"up to {tb.MAX_LATENCY_US:g} us",
+            )
+        out.append(latency)
+    return tuple(dict.fromkeys(out))
 
 
 def _show_calibration(doc: dict[str, Any], as_json: bool, wrote: str) -> int:
@@ -832,10 +900,16 @@ def _print_point(point: dict[str, Any]) -> None:
         if own
         else ""
     )
+    added = "".join(
+        f"  with {float(key):g} us a way added: bandwidth {e['bandwidth_gbps']:.3f} Gbit/s, "
+        f"latency {e['latency_us']:.0f} us, latency while computing "
+        + ", ".join(f"{m} {v:.0f} us" for m, v in e["latency_busy_us"].items())
+        for key, e in point.get("added_latency", {}).items()
+    )
     print(
         f"{where:20} bandwidth {point['bandwidth_gbps']:8.3f} Gbit/s  latency "
         f"{point['latency_us']:7.1f} us  compute while communicating (latency while "
-        f"computing): {slow}{cpu_line}{split}{ps_line}{horovod_line}"
+        f"computing): {slow}{cpu_line}{split}{ps_line}{horovod_line}{added}"
     )
 
 
@@ -886,6 +960,8 @@ def _fidelity(args: argparse.Namespace) -> int:
                 f"{args.ps_transport} is a PS transport and --systems has no PS system "
                 f"({', '.join(systems)}): add one, or leave the flag out",
             )
+        if args.added_latency_us:
+            _check_added_latency(args.added_latency_us, systems, bandwidths)
         testbed = fidelity.load_testbed(args.label)
         fidelity.check_priority(testbed)
         for model in models:
@@ -893,7 +969,7 @@ def _fidelity(args: argparse.Namespace) -> int:
                 for system in systems:  # each arena has its own measurements
                     fidelity.matched_specs(
                         system, model, nominal, testbed, latency=args.latency,
-                        ps_transport=args.ps_transport,
+                        ps_transport=args.ps_transport, added_latency_us=args.added_latency_us,
                     )  # fmt: skip
     except (SpecError, fidelity.CalibrationMissing) as err:
         print(f"invalid arguments: {err}", file=sys.stderr)
@@ -920,7 +996,7 @@ def _fidelity(args: argparse.Namespace) -> int:
     from .real.launch import RealRunError
 
     journal = args.journal or default_path(
-        args.label, systems, models, bandwidths, args.ps_transport
+        args.label, systems, models, bandwidths, args.ps_transport, args.added_latency_us
     )
     again = "run the same command with --resume to go on from there"
     try:
@@ -940,6 +1016,7 @@ def _fidelity(args: argparse.Namespace) -> int:
             check_runs=args.check_runs,
             transport_check=args.transport_check,
             ps_transport=args.ps_transport,
+            added_latency_us=args.added_latency_us,
         )
     except SpecError as err:
         print(f"invalid arguments: {err}", file=sys.stderr)
@@ -965,6 +1042,33 @@ def _fidelity(args: argparse.Namespace) -> int:
         return 0
     print(fidelity.format_report(result))
     return 0
+
+
+def _check_added_latency(
+    latency_us: float, systems: list[str], bandwidths: tuple[float | None, ...]
+) -> None:
+    """``fidelity --added-latency-us``: ``SpecError`` naming the flag for a latency out of the
+    testbed's range, loopback among the networks or a PS system among the systems."""
+    from .real import testbed as tb
+
+    if not tb.NATIVE_LATENCY_US < latency_us <= tb.MAX_LATENCY_US:
+        raise SpecError(
+            "--added-latency-us",
+            f"{latency_us:g} is out of range: above the testbed's own {tb.NATIVE_LATENCY_US:g} "
+            f"us, up to {tb.MAX_LATENCY_US:g} us",
+        )
+    if None in bandwidths:
+        raise SpecError(
+            "--added-latency-us",
+            "latency is added on the shaped network only: leave loopback out of --bandwidths",
+        )
+    ps = [s for s in systems if registry.get(s).arena == "ps"]
+    if ps:
+        raise SpecError(
+            "--added-latency-us",
+            f"the PS arena's twins have no added latency measured ({', '.join(ps)}): leave "
+            "the PS systems out of --systems",
+        )
 
 
 def _fidelity_pool(args: argparse.Namespace) -> int:

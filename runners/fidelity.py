@@ -416,20 +416,21 @@ def _probe_network(
     threads: int,
     say: Callable[[str], None],
     comm_priority: str = "normal",
+    latency_us: float = 0.0,
 ) -> tuple[list[tuple[int, float]], float, float, bool]:
     """All-reduce times and their alpha-beta fit. Times that do not grow with size are
     physically impossible: measured again (``remeasured``). On a shaped network, large
     all-reduces' times off the fit's straight line by more than ``LINEAR_TOLERANCE_PCT``
     (``nonlinearity_pct``) are a disturbed measurement too: measured again with twice the
     repeats (unless they were already) and the straighter of the two kept, with a warning
-    where what is kept is still off."""
+    where what is kept is still off. ``latency_us``: added a way on the shaped network."""
     from .real import probe
 
     def attempt(repeats: int) -> tuple[list[tuple[int, float]], float, float]:
         with tempfile.TemporaryDirectory(prefix="lab-probe-") as tmp:
             rows = probe.probe(
                 workers, nominal, Path(tmp), repeats=repeats, threads=threads,
-                comm_priority=comm_priority,
+                comm_priority=comm_priority, latency_us=latency_us,
             )  # fmt: skip
         return (rows, *probe.fit_alpha_beta(rows, workers))
 
@@ -764,10 +765,12 @@ def _probe_overlap(
     say: Callable[[str], None],
     comm_priority: str = "normal",
     rounds: int = OVERLAP_ROUNDS,
+    latency_us: float = 0.0,
 ) -> dict[str, dict[str, float]]:
-    """The all-reduce arena's interference measurements at one network, per model: each the
-    median of ``rounds`` probes, taken in rounds over the models (a slow spell of a shared
-    machine then falls on several models' probes rather than on all of one's)."""
+    """The all-reduce arena's interference measurements at one network (``latency_us`` added
+    a way on the shaped one), per model: each the median of ``rounds`` probes, taken in
+    rounds over the models (a slow spell of a shared machine then falls on several models'
+    probes rather than on all of one's)."""
     from .real import probe
 
     taken = _in_rounds(
@@ -776,7 +779,13 @@ def _probe_overlap(
         say,
         lambda model: f"overlap: {model} while the network is busy",
         lambda model, tmp: probe.overlap(
-            model, workers, nominal, tmp, threads=threads, comm_priority=comm_priority
+            model,
+            workers,
+            nominal,
+            tmp,
+            threads=threads,
+            comm_priority=comm_priority,
+            latency_us=latency_us,
         ),
     )
     fields = {
@@ -1015,6 +1024,99 @@ _HOROVOD_METHOD_BEFORE_CYCLE = (
 )
 
 
+LATENCY_METHOD = (
+    "added latency (calibrate --latency-only; each shaped network's added_latency, per "
+    "latency added a way by the emulated network: netem where the kernel has it, else the "
+    "delay line): the network probe's all-reduce times and their alpha-beta fit, and the "
+    "overlap probes (the median of the entry's probe_rounds), taken as above with that "
+    "latency added; twins of real runs with it "
+    "take these in place of the network's own, and the rest (split collectives, the PS "
+    "arena, Horovod's CPU) from the network without it"
+)
+LATENCY_MARKER = "added latency (calibrate --latency-only"
+
+
+def latency_key(latency_us: float) -> str:
+    """The key of an added latency in a network's ``added_latency`` (``"5000"`` for 5 ms)."""
+    return f"{latency_us:g}"
+
+
+def calibrate_latency(
+    label: str = DEFAULT_LABEL,
+    latencies_us: tuple[float, ...] = (),
+    progress: Callable[[str], None] | None = None,
+    rounds: int | None = None,
+) -> dict[str, Any]:
+    """Measure calibration ``label``'s shaped networks again with each of ``latencies_us``
+    added a way (``calibrate --latency-only --added-latency-us``), keeping each as the
+    network's ``added_latency[latency_key(L)]``: the alpha-beta fit of the network probe
+    (``_probe_network``) and the overlap entries (``_probe_overlap``, ``rounds`` probes each:
+    ``calibrate --probe-rounds``, by default as many as the calibration took; kept as the
+    entry's ``probe_rounds``: with latency added, a probe takes minutes), measured with the
+    latency added as real runs get it (netem or the delay line, ``runners.real.testbed``).
+    The loopback network is left as it is (no links to add latency on); other measurements
+    too. ``CalibrationError`` where this machine can
+    add no latency or the calibration has no shaped network; ``ValueError`` for a latency
+    the testbed cannot add (up to ``NATIVE_LATENCY_US`` is its own; above
+    ``MAX_LATENCY_US``)."""
+    from .real import testbed as tb
+
+    if not latencies_us:
+        raise ValueError("no latency to add")
+    for latency_us in latencies_us:
+        if not tb.NATIVE_LATENCY_US < latency_us <= tb.MAX_LATENCY_US:
+            raise ValueError(
+                f"{latency_us:g} us: the testbed adds from above {tb.NATIVE_LATENCY_US:g} us "
+                f"(its own latency up to there) to {tb.MAX_LATENCY_US:g} us a way"
+            )
+    if why := tb.can_shape():  # (the testbed says where it cannot add the latency)
+        raise CalibrationError(f"cannot add latency here: {why}")
+    if all(p["nominal_gbps"] is None for p in load_testbed(label)["network"]):
+        raise CalibrationError(
+            f"calibration '{label}' has no shaped network to add latency to: calibrate it "
+            "with --bandwidths as root first"
+        )
+    rounds = rounds or _rounds_of(label, "overlap", OVERLAP_ROUNDS)
+
+    def measure(
+        point: dict[str, Any], workers: int, threads: int, models: Any, say: Any, prio: str
+    ) -> None:
+        nominal = point["nominal_gbps"]
+        if nominal is None:
+            say("  loopback: no links to add latency on; left as it is")
+            return
+        added = point.setdefault("added_latency", {})
+        for latency_us in latencies_us:
+            say(f"  {latency_us:g} us a way added")
+            rows, alpha, bandwidth, remeasured = _probe_network(
+                workers, nominal, threads, say, prio, latency_us
+            )
+            overlap = _probe_overlap(
+                models, workers, nominal, threads, say, prio, rounds, latency_us
+            )
+            entry = {
+                "latency_added_us": latency_us,
+                "bandwidth_gbps": round(bandwidth * 8 / 1e9, 6),
+                "latency_us": round(alpha * 1e6, 3),
+                **overlap,
+                "allreduce": [{"bytes": s, "seconds": round(t, 9)} for s, t in rows],
+                "remeasured": remeasured,
+                "probe_rounds": rounds,
+                "date": _today(),
+            }
+            check_slowdowns(
+                [{"nominal_gbps": nominal, **entry}],
+                say,
+                kinds=("overlap_slowdown", "comm_slowdown"),
+                kept=f"the calibration is unchanged ({latency_us:g} us added)",
+            )
+            added[latency_key(latency_us)] = entry
+
+    return _add_to_calibration(
+        label, progress, measure, LATENCY_METHOD, LATENCY_MARKER, "added_latency_date"
+    )
+
+
 def calibrate_compute(
     label: str = DEFAULT_LABEL,
     progress: Callable[[str], None] | None = None,
@@ -1190,10 +1292,16 @@ def load_testbed(label: str) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def network_point(testbed: dict[str, Any], nominal: float | None) -> dict[str, Any]:
+def network_point(
+    testbed: dict[str, Any], nominal: float | None, added_latency_us: float = 0.0
+) -> dict[str, Any]:
+    """Calibration ``testbed``'s entry of the network at ``nominal`` Gbit/s (None: loopback);
+    with ``added_latency_us``, its values measured with that latency added a way
+    (``added_latency``, ``calibrate_latency``) in place of its own. ``CalibrationMissing``
+    naming what to measure where it has no such entry."""
     for point in testbed["network"]:
         if point["nominal_gbps"] == nominal:
-            return point
+            return _with_added_latency(testbed["label"], point, added_latency_us)
     have = ", ".join(
         "loopback" if p["nominal_gbps"] is None else f"{p['nominal_gbps']:g}"
         for p in testbed["network"]
@@ -1203,6 +1311,28 @@ def network_point(testbed: dict[str, Any], nominal: float | None) -> dict[str, A
         f"calibration '{testbed['label']}' has no {what} (has: {have}): run `python -m runners "
         f"calibrate --label {testbed['label']} --bandwidths ...` with it"
     )
+
+
+def _with_added_latency(label: str, point: dict[str, Any], latency_us: float) -> dict[str, Any]:
+    """``point`` (a network's entry), with its values measured with ``latency_us`` added a way
+    in place of its own (none added: ``point`` itself)."""
+    if not latency_us:
+        return point
+    if point["nominal_gbps"] is None:
+        raise CalibrationMissing("latency is added on the shaped network only, not on loopback")
+    added = point.get("added_latency", {})
+    entry = added.get(latency_key(latency_us))
+    if entry is None:
+        have = ", ".join(f"{float(k):g}" for k in added) or "none"
+        raise CalibrationMissing(
+            f"calibration '{label}' did not measure {_where(point['nominal_gbps'])} with "
+            f"{latency_us:g} us a way added (added latencies measured: {have}): run `python -m "
+            f"runners calibrate --label {label} --latency-only --added-latency-us "
+            f"{latency_us:g}`"
+        )
+    # the entry's own, not the network's values
+    own = ("latency_added_us", "date", "remeasured", "probe_rounds")
+    return {**point, **{k: v for k, v in entry.items() if k not in own}}
 
 
 def _slowdown(point: dict[str, Any], model: str, label: str) -> float:
@@ -1297,6 +1427,7 @@ def matched_specs(
     host_cpu: str = "shared",
     engine_dispatch: str | None = None,
     ps_transport: str = "blocking",
+    added_latency_us: float = 0.0,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The real spec and its simulated twin (raw, to be validated). ``latency``: which
     calibrated latency the simulator gets, ``busy`` (a small all-reduce's time while the rank
@@ -1361,8 +1492,22 @@ def matched_specs(
     that a message waits for its link and its sender's earlier messages, not for its
     receiver; the twin's transfers then hold their links as the PS simulator's default
     transport does; each worker a group of its own (``cluster.jitter_groups``: its own
-    transfers and step noise, as the rendezvous twins' workers are)."""
-    point = network_point(testbed, nominal)
+    transfers and step noise, as the rendezvous twins' workers are).
+
+    ``added_latency_us`` (all-reduce systems, shaped networks; ``cluster.latency_us`` of the
+    real run: netem or the delay line add it): the twin takes the network's values measured
+    with that latency added (``network_point``: the alpha-beta fit and the overlap entries,
+    ``calibrate --latency-only``), not the network's own plus the latency (a twin built that
+    way missed eight such runs by 11.2 %, ``docs/fidelity-history.md``, 2026-12-06); the
+    rest as without it. ``CalibrationMissing`` where the calibration did not measure it, and
+    for a PS system (the PS probes measure no added latency)."""
+    if added_latency_us and registry.get(system).arena == "ps":
+        raise CalibrationMissing(
+            f"{system}: the PS arena's probes measure no added latency (calibrate "
+            "--latency-only measures the all-reduce arena's): a PS run with added latency has "
+            "no twin"
+        )
+    point = network_point(testbed, nominal, added_latency_us)
     if latency not in LATENCIES:
         raise ValueError(f"latency must be one of {', '.join(LATENCIES)} (got {latency!r})")
     if host_cpu not in HOST_CPU_TWINS:
@@ -1397,6 +1542,8 @@ def matched_specs(
     real_cluster: dict[str, Any] = {"workers": workers}
     if nominal is not None:
         real_cluster["bandwidth_gbps"] = nominal
+    if added_latency_us:
+        real_cluster["latency_us"] = added_latency_us
     real = {
         "system": system,
         "mode": "real",
@@ -1627,6 +1774,7 @@ def fidelity(
     check_runs: bool = False,
     transport_check: bool = True,
     ps_transport: str = "blocking",
+    added_latency_us: float = 0.0,
 ) -> dict[str, Any]:
     """Run every configuration for real and simulated; the report (see the module docstring).
 
@@ -1665,7 +1813,12 @@ def fidelity(
 
     ``ps_transport``: the PS systems' transport (``real.ps_transport``; ``fidelity
     --ps-transport``): their real runs, twins (``matched_specs``) and transport checks on it;
-    the report says which (``ps_transport``)."""
+    the report says which (``ps_transport``).
+
+    ``added_latency_us``: every real run with that latency added a way on the shaped network
+    (``cluster.latency_us``; ``fidelity --added-latency-us``), its twin from the calibration's
+    measurements with it (``matched_specs``); all-reduce systems and shaped networks only
+    (``CalibrationMissing`` otherwise); the report says it (``added_latency_us``)."""
     from .real import launch
 
     if repeats < 1:
@@ -1674,10 +1827,12 @@ def fidelity(
     testbed = load_testbed(label)
     check_priority(testbed)
     plan = [(m, b, s) for m in models for b in bandwidths for s in systems]
-    matched = functools.partial(matched_specs, ps_transport=ps_transport)
+    matched = functools.partial(
+        matched_specs, ps_transport=ps_transport, added_latency_us=added_latency_us
+    )
     pairs = [(cfg, matched(cfg[2], cfg[0], cfg[1], testbed, iterations, latency)) for cfg in plan]
     checked = [(cfg, validate(r), validate(s)) for cfg, (r, s) in pairs]  # all before any run
-    others = _other_twins(plan, testbed, iterations, latency, ps_transport)
+    others = _other_twins(plan, testbed, iterations, latency, ps_transport, added_latency_us)
     idle_twins = [  # with Horovod's idle loop (``mape_with``)
         validate(matched(s, m, b, testbed, iterations, latency, idle_loop=True)[1])
         for m, b, s in plan
@@ -1689,6 +1844,14 @@ def fidelity(
     ]
     # the floor's twin charging a push's CPU as it is handed over (``mape_with``'s ``handover``)
     handover = [None if twin is None else handover_twin(twin) for twin in floor]
+    # with added latency: the twin of the network's own values plus the latency per ring step
+    # (``mape_with``'s ``own_plus_added``: the reconstruction before ``calibrate --latency-only``)
+    own_plus = [
+        own_plus_added_twin(s, m, b, testbed, iterations, latency, added_latency_us)
+        if added_latency_us
+        else None
+        for m, b, s in plan
+    ]
     for _, real_spec, _ in checked:
         launch.preflight(real_spec)
     raw_reals = [r for _, (r, _) in pairs]
@@ -1823,6 +1986,9 @@ def fidelity(
                     metrics = _twin(real_spec, handover[k]).metrics
                     row["sim_handover_s"] = metrics["iteration_time_s"]
                     row["sim_handover_compute_s"] = metrics["compute_time_s"]
+                if own_plus[k] is not None:  # the network's own values plus the latency
+                    twin = _twin(real_spec, own_plus[k])
+                    row["sim_own_plus_added_s"] = twin.metrics["iteration_time_s"]
                 configs.append(row)
                 if on_config is not None:
                     on_config(row)
@@ -1894,7 +2060,8 @@ def fidelity(
             with_["run_checked"] = _mape_of(configs, "sim_run_checked_s")
     # PS twins with the floor over their host's cores (``floor``), and those charging a
     # push's CPU as it is handed over (``handover``); both simulated with the rows
-    for name, twins in (("floor", floor), ("handover", handover)):
+    variants = (("floor", floor), ("handover", handover), ("own_plus_added", own_plus))
+    for name, twins in variants:
         if not any(twin is not None for twin in twins):
             continue
         if check_runs:  # at each run's speed, as ``run_checked``
@@ -1924,6 +2091,8 @@ def fidelity(
     )
     if any(registry.get(s).arena == "ps" for s in systems):
         result["ps_transport"] = ps_transport
+    if added_latency_us:
+        result["added_latency_us"] = added_latency_us
     if book is not None:
         made = sum(len(r) for r in runs)
         result["journal"] = {"path": str(book.path), "reused_runs": book.reused, "runs": made,
@@ -2087,6 +2256,30 @@ def _compute_error(rows: list[dict[str, Any]]) -> str:
     )
 
 
+def own_plus_added_twin(
+    system: str,
+    model: str,
+    nominal: float | None,
+    testbed: dict[str, Any],
+    iterations: int,
+    latency: str,
+    added_latency_us: float,
+) -> RunSpec:
+    """The twin of a run with ``added_latency_us`` a way built from the network's own values
+    (measured without it) with the latency added to each of its latencies, a ring step's or a
+    collective's while computing (``busy_latency_us``): the reconstruction before calibrations
+    measured the added latency, which missed eight runs by 11.2 % (``docs/fidelity-history.md``,
+    2026-12-06); ``fidelity`` scores it as ``mape_with``'s ``own_plus_added``."""
+    _, raw = matched_specs(system, model, nominal, testbed, iterations, latency)
+    sim = validate(raw)
+    c = sim.cluster
+    busy = None if c.busy_latency_us is None else c.busy_latency_us + added_latency_us
+    cluster = dataclasses.replace(
+        c, latency_us=c.latency_us + added_latency_us, busy_latency_us=busy
+    )
+    return dataclasses.replace(sim, cluster=cluster)
+
+
 def handover_twin(sim: RunSpec) -> RunSpec | None:
     """A PS twin with its pushes' CPU (``cluster.message_cpu_us``) charged as the backward
     hands each gradient to the transport (``cluster.message_cpu_at`` ``handover``) instead of
@@ -2175,12 +2368,15 @@ def _other_twins(
     iterations: int,
     latency: str,
     ps_transport: str = "blocking",
+    added_latency_us: float = 0.0,
 ) -> dict[str, list[RunSpec]]:
     """Per latency model other than ``latency`` that the calibration supports, the twins of
-    every configuration (PS systems on ``ps_transport``), validated before any real run
-    (``mape_by_latency`` scores the same real runs with them: the modelling choice's effect,
-    free of the runs' noise)."""
-    matched = functools.partial(matched_specs, ps_transport=ps_transport)
+    every configuration (PS systems on ``ps_transport``; ``added_latency_us`` as
+    ``matched_specs``'), validated before any real run (``mape_by_latency`` scores the same
+    real runs with them: the modelling choice's effect, free of the runs' noise)."""
+    matched = functools.partial(
+        matched_specs, ps_transport=ps_transport, added_latency_us=added_latency_us
+    )
     out = {}
     for kind in LATENCIES:
         if kind == latency:
@@ -2717,6 +2913,12 @@ def format_report(result: dict[str, Any]) -> str:
             f"PS transport: {transport} (real.ps_transport; the twins from the calibration's "
             f"measurements of it, {fidelity_transport.ps_entry(transport)}, without rendezvous)"
         )
+    if result.get("added_latency_us"):
+        lines.append(
+            f"added latency: {result['added_latency_us']:g} us a way in every real run "
+            "(cluster.latency_us); the twins from the calibration's measurements with it "
+            "(added_latency)"
+        )
     if result.get("transport_check"):
         lines.append(fidelity_transport.transport_line(result["transport_check"], result["label"]))
     others = {
@@ -2795,6 +2997,14 @@ def format_report(result: dict[str, Any]) -> str:
             + (f", run_checked {checked:.1f}%" if checked is not None else "")
             + f" ({_per_system({**result, 'configs': rows}, 'sim_handover_s')}); "
             + _compute_error(rows)
+        )
+    if "own_plus_added" in with_:
+        checked = with_.get("own_plus_added_run_checked")
+        lines.append(
+            "the same real runs, the twins of the network's own values with the added latency "
+            "on each latency (the reconstruction before calibrate --latency-only): "
+            f"own_plus_added {with_['own_plus_added']:.1f}%"
+            + (f", run_checked {checked:.1f}%" if checked is not None else "")
         )
     if "run_checked" not in with_ and any("run_checks_s" in c for c in result["configs"]):
         lines.append(

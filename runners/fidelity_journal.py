@@ -63,16 +63,19 @@ def default_path(
     models: Sequence[str],
     bandwidths: Sequence[float | None],
     ps_transport: str = "blocking",
+    added_latency_us: float = 0.0,
 ) -> Path:
     """Where ``fidelity`` keeps the journal of a set against calibration ``label``:
     ``$LAB_RESULTS_DIR/fidelity/<label>-<set>.journal.jsonl`` (``results/`` by default), where
     ``<set>`` is 8 hex digits of the systems, models and bandwidths (and the PS transport,
-    where it is not the blocking one). One journal per set, so the all-reduce and the PS sets
-    of one calibration keep theirs side by side, and the same command finds its own again."""
+    where it is not the blocking one, and the added latency, where there is one). One journal
+    per set, so the all-reduce and the PS sets of one calibration keep theirs side by side,
+    and the same command finds its own again."""
     root = Path(os.environ.get("LAB_RESULTS_DIR") or "results")
     which = json.dumps(
         [list(systems), list(models), [_gbps(b) for b in bandwidths]]
         + ([ps_transport] if ps_transport != "blocking" else [])
+        + ([f"latency {added_latency_us:g}"] if added_latency_us else [])
     )
     digest = hashlib.sha256(which.encode()).hexdigest()[:8]
     return root / "fidelity" / f"{label}-{digest}.journal.jsonl"

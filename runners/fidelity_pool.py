@@ -199,12 +199,15 @@ def pool(
         system, model, nominal = config
         mine = [(book.path, h[config]) for book, h in zip(books, held, strict=True)]
         iterations = _iterations(config, mine)
-        # the PS transport the first run had (every run must match the real spec below)
+        # the PS transport and added latency the first run had (every run must match the
+        # real spec below)
         first = next(spec for _, held_runs in mine for spec, _ in held_runs)
         transport = (first.get("real") or {}).get("ps_transport", "blocking")
+        added = float((first.get("cluster") or {}).get("latency_us", 0.0))
         real_raw, sim_raw = fidelity.matched_specs(
-            system, model, nominal, testbed, iterations, latency, ps_transport=transport
-        )
+            system, model, nominal, testbed, iterations, latency, ps_transport=transport,
+            added_latency_us=added,
+        )  # fmt: skip
         for path, runs in mine:
             for spec, _ in runs:
                 if spec != _plain(real_raw):

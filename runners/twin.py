@@ -3,8 +3,10 @@
 A real run has a twin where a calibration (``python -m runners calibrate``, a testbed file in
 ``workloads/profiles/testbeds``) measured its configuration: the same model, network (shaped at
 the same nominal bandwidth, or loopback), workers, torch threads, communication-thread priority
-and, in the PS arena, server processes and PS transport, on the CPU, with no stragglers and
-no emulated latency (what the calibration did not measure, the twin cannot know). The twin is
+and, in the PS arena, server processes and PS transport, on the CPU, with no stragglers and,
+in the all-reduce arena, the latency the emulated network added to the run where the
+calibration measured the network with it (``calibrate --latency-only``; what the calibration
+did not measure, the twin cannot know). The twin is
 ``fidelity.matched_specs``'s, the one the fidelity report scores, given the run's own system
 parameters, iterations, warm-up and seed, and simulated as ``fidelity`` simulates it (an
 all-reduce system with the plan the real run executed). Nothing in it comes from the run's
@@ -122,6 +124,20 @@ def _got(real: dict[str, Any], summary: dict[str, Any] | None) -> tuple[str, str
     return network, device, priority
 
 
+def _added_latency(real: dict[str, Any], network: str, summary: dict[str, Any] | None) -> float:
+    """The latency the emulated network added to the run a way (``cluster.latency_us``, by
+    netem or the delay line), 0 for none: its summary says whether it was added; without
+    one, a shaped run's latency above the testbed's own is."""
+    from .real import testbed as tb
+
+    latency = float((real.get("cluster") or {}).get("latency_us") or 0.0)
+    if network != "shaped":
+        return 0.0
+    if summary is not None and "network" in summary:
+        return latency if summary["network"].get("latency_emulated") else 0.0
+    return latency if latency > tb.NATIVE_LATENCY_US else 0.0
+
+
 def _arena(system: str) -> str:
     from . import registry
 
@@ -141,10 +157,6 @@ def twin_spec(
         raise NoTwin(f"the run trained on {device}; calibrations measure the CPU testbed")
     if network not in ("shaped", "loopback"):
         raise NoTwin(f"real.network {network}: no calibration measures it")
-    if (summary or {}).get("network", {}).get("latency_emulated"):
-        raise NoTwin(
-            "the run's latency was added (netem or the delay line); calibrations measure none"
-        )
     if real["workload"] not in testbed.get("profiles", {}):
         raise NoTwin(
             f"calibration '{label}' did not measure {real['workload']}: run `python -m runners "
@@ -161,6 +173,7 @@ def twin_spec(
             int(real.get("iterations", 20)),
             engine_dispatch=_engine_dispatch(real, summary),
             ps_transport=(real.get("real") or {}).get("ps_transport", "blocking"),
+            added_latency_us=_added_latency(real, network, summary),
         )
     except (fidelity.CalibrationMissing, KeyError) as exc:
         raise NoTwin(str(exc).strip("'\"")) from None

@@ -67,12 +67,14 @@ def probe(
     repeats: int = 11,
     threads: int = 1,
     comm_priority: str = "normal",
+    latency_us: float = 0.0,
 ) -> list[tuple[int, float]]:
     """Median all-reduce time per size: on loopback when ``bandwidth_gbps`` is None, else on
-    the emulated testbed with every NIC shaped to it (root only: ``TestbedError`` otherwise)."""
+    the emulated testbed with every NIC shaped to it (root only: ``TestbedError`` otherwise)
+    and ``latency_us`` a way added (``runners.real.testbed``: netem or the delay line)."""
     rows = _launch(
         {"sizes": list(sizes), "repeats": repeats},
-        workers, bandwidth_gbps, work, threads, comm_priority,
+        workers, bandwidth_gbps, work, threads, comm_priority, latency_us=latency_us,
     )  # fmt: skip
     return [(int(size), float(seconds)) for size, seconds in rows]
 
@@ -132,6 +134,7 @@ def overlap(
     steps: int = 15,
     threads: int = 1,
     comm_priority: str = "normal",
+    latency_us: float = 0.0,
 ) -> OverlapProbe:
     """How computing and communicating slow each other down on this machine: every rank
     times forward + backward of ``model`` (its real loss, the default batch) ``steps`` times
@@ -151,10 +154,11 @@ def overlap(
     thread (``dispatch: thread``), as the plans that reorder are issued; ``latency_engine_inline_s``
     and ``collective_cpu_inline_s`` are the first two with each collective issued from the
     gradient hook that releases it (``dispatch: auto`` on this first-ready-first plan), as
-    WFBP, DDP's buckets and FIFO delayed all-reduce are."""
+    WFBP, DDP's buckets and FIFO delayed all-reduce are. ``latency_us``: added a way on the
+    shaped network, as ``probe``'s."""
     values = _launch(
         {"overlap_model": model, "steps": steps},
-        workers, bandwidth_gbps, work, threads, comm_priority,
+        workers, bandwidth_gbps, work, threads, comm_priority, latency_us=latency_us,
     )  # fmt: skip
     alone, busy, small_busy, big_busy, big_idle, small_idle, engine, cpu, rounds = values[:9]
     engine_inline, cpu_inline = values[9:]
@@ -390,11 +394,14 @@ def _launch(
     threads: int,
     comm_priority: str = "normal",
     horovod: dict[str, str] | None = None,
+    latency_us: float = 0.0,
 ) -> Any:
     """Run ``job`` on ``workers`` ranks; ``comm_priority``: the communication threads'
     (``runners.real.priority``, resolved: realtime or normal), as the real runs have it.
     ``horovod``: Horovod's settings (``hvd.settings_env``): the ranks run under the real
-    Horovod, started as ``horovod`` real runs are, instead of under torchrun."""
+    Horovod, started as ``horovod`` real runs are, instead of under torchrun.
+    ``latency_us``: added a way on the shaped testbed (``tb.testbed``; ``ValueError`` on
+    loopback, which has no links to add it on)."""
     from .launch import _supervise, _supervise_horovod, horovodrun_argv, torchrun_argv
 
     work.mkdir(parents=True, exist_ok=True)
@@ -403,6 +410,8 @@ def _launch(
     for stale in work.glob(".barrier-*"):  # an earlier launch's ranks' (``file_barrier``)
         shutil.rmtree(stale)
     module = "runners.real.probe"
+    if bandwidth_gbps is None and latency_us:
+        raise ValueError("latency can be added on the shaped testbed only, not on loopback")
     if bandwidth_gbps is None:
         if horovod is not None:
             argv = horovodrun_argv(workers, module, work)
@@ -412,7 +421,7 @@ def _launch(
     else:
         if why_not := tb.can_shape():
             raise tb.TestbedError(why_not)
-        with tb.testbed([bandwidth_gbps] * workers) as bed:
+        with tb.testbed([bandwidth_gbps] * workers, latency_us) as bed:
             if horovod is not None:
                 _supervise_horovod(bed, work, horovod, threads, 0, None, module=module)
             else:
@@ -421,7 +430,7 @@ def _launch(
                      {"GLOO_SOCKET_IFNAME": "eth0"})
                     for k in range(workers)
                 ]  # fmt: skip
-                _supervise(commands, work, threads, 0, None)
+                _supervise(commands, work, threads, 0, None, bed.broken)
     return json.loads((work / "probe.json").read_text())
 
 

@@ -514,6 +514,24 @@ def test_the_testbed_adds_latency_without_netem():
     assert not _ours() and not _delay_line_pids()
 
 
+def test_the_calibration_s_network_probe_pays_the_added_latency(tmp_path):
+    """``calibrate --latency-only`` measures the shaped network with the latency added as real
+    runs get it: the network probe's small all-reduce (two ring steps of two ranks, each a
+    one-way trip) takes at least twice the added latency, and nothing is left behind. On
+    loopback the probe refuses to add any. Measured here: 9.1 ms with 2 ms a way (the
+    probe's barrier before each all-reduce leaves the ranks up to a trip apart, and a gloo
+    send waits for its receive to be posted); the bound above is six trips."""
+    from runners.real import probe
+
+    require_root("the emulated network")
+    rows = probe.probe(2, 0.25, tmp_path / "p", sizes=(4096,), repeats=5, latency_us=2000)
+    ((_, seconds),) = rows
+    assert 4e-3 <= seconds <= 12e-3, f"a 4 KiB all-reduce took {seconds * 1e3:.2f} ms"
+    assert not _ours() and not _delay_line_pids()
+    with pytest.raises(ValueError, match="shaped testbed only"):
+        probe.probe(2, None, tmp_path / "q", sizes=(4096,), repeats=1, latency_us=2000)
+
+
 def _torchrun_leftovers() -> set[str]:
     """The folders torchrun makes in the temporary folder when not given ``--log-dir``."""
     return {p.name for p in Path(tempfile.gettempdir()).glob("torchelastic_*")}

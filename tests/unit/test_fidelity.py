@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import statistics
 from pathlib import Path
@@ -130,8 +131,9 @@ def test_calibrate_measures_again_once_when_times_do_not_grow(monkeypatch):
     bad = [(s, 1e-3 if s < probe.LARGE_BYTES else 1.0 / s) for s in probe.DEFAULT_SIZES]
     calls = []
 
-    def fake_probe(workers, nominal, work, repeats, threads, comm_priority):
+    def fake_probe(workers, nominal, work, repeats, threads, comm_priority, latency_us):
         assert comm_priority == "normal"  # the default of a probe not told otherwise
+        assert latency_us == 0.0  # a whole calibration adds none
         calls.append(repeats)
         return bad if len(calls) == 1 or answers == "bad" else good
 
@@ -160,7 +162,7 @@ def test_calibrate_measures_a_shaped_network_again_when_its_times_are_not_straig
     answers: list = []
     calls = []
 
-    def fake_probe(workers, nominal, work, repeats, threads, comm_priority):
+    def fake_probe(workers, nominal, work, repeats, threads, comm_priority, latency_us):
         calls.append(repeats)
         return answers[len(calls) - 1]
 
@@ -555,8 +557,9 @@ def test_calibrate_overlap_only_measures_the_interference_again_and_split_uses_i
     seen = []
     idle = [4e-4, 9e-4, 1e-4, 4.5e-4, 3e-4]  # the five probes of a network swing: the median
 
-    def fake_overlap(model, workers, nominal, work, threads, comm_priority):
+    def fake_overlap(model, workers, nominal, work, threads, comm_priority, latency_us):
         assert comm_priority == "normal", "a calibration from before the priority: normal"
+        assert latency_us == 0.0
         seen.append((model, workers, nominal))
         return probe.OverlapProbe(
             slowdown=0.25,
@@ -938,7 +941,7 @@ def test_calibrate_refuses_probe_rounds_out_of_range_or_with_an_only_flag(capsys
         err = capsys.readouterr().err
         assert f"--probe-rounds: must be between 1 and {fidelity.PROBE_ROUNDS_MAX}" in err
     assert cli.main(["calibrate", "--overlap-only", "--probe-rounds", "2"]) == 2
-    assert "--probe-rounds: with a whole calibration, not with --overlap-only" in (
+    assert "--probe-rounds: with a whole calibration or --latency-only, not with --overlap" in (
         capsys.readouterr().err
     )
 
@@ -1340,7 +1343,7 @@ def test_fidelity_json_ends_with_the_report(monkeypatch, capsys):
             "latency": "engine", "repeats": 3, "progress": options["progress"],
             "compute_check": True, "resume": False, "check_runs": False, "transport_check": True,
             "journal": fidelity_journal.default_path("unit", ["wfbp"], ["vgg16-debug"], [1.0]),
-            "ps_transport": "blocking",
+            "ps_transport": "blocking", "added_latency_us": 0.0,
         }  # fmt: skip
         for row in rows:
             on_config(row)
@@ -1962,3 +1965,108 @@ def test_the_ps_probes_carry_their_transport_to_the_ranks(tmp_path, monkeypatch)
     assert probe._ps_channel(0, threading.Condition(), lambda *a: None, 1 << 24).inline_numel == (
         ps.INLINE_BYTES // 4
     )
+
+
+def test_calibrate_latency_only_measures_the_shaped_networks_with_the_latency_added(
+    tmp_path, monkeypatch, capsys
+):
+    """``--latency-only --added-latency-us``: at each shaped network (loopback left as it
+    is), per latency, the network probe and the overlap probes (the calibration's count) with
+    that latency added, kept as the network's ``added_latency`` entry beside its own values
+    (unchanged), dated, said in the method once; twins of runs with that latency take them.
+    A slow-down beyond the simulator's bound: refused, the calibration unchanged."""
+    from runners.real import testbed as tb
+
+    monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
+    monkeypatch.setattr(tb, "can_shape", lambda: None)
+    doc = {**TESTBED, "method": "m", "profiles": {"vgg16-debug": "vgg16-debug@cpu"}}
+    doc["probe_rounds"] = {"overlap": 3, "ps": 2}
+    (tmp_path / "cpu.json").write_text(json.dumps(doc))
+    seen = []
+    ring = [(4096, 0.004), (1 << 20, 0.02), (1 << 22, 0.07)]
+
+    def network(workers, nominal, threads, say, prio, latency_us):
+        seen.append(("network", nominal, latency_us))
+        return ring, 2.1e-3, 1e8, False
+
+    def overlap(models, workers, nominal, threads, say, prio, rounds, latency_us, slow=0.5):
+        seen.append(("overlap", nominal, rounds, latency_us))
+        values = {"overlap_slowdown": slow, "latency_busy_us": latency_us + 900.0}
+        values |= {"latency_engine_us": latency_us + 700.0, "comm_slowdown": 0.1}
+        return {k: {"vgg16-debug": v} for k, v in values.items()}
+
+    monkeypatch.setattr(fidelity, "_probe_network", network)
+    monkeypatch.setattr(fidelity, "_probe_overlap", overlap)
+    argv = ["calibrate", "--label", "cpu", "--latency-only", "--added-latency-us", "2000,5000"]
+    assert cli.main([*argv, "--probe-rounds", "1"]) == 0  # its own count, kept in the entry
+    assert seen[1] == ("overlap", 1.0, 1, 2000.0)
+    assert json.loads((tmp_path / "cpu.json").read_text())["network"][1]["added_latency"][
+        "2000"]["probe_rounds"] == 1  # fmt: skip
+    seen.clear()
+    for _ in range(2):
+        assert cli.main(argv) == 0
+    assert seen == [("network", 1.0, 2000.0), ("overlap", 1.0, 3, 2000.0),
+                    ("network", 1.0, 5000.0), ("overlap", 1.0, 3, 5000.0)] * 2  # fmt: skip
+    out = capsys.readouterr().out
+    assert "with 2000 us a way added: bandwidth 0.800 Gbit/s, latency 2100 us, latency while " \
+        "computing vgg16-debug 2900 us  with 5000 us a way added" in out  # fmt: skip
+    stored = json.loads((tmp_path / "cpu.json").read_text())
+    loopback, shaped = stored["network"]
+    assert loopback == TESTBED["network"][0]  # no links to add latency on
+    assert {k: v for k, v in shaped.items() if k != "added_latency"} == TESTBED["network"][1]
+    entry = shaped["added_latency"]["2000"]
+    assert entry["latency_added_us"] == 2000.0 and entry["date"] == fidelity._today()
+    assert entry["bandwidth_gbps"] == pytest.approx(0.8) and entry["latency_us"] == 2100.0
+    assert entry["latency_engine_us"] == {"vgg16-debug": 2700.0}
+    assert set(shaped["added_latency"]) == {"2000", "5000"}
+    assert stored["method"].count(fidelity.LATENCY_MARKER) == 1
+    assert stored["added_latency_date"] == fidelity._today()
+    # the twin of a run with 5 ms added: the values measured with it; its real run has it
+    matched = functools.partial(
+        fidelity.matched_specs, "wfbp", "vgg16-debug", 1.0, stored, engine_dispatch="thread"
+    )
+    real, sim = matched(added_latency_us=5000.0)
+    assert real["cluster"]["latency_us"] == 5000.0
+    assert sim["cluster"]["latency_us"] == 5700.0 and sim["cluster"]["bandwidth_gbps"] == 0.8
+    assert sim["cluster"]["busy_latency_us"] == 5900.0
+    own_real, own = matched()  # without: the network's own values, no latency in the run
+    assert own["cluster"]["latency_us"] == 650.0 and "latency_us" not in own_real["cluster"]
+    with pytest.raises(fidelity.CalibrationMissing, match="--added-latency-us 1000`"):
+        fidelity.matched_specs("wfbp", "vgg16-debug", 1.0, stored, added_latency_us=1000.0)
+    with pytest.raises(fidelity.CalibrationMissing, match="shaped network only"):
+        fidelity.matched_specs("wfbp", "vgg16-debug", None, stored, added_latency_us=2000.0)
+    # a slow-down beyond the simulator's bound: refused, the calibration unchanged
+    monkeypatch.setattr(fidelity, "_probe_overlap", functools.partial(overlap, slow=101.0))
+    assert cli.main(argv) == 1
+    assert "2000 us added" in capsys.readouterr().err
+    assert json.loads((tmp_path / "cpu.json").read_text()) == stored
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--latency-only"], "--added-latency-us: --latency-only needs the latencies"),
+        (["--added-latency-us", "2000"], "--added-latency-us: with --latency-only"),
+        (["--overlap-only", "--added-latency-us", "2000"], "--added-latency-us: with --latency"),
+        (["--latency-only", "--added-latency-us", "50"], "50 is out of range: above the test"),
+        (["--latency-only", "--added-latency-us", "200000"], "200000 is out of range"),
+        (["--latency-only", "--added-latency-us", "2ms"], "'2ms' is not a number"),
+    ],
+)
+def test_calibrate_refuses_an_added_latency_it_cannot_measure(argv, words, capsys):
+    assert cli.main(["calibrate", "--label", "cpu", *argv]) == 2
+    assert words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--bandwidths", "1", "--added-latency-us", "20"], "20 is out of range"),
+        (["--bandwidths", "loopback,1", "--added-latency-us", "2000"], "leave loopback out"),
+        (["--systems", "wfbp,p3", "--bandwidths", "1", "--added-latency-us", "2000"], "(p3)"),
+    ],
+)
+def test_fidelity_refuses_an_added_latency_its_twins_cannot_have(argv, words, capsys):
+    assert cli.main(["fidelity", "--label", "testbed-1128", *argv]) == 2
+    err = capsys.readouterr().err
+    assert "--added-latency-us" in err and words in err

@@ -104,7 +104,11 @@ def test_a_run_whose_engine_issued_from_its_hooks_needs_a_calibration_that_measu
         ({"cluster": {"stragglers": [{"worker": 0, "slowdown": 2.0}]}}, {}, "cluster.stragglers"),
         ({}, {"comm_priority": {"priority": "normal"}}, "set real.comm_priority: realtime"),
         ({}, {"device": {"kind": "cuda"}}, "trained on cuda"),
-        ({}, {"network": {"kind": "shaped", "latency_emulated": True}}, "latency was added"),
+        (
+            {"cluster": {"latency_us": 2000.0}},
+            {"network": {"kind": "shaped", "latency_emulated": True}},
+            "did not measure 0.25 Gbit/s shaped with 2000 us a way added",
+        ),
     ],
 )
 def test_a_run_the_calibration_did_not_measure_has_no_twin_and_is_told_why(change, summary, words):
@@ -147,6 +151,60 @@ def test_a_pipelined_ps_run_s_twin_comes_from_the_pipelined_transport_s_measurem
     wfbp = functools.partial(fidelity.matched_specs, "wfbp", "vgg16-debug", 0.25, testbed,
                              engine_dispatch="thread")  # fmt: skip
     assert wfbp(ps_transport="pipelined") == wfbp()
+
+
+def _with_added_latency(tmp_path: Path, latency_us: float) -> dict:
+    """``testbed-1128`` in ``tmp_path`` with its 0.25 Gbit/s network measured again with
+    ``latency_us`` added (made up: the network's own values, its latencies + 3x the added one,
+    its bandwidth halved, its slow-down doubled)."""
+    testbed = fidelity.load_testbed(LABEL)
+    point = testbed["network"][1]
+    assert point["nominal_gbps"] == 0.25
+    entry = {"latency_added_us": latency_us, "date": "2026-12-06", "remeasured": False}
+    entry["bandwidth_gbps"] = point["bandwidth_gbps"] / 2
+    entry["latency_us"] = point["latency_us"] + 3 * latency_us
+    for key in ("latency_busy_us", "latency_idle_us", "latency_engine_us"):
+        entry[key] = {m: v + 3 * latency_us for m, v in point[key].items()}
+    for key in ("comm_slowdown", "collective_cpu_us", "negotiation_cpu_us"):
+        entry[key] = dict(point[key])
+    entry["overlap_slowdown"] = {m: 2 * v for m, v in point["overlap_slowdown"].items()}
+    point["added_latency"] = {fidelity.latency_key(latency_us): entry}
+    (tmp_path / f"{LABEL}.json").write_text(json.dumps(testbed))
+    return testbed
+
+
+def test_a_run_with_added_latency_takes_the_calibration_s_measurements_with_it(tmp_path):
+    """A shaped run whose summary says its latency was added (the delay line) has its twin
+    from the network's values measured with that latency (``calibrate --latency-only``), not
+    the network's own; its real spec carries the latency. The same spec whose latency was not
+    added (the testbed's own) keeps the network's own twin; a PS run with added latency has
+    no twin, and a latency the calibration did not measure names what to run."""
+    testbed = _with_added_latency(tmp_path, 2000.0)
+    entry = testbed["network"][1]["added_latency"]["2000"]
+    own = twin.predict(_real("wfbp"), SUMMARY, LABEL, directory=tmp_path)
+    spec = _real("wfbp", cluster={"latency_us": 2000.0})
+    added = {**SUMMARY, "network": {**SUMMARY["network"], "latency_emulated": True}}
+    prediction = twin.predict(spec, added, LABEL, directory=tmp_path)
+    cluster = prediction.spec["cluster"]
+    assert cluster["latency_us"] == pytest.approx(entry["latency_engine_us"]["vgg16-debug"])
+    assert cluster["bandwidth_gbps"] == pytest.approx(entry["bandwidth_gbps"])
+    assert cluster["busy_latency_us"] == pytest.approx(entry["latency_busy_us"]["vgg16-debug"])
+    assert cluster["overlap_slowdown"] == pytest.approx(entry["overlap_slowdown"]["vgg16-debug"])
+    assert prediction.iteration_time_s > own.iteration_time_s + 0.010  # 35 collectives, 6 ms+
+    real, _ = fidelity.matched_specs("wfbp", "vgg16-debug", 0.25, testbed,
+                                     engine_dispatch="thread", added_latency_us=2000.0)  # fmt: skip
+    assert real["cluster"]["latency_us"] == 2000.0
+    # not added (the summary says so): the network's own values
+    same = twin.predict(spec, SUMMARY, LABEL, directory=tmp_path)
+    assert same.iteration_time_s == pytest.approx(own.iteration_time_s, rel=1e-12)
+    assert twin._added_latency(spec, "shaped", None) == 2000.0  # no summary: the spec's
+    assert twin._added_latency(_real("wfbp", cluster={"latency_us": 50.0}), "shaped", None) == 0
+    ps = _real("ps-default", cluster={"ps": 4, "servers": 4, "latency_us": 2000.0})
+    with pytest.raises(twin.NoTwin, match="PS arena's probes measure no added latency"):
+        twin.predict(ps, added, LABEL, directory=tmp_path)
+    other = _real("wfbp", cluster={"latency_us": 5000.0})
+    with pytest.raises(twin.NoTwin, match="measured: 2000\\): run .*--added-latency-us 5000"):
+        twin.predict(other, added, LABEL, directory=tmp_path)
 
 
 def test_a_spec_that_left_its_network_to_auto_needs_the_run_s_summary():

@@ -1,0 +1,103 @@
+"""``fidelity --added-latency-us``: a set whose real runs have latency added by the emulated
+network (netem or the delay line), scored against twins from the calibration's measurements
+with that latency (``calibrate --latency-only``). Nothing real runs: the real runs and the
+twins are the transport tests' fakes; what is tested is the specs they are given, the
+journal and the report."""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+import pytest
+
+from runners import fidelity, fidelity_journal
+from runners.real import launch
+
+from .test_fidelity_transport import ps_set  # noqa: F401 (the fixture)
+
+
+def _entry(point: dict, latency_us: float) -> dict:
+    """The network's values as if measured with ``latency_us`` added: its latencies plus it
+    and 300 us, its bandwidth 10 % lower."""
+    entry = {"latency_added_us": latency_us, "date": "2026-12-06", "remeasured": False}
+    entry["bandwidth_gbps"] = round(point["bandwidth_gbps"] * 0.9, 6)
+    entry["latency_us"] = point["latency_us"] + latency_us + 300.0
+    for key in ("latency_busy_us", "latency_idle_us", "latency_engine_us",
+                "latency_engine_inline_us"):  # fmt: skip
+        entry[key] = {m: v + latency_us + 300.0 for m, v in point[key].items()}
+    for key in ("overlap_slowdown", "comm_slowdown"):
+        entry[key] = dict(point[key])
+    return entry
+
+
+def test_a_set_with_added_latency_runs_it_and_scores_twins_measured_with_it(
+    ps_set,  # noqa: F811 (the fixture imported above)
+    tmp_path,
+    monkeypatch,
+):
+    """Every real run has the latency (``cluster.latency_us``), every twin the calibration's
+    values measured with it; the journal is the set's own (not the set without latency's);
+    the report says the latency. A calibration without them refuses the set before any run."""
+    testbed = fidelity.load_testbed("cpu")
+    with pytest.raises(fidelity.CalibrationMissing, match="--added-latency-us 2000`"):
+        fidelity.fidelity("cpu", ("wfbp",), ("vgg16-debug",), (1.0,), 5, added_latency_us=2000.0)
+    assert not ps_set.events
+    shaped = testbed["network"][1]
+    shaped["added_latency"] = {"2000": _entry(copy.deepcopy(shaped), 2000.0)}
+    specs, twins = [], []
+
+    def fake_run(spec, work):
+        specs.append(spec)
+        metrics = {"iteration_time_s": 0.050, "iteration_time_median_s": 0.050,
+                   "compute_time_s": 0.010}  # fmt: skip
+        return SimpleNamespace(metrics=metrics, units={}, network=SimpleNamespace(kind="shaped"))
+
+    def fake_twin(real_spec, sim_spec):
+        twins.append(sim_spec)
+        return SimpleNamespace(metrics={"iteration_time_s": 0.045, "compute_time_s": 0.01})
+
+    monkeypatch.setattr(launch, "run", fake_run)
+    monkeypatch.setattr(fidelity, "_twin", fake_twin)
+    journal = tmp_path / "set.journal.jsonl"
+    result = fidelity.fidelity(
+        "cpu", ("wfbp", "ddp"), ("vgg16-debug",), (1.0,), 5, added_latency_us=2000.0,
+        journal=journal, compute_check=False,
+    )  # fmt: skip
+    assert {s.system for s in specs} == {"wfbp", "ddp"}
+    assert all(s.cluster.latency_us == 2000.0 for s in specs)
+    entry = shaped["added_latency"]["2000"]
+    # every twin (the default's and the other latency models') from the entry, none from
+    # the network's own values
+    measured = {entry["latency_us"]} | {
+        entry[k]["vgg16-debug"]
+        for k in (
+            "latency_busy_us",
+            "latency_idle_us",
+            "latency_engine_us",
+            "latency_engine_inline_us",
+        )  # fmt: skip
+    }
+    # ... but those of mape_with's own_plus_added: the network's own values plus 2 ms
+    own = {t for t in twins if t.cluster.bandwidth_gbps == shaped["bandwidth_gbps"]}
+    mine = [t for t in twins if t not in own]
+    assert mine and all(t.cluster.bandwidth_gbps == entry["bandwidth_gbps"] for t in mine)
+    assert {t.cluster.latency_us for t in mine} <= measured
+    busy = [t.cluster.busy_latency_us for t in mine if t.cluster.busy_latency_us is not None]
+    assert busy and set(busy) == {entry["latency_busy_us"]["vgg16-debug"]}
+    assert len(own) == 2  # one a configuration
+    for t in own:
+        assert t.cluster.busy_latency_us == shaped["latency_busy_us"]["vgg16-debug"] + 2000.0
+        assert t.cluster.latency_us - 2000.0 in {
+            shaped["latency_engine_us"]["vgg16-debug"],
+            shaped["latency_engine_inline_us"]["vgg16-debug"],
+        }
+    assert result["mape_with"]["own_plus_added"] == pytest.approx(10.0)
+    assert "own_plus_added 10.0%" in fidelity.format_report(result)
+    assert result["added_latency_us"] == 2000.0 and result["mape_pct"] == pytest.approx(10.0)
+    assert "added latency: 2000 us a way in every real run" in fidelity.format_report(result)
+    # its own journal: not the one of the same set without latency, nor of another latency
+    path = fidelity_journal.default_path
+    args = ("cpu", ["wfbp"], ["vgg16-debug"], [1.0])
+    assert len({path(*args), path(*args, "blocking", 2000.0), path(*args, "blocking", 5000.0)}) == 3
+    assert path(*args, "blocking", 0.0) == path(*args)
