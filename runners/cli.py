@@ -240,8 +240,8 @@ def _parser() -> argparse.ArgumentParser:
         f"arena's, {fidelity.PS_ROUNDS} for the PS arena's; fewer are quicker and noisier: one "
         "probe's slow-down swung 2x between calibrations); kept in the calibration "
         "(probe_rounds) and its method; with a whole calibration, or with --latency-only "
-        "(its overlap probes; by default the calibration's count; about 4 minutes a probe "
-        "with 2 ms added)",
+        "(its overlap probes; by default the calibration's count: 10 minutes for two shaped "
+        "networks and two models with 2 ms added)",
     )
     p.add_argument(
         "--ps-transport",

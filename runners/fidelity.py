@@ -1052,7 +1052,7 @@ def calibrate_latency(
     network's ``added_latency[latency_key(L)]``: the alpha-beta fit of the network probe
     (``_probe_network``) and the overlap entries (``_probe_overlap``, ``rounds`` probes each:
     ``calibrate --probe-rounds``, by default as many as the calibration took; kept as the
-    entry's ``probe_rounds``: with latency added, a probe takes minutes), measured with the
+    entry's ``probe_rounds``), measured with the
     latency added as real runs get it (netem or the delay line, ``runners.real.testbed``).
     The loopback network is left as it is (no links to add latency on); other measurements
     too. ``CalibrationError`` where this machine can
