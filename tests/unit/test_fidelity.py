@@ -154,7 +154,8 @@ def test_calibrate_measures_a_shaped_network_again_when_its_times_are_not_straig
     straight line (the 4 MiB one 3x its time: another load took the cores) is measured again
     with twice the repeats and the straighter measurement kept; where both are off, the
     straighter with a warning, as where the second is impossible or the first was already
-    measured again (as impossible); loopback (not linear in size) is not checked."""
+    measured again (as impossible); loopback (not linear in size) is not checked, nor a
+    network with latency added."""
     ring = RingAllReduce(2, 1.2e8, 50e-6)
     good = [(s, ring.time_s(s)) for s in probe.DEFAULT_SIZES]
     bent = [(s, t * (3.0 if s == 4 * 2**20 else 1.0)) for s, t in good]
@@ -188,6 +189,10 @@ def test_calibrate_measures_a_shaped_network_again_when_its_times_are_not_straig
     calls.clear(), said.clear()
     answers[:] = [bent]  # loopback: kept as measured
     assert fidelity._probe_network(2, None, 1, said.append)[0] == bent
+    assert calls == [11] and said == []
+    calls.clear()
+    answers[:] = [bent]  # latency added: large all-reduces pay less of it, not checked
+    assert fidelity._probe_network(2, 1.0, 1, said.append, "normal", 2000.0)[0] == bent
     assert calls == [11] and said == []
     calls.clear()
     answers[:] = [good]
