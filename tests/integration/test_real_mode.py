@@ -520,13 +520,20 @@ def test_the_calibration_s_network_probe_pays_the_added_latency(tmp_path):
     one-way trip) takes at least twice the added latency, and nothing is left behind. On
     loopback the probe refuses to add any. Measured here: 9.1 ms with 2 ms a way (the
     probe's barrier before each all-reduce leaves the ranks up to a trip apart, and a gloo
-    send waits for its receive to be posted); the bound above is six trips."""
+    send waits for its receive to be posted); the bound above is six trips. The overlap
+    probe's latencies a ring step at least one trip."""
     from runners.real import probe
 
     require_root("the emulated network")
     rows = probe.probe(2, 0.25, tmp_path / "p", sizes=(4096,), repeats=5, latency_us=2000)
     ((_, seconds),) = rows
     assert 4e-3 <= seconds <= 12e-3, f"a 4 KiB all-reduce took {seconds * 1e3:.2f} ms"
+    # the overlap probe too: a ring step of the engine's stream one trip and a little (2.15-2.21
+    # ms measured by calibrate), of back-to-back plain all-reduces at least one trip (3 steps
+    # of compute here: few of them while busy, their mean noisy)
+    m = probe.overlap("resnet50-debug", 2, 0.25, tmp_path / "o", steps=3, latency_us=2000)
+    assert 2e-3 <= m.latency_engine_s <= 6e-3, m
+    assert m.latency_idle_s >= 2e-3 and m.latency_busy_s >= 2e-3, m
     assert not _ours() and not _delay_line_pids()
     with pytest.raises(ValueError, match="shaped testbed only"):
         probe.probe(2, None, tmp_path / "q", sizes=(4096,), repeats=1, latency_us=2000)
