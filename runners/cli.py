@@ -842,12 +842,8 @@ def _added_latencies(value: str | None, asked: list[str], label: str) -> tuple[f
             latency = float(part)
         except ValueError:
             raise SpecError("--added-latency-us", f"{part!r} is not a number") from None
-        if not tb.NATIVE_LATENCY_US < latency <= tb.MAX_LATENCY_US:
-            raise SpecError(
-                "--added-latency-us",
-                f"{part} is out of range: above the testbed's own {tb.NATIVE_LATENCY_US:g} us, "
-                f"up to {tb.MAX_LATENCY_US:g} us",
-            )
+        if why := tb.added_latency_error(latency):
+            raise SpecError("--added-latency-us", why)
         out.append(latency)
     return tuple(dict.fromkeys(out))
 
@@ -1051,12 +1047,8 @@ def _check_added_latency(
     testbed's range, loopback among the networks or a PS system among the systems."""
     from .real import testbed as tb
 
-    if not tb.NATIVE_LATENCY_US < latency_us <= tb.MAX_LATENCY_US:
-        raise SpecError(
-            "--added-latency-us",
-            f"{latency_us:g} is out of range: above the testbed's own {tb.NATIVE_LATENCY_US:g} "
-            f"us, up to {tb.MAX_LATENCY_US:g} us",
-        )
+    if why := tb.added_latency_error(latency_us):
+        raise SpecError("--added-latency-us", why)
     if None in bandwidths:
         raise SpecError(
             "--added-latency-us",

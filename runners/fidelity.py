@@ -235,10 +235,8 @@ def calibrate(
         network.append(
             {
                 "nominal_gbps": nominal,
-                "bandwidth_gbps": round(bandwidth * 8 / 1e9, 6),
-                "latency_us": round(alpha * 1e6, 3),
+                **_fit_entry(rows, alpha, bandwidth),
                 **overlap,
-                "allreduce": [{"bytes": s, "seconds": round(t, 9)} for s, t in rows],
                 **_split_entry(split_rows, rs_cost, ag_cost),
                 "ps": ps_entry,
                 **own,
@@ -463,6 +461,16 @@ def _probe_network(
             "quieter machine"
         )
     return (*kept, True)
+
+
+def _fit_entry(rows: list[tuple[int, float]], alpha: float, bandwidth: float) -> dict[str, Any]:
+    """A network entry's alpha-beta fit (``_probe_network``): its bandwidth, latency a ring
+    step and the all-reduce times it was fitted to."""
+    return {
+        "bandwidth_gbps": round(bandwidth * 8 / 1e9, 6),
+        "latency_us": round(alpha * 1e6, 3),
+        "allreduce": [{"bytes": s, "seconds": round(t, 9)} for s, t in rows],
+    }
 
 
 def nonlinearity_pct(
@@ -1032,9 +1040,8 @@ LATENCY_METHOD = (
     "latency added a way by the emulated network: netem where the kernel has it, else the "
     "delay line): the network probe's all-reduce times and their alpha-beta fit, and the "
     "overlap probes (the median of the entry's probe_rounds), taken as above with that "
-    "latency added; twins of real runs with it "
-    "take these in place of the network's own, and the rest (split collectives, the PS "
-    "arena, Horovod's CPU) from the network without it"
+    "latency added; twins of real runs with it take these in place of the network's own, "
+    "and the rest (split collectives, the PS arena, Horovod's CPU) from the network without it"
 )
 LATENCY_MARKER = "added latency (calibrate --latency-only"
 
@@ -1055,23 +1062,18 @@ def calibrate_latency(
     network's ``added_latency[latency_key(L)]``: the alpha-beta fit of the network probe
     (``_probe_network``) and the overlap entries (``_probe_overlap``, ``rounds`` probes each:
     ``calibrate --probe-rounds``, by default as many as the calibration took; kept as the
-    entry's ``probe_rounds``), measured with the
-    latency added as real runs get it (netem or the delay line, ``runners.real.testbed``).
-    The loopback network is left as it is (no links to add latency on); other measurements
-    too. ``CalibrationError`` where this machine can
-    add no latency or the calibration has no shaped network; ``ValueError`` for a latency
-    the testbed cannot add (up to ``NATIVE_LATENCY_US`` is its own; above
-    ``MAX_LATENCY_US``)."""
+    entry's ``probe_rounds``), measured with the latency added as real runs get it (netem or
+    the delay line, ``runners.real.testbed``). The loopback network is left as it is (no
+    links to add latency on); other measurements too. ``CalibrationError`` where this
+    machine can add no latency or the calibration has no shaped network; ``ValueError`` for
+    a latency the testbed does not add (``testbed.added_latency_error``)."""
     from .real import testbed as tb
 
     if not latencies_us:
         raise ValueError("no latency to add")
     for latency_us in latencies_us:
-        if not tb.NATIVE_LATENCY_US < latency_us <= tb.MAX_LATENCY_US:
-            raise ValueError(
-                f"{latency_us:g} us: the testbed adds from above {tb.NATIVE_LATENCY_US:g} us "
-                f"(its own latency up to there) to {tb.MAX_LATENCY_US:g} us a way"
-            )
+        if why := tb.added_latency_error(latency_us):
+            raise ValueError(why)
     if why := tb.can_shape():  # (the testbed says where it cannot add the latency)
         raise CalibrationError(f"cannot add latency here: {why}")
     if all(p["nominal_gbps"] is None for p in load_testbed(label)["network"]):
@@ -1099,10 +1101,8 @@ def calibrate_latency(
             )
             entry = {
                 "latency_added_us": latency_us,
-                "bandwidth_gbps": round(bandwidth * 8 / 1e9, 6),
-                "latency_us": round(alpha * 1e6, 3),
+                **_fit_entry(rows, alpha, bandwidth),
                 **overlap,
-                "allreduce": [{"bytes": s, "seconds": round(t, 9)} for s, t in rows],
                 "remeasured": remeasured,
                 "probe_rounds": rounds,
                 "date": _today(),

@@ -119,6 +119,17 @@ def can_shape() -> str | None:
     return None
 
 
+def added_latency_error(latency_us: float) -> str | None:
+    """Why ``latency_us`` (a way) is not a latency this testbed adds, None if it is: above
+    its own (``NATIVE_LATENCY_US``), up to ``MAX_LATENCY_US``."""
+    if NATIVE_LATENCY_US < latency_us <= MAX_LATENCY_US:
+        return None
+    return (
+        f"{latency_us:g} us is out of range: the testbed adds latency from above its own "
+        f"{NATIVE_LATENCY_US:g} us up to {MAX_LATENCY_US:g} us a way"
+    )
+
+
 def can_delay() -> str | None:
     """None if the delay line can add latency here (``runners.real.delayline``: the kernel's
     ``nfnetlink_queue`` and ``iptables``), else why not (one line)."""

@@ -2053,8 +2053,8 @@ def test_calibrate_latency_only_measures_the_shaped_networks_with_the_latency_ad
         (["--latency-only"], "--added-latency-us: --latency-only needs the latencies"),
         (["--added-latency-us", "2000"], "--added-latency-us: with --latency-only"),
         (["--overlap-only", "--added-latency-us", "2000"], "--added-latency-us: with --latency"),
-        (["--latency-only", "--added-latency-us", "50"], "50 is out of range: above the test"),
-        (["--latency-only", "--added-latency-us", "200000"], "200000 is out of range"),
+        (["--latency-only", "--added-latency-us", "50"], "50 us is out of range: the testbed adds"),
+        (["--latency-only", "--added-latency-us", "200000"], "200000 us is out of range"),
         (["--latency-only", "--added-latency-us", "2ms"], "'2ms' is not a number"),
     ],
 )
@@ -2066,7 +2066,7 @@ def test_calibrate_refuses_an_added_latency_it_cannot_measure(argv, words, capsy
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
-        (["--bandwidths", "1", "--added-latency-us", "20"], "20 is out of range"),
+        (["--bandwidths", "1", "--added-latency-us", "20"], "20 us is out of range"),
         (["--bandwidths", "loopback,1", "--added-latency-us", "2000"], "leave loopback out"),
         (["--systems", "wfbp,p3", "--bandwidths", "1", "--added-latency-us", "2000"], "(p3)"),
     ],
