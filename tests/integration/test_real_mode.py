@@ -615,11 +615,14 @@ def test_a_real_run_measures_the_other_work_beside_it(tmp_path, caplog):
 def test_a_real_run_pays_the_added_latency_in_every_collective(tmp_path):
     """wfbp issues its all-reduces one after another on one thread; a ring all-reduce of two
     ranks is two steps, each a one-way trip, so 5 ms added to every trip adds at least 10 ms
-    to each. Measured here: 35 all-reduces a rank, 395 ms an iteration against 21 without."""
+    to each. Measured here: 35 all-reduces a rank, 395 ms an iteration against 21 without
+    (388-394 in a fidelity set). The bound above is twice that floor, what the latency paid
+    twice a trip would cost at least: a CI run on a slow spell of this machine took 601 ms by
+    the mean of 4 iterations (1.7x), so the median of 6 is taken."""
     require_root("the emulated network")
     latency_s = 5e-3
     raw = {
-        "system": "wfbp", "mode": "real", "workload": "resnet50-debug", "iterations": 4,
+        "system": "wfbp", "mode": "real", "workload": "resnet50-debug", "iterations": 6,
         "warmup_iterations": 1, "real": {"network": "shaped", "threads": 1},
         "cluster": {"workers": 2, "bandwidth_gbps": 0.25, "latency_us": latency_s * 1e6},
     }  # fmt: skip
@@ -634,8 +637,8 @@ def test_a_real_run_pays_the_added_latency_in_every_collective(tmp_path):
     iterations = {r["iteration"] for r in rows}
     per_rank = len(rows) / len(iterations) / 2
     floor = per_rank * 2 * latency_s
-    took = summary["metrics"]["iteration_time_s"]
-    assert floor <= took <= 1.5 * floor, (
+    took = summary["metrics"]["iteration_time_median_s"]
+    assert floor <= took < 2 * floor, (
         f"{took * 1e3:.0f} ms an iteration, {per_rank:g} all-reduces a rank: at least "
         f"{floor * 1e3:.0f} ms of added latency"
     )
