@@ -1850,7 +1850,9 @@ def fidelity(
     # with added latency: the twin of the network's own values plus the latency per ring step
     # (``mape_with``'s ``own_plus_added``: the reconstruction before ``calibrate --latency-only``)
     own_plus = [
-        own_plus_added_twin(s, m, b, testbed, iterations, latency, added_latency_us)
+        own_plus_added_twin(
+            validate(matched_specs(s, m, b, testbed, iterations, latency)[1]), added_latency_us
+        )
         if added_latency_us
         else None
         for m, b, s in plan
@@ -2259,22 +2261,12 @@ def _compute_error(rows: list[dict[str, Any]]) -> str:
     )
 
 
-def own_plus_added_twin(
-    system: str,
-    model: str,
-    nominal: float | None,
-    testbed: dict[str, Any],
-    iterations: int,
-    latency: str,
-    added_latency_us: float,
-) -> RunSpec:
-    """The twin of a run with ``added_latency_us`` a way built from the network's own values
-    (measured without it) with the latency added to each of its latencies, a ring step's or a
-    collective's while computing (``busy_latency_us``): the reconstruction before calibrations
-    measured the added latency, which missed eight runs by 11.2 % (``docs/fidelity-history.md``,
-    2026-12-06); ``fidelity`` scores it as ``mape_with``'s ``own_plus_added``."""
-    _, raw = matched_specs(system, model, nominal, testbed, iterations, latency)
-    sim = validate(raw)
+def own_plus_added_twin(sim: RunSpec, added_latency_us: float) -> RunSpec:
+    """``sim``, a twin from the network's own values (measured without the latency), with
+    ``added_latency_us`` added to each of its latencies, a ring step's or a collective's while
+    computing (``busy_latency_us``): the reconstruction before calibrations measured the added
+    latency, which missed eight runs by 11.2 % (``docs/fidelity-history.md``, 2026-12-06);
+    ``fidelity`` scores it as ``mape_with``'s ``own_plus_added``."""
     c = sim.cluster
     busy = None if c.busy_latency_us is None else c.busy_latency_us + added_latency_us
     cluster = dataclasses.replace(
@@ -2757,6 +2749,15 @@ def drift_line(result: dict[str, Any]) -> str:
     return line
 
 
+def _variant_score(with_: dict[str, float], name: str) -> str:
+    """A twin variant's score in ``mape_with`` (``_score_variant``), with its ``run_checked``
+    where it has one: ``"floor 8.1%, run_checked 7.5%"``."""
+    checked = with_.get(f"{name}_run_checked")
+    return f"{name} {with_[name]:.1f}%" + (
+        f", run_checked {checked:.1f}%" if checked is not None else ""
+    )
+
+
 def _per_system(result: dict[str, Any], predicted: str) -> str:
     """Each system's MAPE of the report's rows scored with their ``predicted`` time instead
     of the twin's, in words ("wfbp 4.1%, ...")."""
@@ -2977,37 +2978,33 @@ def format_report(result: dict[str, Any]) -> str:
         )
     if "floor" in with_:
         rows = [c for c in result["configs"] if "sim_floor_s" in c]
-        checked = with_.get("floor_run_checked")
         cores = [c["sim_floor_cpu_cores"] for c in rows]
         busy_real = [c["real_machine_busy_cores"] for c in rows
                      if c.get("real_machine_busy_cores") is not None]  # fmt: skip
         lines.append(
             "the same real runs, the PS twins with the work-conserving floor over the host's "
             "cores instead of sharing them op by op (cluster.host_cpu_model floor, with the "
-            f"calibrated slow-down and message CPU; the model before): floor {with_['floor']:.1f}%"
-            + (f", run_checked {checked:.1f}%" if checked is not None else "")
+            "calibrated slow-down and message CPU; the model before): "
+            + _variant_score(with_, "floor")
             + f" ({_per_system({**result, 'configs': rows}, 'sim_floor_s')}); their "
             f"cores busy a median {statistics.median(cores):.2f}"
             + (f" against the machine's {statistics.median(busy_real):.2f}" if busy_real else "")
         )
     if "handover" in with_:
         rows = [c for c in result["configs"] if "sim_handover_s" in c]
-        checked = with_.get("handover_run_checked")
         lines.append(
             "the same real runs, the floor's PS twins charging a push's CPU as the backward "
             "hands it to the transport (cluster.message_cpu_at handover) instead of as its "
-            f"transfer starts: handover {with_['handover']:.1f}%"
-            + (f", run_checked {checked:.1f}%" if checked is not None else "")
+            "transfer starts: "
+            + _variant_score(with_, "handover")
             + f" ({_per_system({**result, 'configs': rows}, 'sim_handover_s')}); "
             + _compute_error(rows)
         )
     if "own_plus_added" in with_:
-        checked = with_.get("own_plus_added_run_checked")
         lines.append(
             "the same real runs, the twins of the network's own values with the added latency "
             "on each latency (the reconstruction before calibrate --latency-only): "
-            f"own_plus_added {with_['own_plus_added']:.1f}%"
-            + (f", run_checked {checked:.1f}%" if checked is not None else "")
+            + _variant_score(with_, "own_plus_added")
         )
     if "run_checked" not in with_ and any("run_checks_s" in c for c in result["configs"]):
         lines.append(
