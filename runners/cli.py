@@ -11,7 +11,8 @@
                                 [--split-only | --ps-only | --overlap-only | --horovod-only
                                  | --compute-only | --latency-only] [--ps-cpu-probes N]
                                 [--probe-rounds N]
-                                [--ps-transport blocking|pipelined]  (with --ps-only)
+                                [--ps-transport blocking|pipelined]  (with --ps-only or
+                                 --latency-only)
                                 [--added-latency-us US,..]  (with --latency-only)
     python -m runners fidelity [--label L] [--systems S,..] [--models M,..] [--bandwidths G,..]
                                [--iterations I] [--repeats R] [--latency busy|idle|split|engine]
@@ -250,7 +251,9 @@ def _parser() -> argparse.ArgumentParser:
         help="with --ps-only: the PS transport the PS arena's probes use (real.ps_transport; "
         "default blocking, which every calibration measures). pipelined adds its "
         "measurements beside the blocking ones (ps_pipelined), and twins of pipelined runs "
-        "then come from them",
+        "then come from them. With --latency-only: measure the PS arena's transport probes "
+        "on it with the latency added (instead of the all-reduce arena's), which twins of PS "
+        "runs with that latency take",
     )
     p.add_argument(
         "--latency-only",
@@ -258,7 +261,8 @@ def _parser() -> argparse.ArgumentParser:
         help="only measure the shaped networks of an existing calibration again with latency "
         "added (--added-latency-us): the network probe's fit and the overlap entries, kept "
         "beside the network's own (added_latency); twins of real runs with that "
-        "cluster.latency_us then come from them. All-reduce arena; root",
+        "cluster.latency_us then come from them. The all-reduce arena's, or with "
+        "--ps-transport the PS arena's; root",
     )
     p.add_argument(
         "--added-latency-us",
@@ -755,12 +759,12 @@ def _calibrate(args: argparse.Namespace) -> int:
                     f"with a whole calibration or --latency-only, not with --{asked[0]}-only "
                     "(the calibration's other measurements keep their counts)",
                 )
-        if args.ps_transport is not None and asked != ["ps"]:
+        if args.ps_transport is not None and asked not in (["ps"], ["latency"]):
             raise SpecError(
                 "--ps-transport",
-                "with --ps-only (a whole calibration measures the blocking transport; add the "
-                f"pipelined one's after it with --label {args.label} --ps-only --ps-transport "
-                "pipelined)",
+                "with --ps-only or --latency-only (a whole calibration measures the blocking "
+                f"transport; add the pipelined one's after it with --label {args.label} "
+                "--ps-only --ps-transport pipelined)",
             )
         latencies = _added_latencies(args.added_latency_us, asked, args.label)
     except SpecError as err:
@@ -783,7 +787,10 @@ def _calibrate(args: argparse.Namespace) -> int:
             "horovod": fidelity.calibrate_horovod,
             "compute": functools.partial(fidelity.calibrate_compute, repeats=args.repeats),
             "latency": functools.partial(
-                fidelity.calibrate_latency, latencies_us=latencies, rounds=args.probe_rounds
+                fidelity.calibrate_latency,
+                latencies_us=latencies,
+                rounds=args.probe_rounds,
+                ps_transport=args.ps_transport,
             ),
         }[asked[0]]
         try:
@@ -896,16 +903,29 @@ def _print_point(point: dict[str, Any]) -> None:
         if own
         else ""
     )
-    added = "".join(
-        f"  with {float(key):g} us a way added: bandwidth {e['bandwidth_gbps']:.3f} Gbit/s, "
-        f"latency {e['latency_us']:.0f} us, latency while computing "
-        + ", ".join(f"{m} {v:.0f} us" for m, v in e["latency_busy_us"].items())
-        for key, e in point.get("added_latency", {}).items()
-    )
+    added = "".join(_added_line(float(key), e) for key, e in point.get("added_latency", {}).items())
     print(
         f"{where:20} bandwidth {point['bandwidth_gbps']:8.3f} Gbit/s  latency "
         f"{point['latency_us']:7.1f} us  compute while communicating (latency while "
         f"computing): {slow}{cpu_line}{split}{ps_line}{horovod_line}{added}"
+    )
+
+
+def _added_line(latency_us: float, entry: dict[str, Any]) -> str:
+    """A network's measurements with ``latency_us`` added a way, in words: the all-reduce
+    arena's fit and latencies while computing, and the PS arena's per transport, where
+    measured."""
+    line = f"  with {latency_us:g} us a way added:"
+    if "bandwidth_gbps" in entry:
+        line += (
+            f" bandwidth {entry['bandwidth_gbps']:.3f} Gbit/s, latency "
+            f"{entry['latency_us']:.0f} us, latency while computing "
+            + ", ".join(f"{m} {v:.0f} us" for m, v in entry["latency_busy_us"].items())
+        )
+    return (
+        line
+        + _ps_line(entry.get("ps"), "PS arena")
+        + _ps_line(entry.get("ps_pipelined"), "PS arena, pipelined transport")
     )
 
 
@@ -957,7 +977,7 @@ def _fidelity(args: argparse.Namespace) -> int:
                 f"({', '.join(systems)}): add one, or leave the flag out",
             )
         if args.added_latency_us:
-            _check_added_latency(args.added_latency_us, systems, bandwidths)
+            _check_added_latency(args.added_latency_us, bandwidths)
         testbed = fidelity.load_testbed(args.label)
         fidelity.check_priority(testbed)
         for model in models:
@@ -1040,11 +1060,9 @@ def _fidelity(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_added_latency(
-    latency_us: float, systems: list[str], bandwidths: tuple[float | None, ...]
-) -> None:
+def _check_added_latency(latency_us: float, bandwidths: tuple[float | None, ...]) -> None:
     """``fidelity --added-latency-us``: ``SpecError`` naming the flag for a latency out of the
-    testbed's range, loopback among the networks or a PS system among the systems."""
+    testbed's range or loopback among the networks."""
     from .real import testbed as tb
 
     if why := tb.added_latency_error(latency_us):
@@ -1053,13 +1071,6 @@ def _check_added_latency(
         raise SpecError(
             "--added-latency-us",
             "latency is added on the shaped network only: leave loopback out of --bandwidths",
-        )
-    ps = [s for s in systems if registry.get(s).arena == "ps"]
-    if ps:
-        raise SpecError(
-            "--added-latency-us",
-            f"the PS arena's twins have no added latency measured ({', '.join(ps)}): leave "
-            "the PS systems out of --systems",
         )
 
 

@@ -620,44 +620,19 @@ def _probe_ps(
 ) -> dict[str, Any]:
     """The PS arena's measurements at one network on PS ``transport`` (``real.ps_transport``;
     ``ps`` of a calibration's network for the blocking one, ``fidelity_transport.ps_entry``):
-    the transport's (``probe.ps_overlap``) each the median of ``rounds`` probes taken in rounds
-    over the models, as the all-reduce arena's overlap entries (``_probe_overlap``); the
-    message CPU the median of ``cpu_rounds`` probes (one calibration's single probe was 422
-    µs, the next's 717 on the same machine; the host's CPU per message moved 2x between two
-    calibrations' medians of 3). The aggregation:
-    ``probe.aggregation_fit`` through the medians over every probe of its two rounds (after
-    1 MiB and 4 KiB pushes), both stored beside the fit. The host's CPU per message:
-    ``probe.host_cpu_fit`` through the medians of the message CPU's probes (4 KiB) and of as
-    many with 64 KiB messages, both stored beside the fit too; every message-CPU probe's own
-    value is stored (``*_probes_us``): how far one probe is from the next."""
+    the transport's (``_probe_ps_transport``) and the message CPU, the median of
+    ``cpu_rounds`` probes (one calibration's single probe was 422 µs, the next's 717 on the
+    same machine; the host's CPU per message moved 2x between two calibrations' medians of
+    3). The host's CPU per message: ``probe.host_cpu_fit`` through the medians of the
+    message CPU's probes (4 KiB) and of as many with 64 KiB messages, both stored beside the
+    fit; every message-CPU probe's own value is stored (``*_probes_us``): how far one probe
+    is from the next."""
     from .real import probe
 
     on = "" if transport == "blocking" else f" ({transport} transport)"
-    taken = _in_rounds(
-        models,
-        rounds,
-        say,
-        lambda model: f"PS arena{on}: {model} beside {servers} server processes",
-        lambda model, tmp: probe.ps_overlap(
-            model,
-            workers,
-            servers,
-            nominal,
-            tmp,
-            threads=threads,
-            comm_priority=comm_priority,
-            transport=transport,
-        ),
+    entry = _probe_ps_transport(
+        models, workers, nominal, threads, say, comm_priority, servers, rounds, transport
     )
-    fields = {
-        "overlap_slowdown": ("slowdown", 1.0, 4),
-        "latency_busy_us": ("message_busy_s", 1e6, 3),
-        "latency_idle_us": ("message_idle_s", 1e6, 3),
-        "half_round_trip_busy_us": ("half_round_trip_busy_s", 1e6, 3),
-    }
-    round_big = statistics.median(m.agg_round_s for model in models for m in taken[model])
-    round_small = statistics.median(m.agg_round_small_s for model in models for m in taken[model])
-    fixed_s, agg_bytes_per_s = probe.aggregation_fit(round_big, round_small, workers)
     cpus, host_small, host_big = [], [], []
     for k in range(cpu_rounds):
         say(f"  PS arena{on}: a message's CPU beside {servers} server processes "
@@ -672,12 +647,7 @@ def _probe_ps(
     small_s, big_s = statistics.median(host_small), statistics.median(host_big)
     host_fixed_s, host_per_byte_s = probe.host_cpu_fit(small_s, big_s)
     return {
-        "servers": servers,
-        **_medians(taken, fields),
-        "server_agg_gbps": round(agg_bytes_per_s * 8 / 1e9, 3),
-        "server_agg_fixed_us": round(fixed_s * 1e6, 3),
-        "agg_round_us": round(round_big * 1e6, 3),  # 1 MiB pushes
-        "agg_round_small_us": round(round_small * 1e6, 3),  # 4 KiB
+        **entry,
         "message_cpu_us": round(statistics.median(cpus) * 1e6, 3),
         "host_message_cpu_us": round(host_fixed_s * 1e6, 3),
         "host_cpu_ns_per_byte": round(host_per_byte_s * 1e9, 4),
@@ -687,6 +657,63 @@ def _probe_ps(
         "message_cpu_probes_us": [round(x * 1e6, 3) for x in cpus],
         "host_cpu_small_probes_us": [round(x * 1e6, 3) for x in host_small],
         "host_cpu_big_probes_us": [round(x * 1e6, 3) for x in host_big],
+    }
+
+
+def _probe_ps_transport(
+    models: tuple[str, ...],
+    workers: int,
+    nominal: float | None,
+    threads: int,
+    say: Callable[[str], None],
+    comm_priority: str = "normal",
+    servers: int = PS_SERVERS,
+    rounds: int = PS_ROUNDS,
+    transport: str = "blocking",
+    latency_us: float = 0.0,
+) -> dict[str, Any]:
+    """The PS transport's measurements at one network (``probe.ps_overlap``, ``latency_us``
+    added a way): each the median of ``rounds`` probes taken in rounds over the models, as
+    the all-reduce arena's overlap entries (``_probe_overlap``); the servers' aggregation:
+    ``probe.aggregation_fit`` through the medians over every probe of its two rounds (after
+    1 MiB and 4 KiB pushes), both stored beside the fit."""
+    from .real import probe
+
+    on = "" if transport == "blocking" else f" ({transport} transport)"
+    added = f", {latency_us:g} us a way added" if latency_us else ""
+    taken = _in_rounds(
+        models,
+        rounds,
+        say,
+        lambda model: f"PS arena{on}: {model} beside {servers} server processes{added}",
+        lambda model, tmp: probe.ps_overlap(
+            model,
+            workers,
+            servers,
+            nominal,
+            tmp,
+            threads=threads,
+            comm_priority=comm_priority,
+            transport=transport,
+            latency_us=latency_us,
+        ),
+    )
+    fields = {
+        "overlap_slowdown": ("slowdown", 1.0, 4),
+        "latency_busy_us": ("message_busy_s", 1e6, 3),
+        "latency_idle_us": ("message_idle_s", 1e6, 3),
+        "half_round_trip_busy_us": ("half_round_trip_busy_s", 1e6, 3),
+    }
+    round_big = statistics.median(m.agg_round_s for model in models for m in taken[model])
+    round_small = statistics.median(m.agg_round_small_s for model in models for m in taken[model])
+    fixed_s, agg_bytes_per_s = probe.aggregation_fit(round_big, round_small, workers)
+    return {
+        "servers": servers,
+        **_medians(taken, fields),
+        "server_agg_gbps": round(agg_bytes_per_s * 8 / 1e9, 3),
+        "server_agg_fixed_us": round(fixed_s * 1e6, 3),
+        "agg_round_us": round(round_big * 1e6, 3),  # 1 MiB pushes
+        "agg_round_small_us": round(round_small * 1e6, 3),  # 4 KiB
     }
 
 
@@ -1051,11 +1078,27 @@ def latency_key(latency_us: float) -> str:
     return f"{latency_us:g}"
 
 
+LATENCY_PS_METHOD = (
+    "added latency, PS arena (calibrate --latency-only --ps-transport; a shaped network's "
+    "added_latency entry's ps, or ps_pipelined for the pipelined transport, with its own "
+    "probe_rounds): the PS transport's probes (compute slow-down, a message's latency while "
+    "computing and while idle, half a push's round trip, the servers' aggregation) taken "
+    "as above with that latency added; twins of PS runs with it take these in place of the "
+    "network's own and the message's CPU (message_cpu_us, the host's CPU per message) from "
+    "the network's own on that transport: CPU costs, which the latency does not add to (a "
+    "reconstruction: not measured with it)"
+)
+LATENCY_PS_MARKER = "added latency, PS arena (calibrate --latency-only --ps-transport"
+# an added latency's entries of the PS arena, per transport (``fidelity_transport.ps_entry``)
+LATENCY_PS_PARTS = ("ps", "ps_pipelined")
+
+
 def calibrate_latency(
     label: str = DEFAULT_LABEL,
     latencies_us: tuple[float, ...] = (),
     progress: Callable[[str], None] | None = None,
     rounds: int | None = None,
+    ps_transport: str | None = None,
 ) -> dict[str, Any]:
     """Measure calibration ``label``'s shaped networks again with each of ``latencies_us``
     added a way (``calibrate --latency-only --added-latency-us``), keeping each as the
@@ -1063,10 +1106,17 @@ def calibrate_latency(
     (``_probe_network``) and the overlap entries (``_probe_overlap``, ``rounds`` probes each:
     ``calibrate --probe-rounds``, by default as many as the calibration took; kept as the
     entry's ``probe_rounds``), measured with the latency added as real runs get it (netem or
-    the delay line, ``runners.real.testbed``). The loopback network is left as it is (no
-    links to add latency on); other measurements too. ``CalibrationError`` where this
-    machine can add no latency or the calibration has no shaped network; ``ValueError`` for
-    a latency the testbed does not add (``testbed.added_latency_error``)."""
+    the delay line, ``runners.real.testbed``). With ``ps_transport`` (``--ps-transport``),
+    the PS arena's transport probes on it instead (``_probe_ps_transport``, as many rounds
+    as the calibration's PS probes by default), kept as the entry's ``ps`` or
+    ``ps_pipelined`` (``fidelity_transport.ps_entry``) with its own ``probe_rounds`` and
+    date; the message's CPU is not probed again (``LATENCY_PS_METHOD``), so the network
+    must have its own PS entry on that transport. Each arena's part of an entry is kept
+    when the other's is measured. The loopback network is left as it is (no links to add
+    latency on); other measurements too. ``CalibrationError`` where this machine can add no
+    latency, the calibration has no shaped network or (``ps_transport``) a shaped network
+    has no PS entry on that transport; ``ValueError`` for a latency the testbed does not add
+    (``testbed.added_latency_error``)."""
     from .real import testbed as tb
 
     if not latencies_us:
@@ -1076,12 +1126,25 @@ def calibrate_latency(
             raise ValueError(why)
     if why := tb.can_shape():  # (the testbed says where it cannot add the latency)
         raise CalibrationError(f"cannot add latency here: {why}")
-    if all(p["nominal_gbps"] is None for p in load_testbed(label)["network"]):
+    shaped = [p for p in load_testbed(label)["network"] if p["nominal_gbps"] is not None]
+    if not shaped:
         raise CalibrationError(
             f"calibration '{label}' has no shaped network to add latency to: calibrate it "
             "with --bandwidths as root first"
         )
-    rounds = rounds or _rounds_of(label, "overlap", OVERLAP_ROUNDS)
+    part = None if ps_transport is None else fidelity_transport.ps_entry(ps_transport)
+    if part is not None:
+        if lacking := [_where(p["nominal_gbps"]) for p in shaped if part not in p]:
+            flag = "" if ps_transport == "blocking" else f" --ps-transport {ps_transport}"
+            raise CalibrationError(
+                f"calibration '{label}' has no PS arena on the {ps_transport} transport at "
+                f"{', '.join(lacking)} (its message CPU is what twins with added latency "
+                f"take): run `python -m runners calibrate --label {label} --ps-only{flag}` "
+                "first"
+            )
+        rounds = rounds or _rounds_of(label, "ps", PS_ROUNDS)
+    else:
+        rounds = rounds or _rounds_of(label, "overlap", OVERLAP_ROUNDS)
 
     def measure(
         point: dict[str, Any], workers: int, threads: int, models: Any, say: Any, prio: str
@@ -1093,31 +1156,50 @@ def calibrate_latency(
         added = point.setdefault("added_latency", {})
         for latency_us in latencies_us:
             say(f"  {latency_us:g} us a way added")
-            rows, alpha, bandwidth, remeasured = _probe_network(
-                workers, nominal, threads, say, prio, latency_us
-            )
-            overlap = _probe_overlap(
-                models, workers, nominal, threads, say, prio, rounds, latency_us
-            )
-            entry = {
-                "latency_added_us": latency_us,
-                **_fit_entry(rows, alpha, bandwidth),
-                **overlap,
-                "remeasured": remeasured,
-                "probe_rounds": rounds,
-                "date": _today(),
-            }
+            before = added.get(latency_key(latency_us), {})
+            if part is not None:
+                measured = _probe_ps_transport(
+                    models, workers, nominal, threads, say, prio,
+                    servers=int(point[part]["servers"]), rounds=rounds,
+                    transport=str(ps_transport), latency_us=latency_us,
+                )  # fmt: skip
+                measured.update(probe_rounds=rounds, date=_today())
+                check = {"nominal_gbps": nominal, part: measured}
+                # the all-reduce arena's part, where measured, kept
+                entry = {**before, "latency_added_us": latency_us, part: measured}
+                kinds: tuple[str, ...] = (part,)
+            else:
+                rows, alpha, bandwidth, remeasured = _probe_network(
+                    workers, nominal, threads, say, prio, latency_us
+                )
+                overlap = _probe_overlap(
+                    models, workers, nominal, threads, say, prio, rounds, latency_us
+                )
+                entry = {
+                    "latency_added_us": latency_us,
+                    **_fit_entry(rows, alpha, bandwidth),
+                    **overlap,
+                    "remeasured": remeasured,
+                    "probe_rounds": rounds,
+                    "date": _today(),
+                    # the PS arena's parts, where measured, kept
+                    **{k: v for k, v in before.items() if k in LATENCY_PS_PARTS},
+                }
+                check = {"nominal_gbps": nominal, **entry}
+                kinds = ("overlap_slowdown", "comm_slowdown")
             check_slowdowns(
-                [{"nominal_gbps": nominal, **entry}],
+                [check],
                 say,
-                kinds=("overlap_slowdown", "comm_slowdown"),
+                kinds=kinds,
                 kept=f"the calibration is unchanged ({latency_us:g} us added)",
             )
             added[latency_key(latency_us)] = entry
 
-    return _add_to_calibration(
-        label, progress, measure, LATENCY_METHOD, LATENCY_MARKER, "added_latency_date"
-    )
+    if part is not None:
+        method, marker = LATENCY_PS_METHOD, LATENCY_PS_MARKER
+    else:
+        method, marker = LATENCY_METHOD, LATENCY_MARKER
+    return _add_to_calibration(label, progress, measure, method, marker, "added_latency_date")
 
 
 def calibrate_compute(
@@ -1296,15 +1378,19 @@ def load_testbed(label: str) -> dict[str, Any]:
 
 
 def network_point(
-    testbed: dict[str, Any], nominal: float | None, added_latency_us: float = 0.0
+    testbed: dict[str, Any],
+    nominal: float | None,
+    added_latency_us: float = 0.0,
+    ps_transport: str | None = None,
 ) -> dict[str, Any]:
     """Calibration ``testbed``'s entry of the network at ``nominal`` Gbit/s (None: loopback);
     with ``added_latency_us``, its values measured with that latency added a way
-    (``added_latency``, ``calibrate_latency``) in place of its own. ``CalibrationMissing``
+    (``added_latency``, ``calibrate_latency``) in place of its own: the all-reduce arena's,
+    or with ``ps_transport`` the PS arena's on that transport. ``CalibrationMissing``
     naming what to measure where it has no such entry."""
     for point in testbed["network"]:
         if point["nominal_gbps"] == nominal:
-            return _with_added_latency(testbed["label"], point, added_latency_us)
+            return _with_added_latency(testbed["label"], point, added_latency_us, ps_transport)
     have = ", ".join(
         "loopback" if p["nominal_gbps"] is None else f"{p['nominal_gbps']:g}"
         for p in testbed["network"]
@@ -1316,25 +1402,42 @@ def network_point(
     )
 
 
-def _with_added_latency(label: str, point: dict[str, Any], latency_us: float) -> dict[str, Any]:
+def _with_added_latency(
+    label: str, point: dict[str, Any], latency_us: float, ps_transport: str | None = None
+) -> dict[str, Any]:
     """``point`` (a network's entry), with its values measured with ``latency_us`` added a way
-    in place of its own (none added: ``point`` itself)."""
+    in place of its own (none added: ``point`` itself): the all-reduce arena's, or with
+    ``ps_transport`` the PS arena's on it (merged into the network's own PS entry there,
+    whose message CPU the entry does not measure: ``LATENCY_PS_METHOD``). The other arena's
+    values stay the network's own."""
     if not latency_us:
         return point
     if point["nominal_gbps"] is None:
         raise CalibrationMissing("latency is added on the shaped network only, not on loopback")
+    part = None if ps_transport is None else fidelity_transport.ps_entry(ps_transport)
     added = point.get("added_latency", {})
-    entry = added.get(latency_key(latency_us))
-    if entry is None:
-        have = ", ".join(f"{float(k):g}" for k in added) or "none"
+
+    def measured(entry: dict[str, Any]) -> bool:
+        return part in entry if part is not None else "bandwidth_gbps" in entry
+
+    entry = added.get(latency_key(latency_us), {})
+    if not measured(entry):
+        have = ", ".join(f"{float(k):g}" for k, e in added.items() if measured(e)) or "none"
+        arena = "" if part is None else f" for the PS arena on the {ps_transport} transport"
+        flag = "" if part is None else f" --ps-transport {ps_transport}"
         raise CalibrationMissing(
             f"calibration '{label}' did not measure {_where(point['nominal_gbps'])} with "
-            f"{latency_us:g} us a way added (added latencies measured: {have}): run `python -m "
-            f"runners calibrate --label {label} --latency-only --added-latency-us "
-            f"{latency_us:g}`"
+            f"{latency_us:g} us a way added{arena} (added latencies measured: {have}): run "
+            f"`python -m runners calibrate --label {label} --latency-only --added-latency-us "
+            f"{latency_us:g}{flag}`"
         )
-    # the entry's own, not the network's values
-    own = ("latency_added_us", "date", "remeasured", "probe_rounds")
+    if part is not None:
+        if part not in point:  # the network's own PS entry: ``_ps_point`` names what to run
+            return point
+        ps = {k: v for k, v in entry[part].items() if k not in ("probe_rounds", "date")}
+        return {**point, part: {**point[part], **ps}}
+    # the entry's own, not the network's values; the PS arena's parts are not the all-reduce's
+    own = ("latency_added_us", "date", "remeasured", "probe_rounds", *LATENCY_PS_PARTS)
     return {**point, **{k: v for k, v in entry.items() if k not in own}}
 
 
@@ -1497,20 +1600,17 @@ def matched_specs(
     transport does; each worker a group of its own (``cluster.jitter_groups``: its own
     transfers and step noise, as the rendezvous twins' workers are).
 
-    ``added_latency_us`` (all-reduce systems, shaped networks; ``cluster.latency_us`` of the
-    real run: netem or the delay line add it): the twin takes the network's values measured
-    with that latency added (``network_point``: the alpha-beta fit and the overlap entries,
-    ``calibrate --latency-only``), not the network's own plus the latency (a twin built that
-    way missed eight such runs by 11.2 %, ``docs/fidelity-history.md``, 2026-12-06); the
-    rest as without it. ``CalibrationMissing`` where the calibration did not measure it, and
-    for a PS system (the PS probes measure no added latency)."""
-    if added_latency_us and registry.get(system).arena == "ps":
-        raise CalibrationMissing(
-            f"{system}: the PS arena's probes measure no added latency (calibrate "
-            "--latency-only measures the all-reduce arena's): a PS run with added latency has "
-            "no twin"
-        )
-    point = network_point(testbed, nominal, added_latency_us)
+    ``added_latency_us`` (shaped networks; ``cluster.latency_us`` of the real run: netem or
+    the delay line add it): the twin takes the network's values measured with that latency
+    added (``network_point``: an all-reduce system's the alpha-beta fit and the overlap
+    entries, ``calibrate --latency-only``; a PS system's the PS transport's probes on
+    ``ps_transport``, ``calibrate --latency-only --ps-transport``, with the message's CPU
+    from the network's own: ``LATENCY_PS_METHOD``), not the network's own plus the latency
+    (an all-reduce twin built that way missed eight such runs by 11.2 %,
+    ``docs/fidelity-history.md``, 2026-12-06); the rest as without it.
+    ``CalibrationMissing`` where the calibration did not measure it."""
+    arena_ps = registry.get(system).arena == "ps"
+    point = network_point(testbed, nominal, added_latency_us, ps_transport if arena_ps else None)
     if latency not in LATENCIES:
         raise ValueError(f"latency must be one of {', '.join(LATENCIES)} (got {latency!r})")
     if host_cpu not in HOST_CPU_TWINS:
@@ -1518,9 +1618,9 @@ def matched_specs(
     label = testbed["label"]
     ps = None
     interference: dict[str, Any] = {}
-    engine = registry.get(system).arena != "ps" and system not in OWN_FRAMEWORKS
+    engine = not arena_ps and system not in OWN_FRAMEWORKS
     inline = engine and _issues_inline(system, model, nominal, testbed, engine_dispatch)
-    if registry.get(system).arena == "ps":  # the PS arena's own measurements
+    if arena_ps:  # the PS arena's own measurements
         ps = _ps_point(point, model, label, ps_transport)
         slowdown = float(ps["overlap_slowdown"][model])
         kind = "busy" if latency == "busy" else "idle"
@@ -1842,7 +1942,7 @@ def fidelity(
     ]
     # with the floor over the host's cores (``mape_with``'s ``floor``; PS twins alone)
     floor = [
-        _floor_twin(s, m, b, testbed, iterations, latency, sim, ps_transport)
+        _floor_twin(s, m, b, testbed, iterations, latency, sim, ps_transport, added_latency_us)
         for (m, b, s), _, sim in checked
     ]
     # the floor's twin charging a push's CPU as it is handed over (``mape_with``'s ``handover``)
@@ -1851,7 +1951,10 @@ def fidelity(
     # (``mape_with``'s ``own_plus_added``: the reconstruction before ``calibrate --latency-only``)
     own_plus = [
         own_plus_added_twin(
-            validate(matched_specs(s, m, b, testbed, iterations, latency)[1]), added_latency_us
+            validate(
+                matched_specs(s, m, b, testbed, iterations, latency, ps_transport=ps_transport)[1]
+            ),
+            added_latency_us,
         )
         if added_latency_us
         else None
@@ -2302,6 +2405,7 @@ def _floor_twin(
     latency: str,
     twin: RunSpec,
     ps_transport: str = "blocking",
+    added_latency_us: float = 0.0,
 ) -> RunSpec | None:
     """The floor's twin of a configuration whose twin (``twin``) shares its host's cores op
     by op (``matched_specs``' ``host_cpu`` ``floor``: ``mape_with``'s ``floor``); None for
@@ -2310,7 +2414,7 @@ def _floor_twin(
         return None
     raw = matched_specs(
         system, model, nominal, testbed, iterations, latency, host_cpu="floor",
-        ps_transport=ps_transport,
+        ps_transport=ps_transport, added_latency_us=added_latency_us,
     )  # fmt: skip
     return validate(raw[1])
 

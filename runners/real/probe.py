@@ -294,6 +294,7 @@ def ps_overlap(
     threads: int = 1,
     comm_priority: str = "normal",
     transport: str = "blocking",
+    latency_us: float = 0.0,
 ) -> PSProbe:
     """The parameter-server arena's ``overlap``, on the real PS arena's transport
     (``runners.real.ps.Channel``: a sender and a receiver thread per process, a header and a
@@ -318,7 +319,8 @@ def ps_overlap(
       (one latency for the push, one for the pull), for reference.
 
     ``transport``: the PS transport the processes use (``real.ps_transport``: ``blocking``,
-    ``Channel``, or ``pipelined``, ``PipelinedChannel``)."""
+    ``Channel``, or ``pipelined``, ``PipelinedChannel``). ``latency_us``: added a way on the
+    shaped testbed, on every process's link (``_launch``)."""
     if servers < 1:
         raise ValueError(f"servers must be at least 1 (got {servers})")
     job = {"ps_model": model, "ps_workers": workers, "steps": steps, "ps_transport": transport}
@@ -326,7 +328,9 @@ def ps_overlap(
 
     def launch(elements: int, window: int, compute: bool = True) -> list[float]:
         job_now = {**job, "elements": elements, "window": window, "compute": compute}
-        return _launch(job_now, world, bandwidth_gbps, work, threads, comm_priority)
+        return _launch(
+            job_now, world, bandwidth_gbps, work, threads, comm_priority, latency_us=latency_us
+        )
 
     alone, busy, _, agg_big = launch(PS_BIG_ELEMENTS, servers)
     _, _, message_busy, agg_small = launch(PS_SMALL_ELEMENTS, servers)

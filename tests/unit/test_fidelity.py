@@ -2047,6 +2047,94 @@ def test_calibrate_latency_only_measures_the_shaped_networks_with_the_latency_ad
     assert json.loads((tmp_path / "cpu.json").read_text()) == stored
 
 
+def test_calibrate_latency_only_with_a_ps_transport_measures_the_ps_arena_with_it(
+    tmp_path, monkeypatch, capsys
+):
+    """``--latency-only --ps-transport T``: at each shaped network, the PS arena's transport
+    probes on T with the latency added (the calibration's PS probe count, the network's PS
+    server count), kept as the latency entry's ``ps`` beside its all-reduce part (each part
+    kept when the other is measured again), dated, said in the method once; the message's
+    CPU is not probed again, so twins take the network's own (``network_point``). Refused
+    where a shaped network has no PS entry on T, and for a slow-down beyond the bound (the
+    calibration unchanged either way)."""
+    from runners.real import testbed as tb
+
+    monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
+    monkeypatch.setattr(tb, "can_shape", lambda: None)
+    doc = {**TESTBED, "method": "m", "profiles": {"vgg16-debug": "vgg16-debug@cpu"}}
+    doc["probe_rounds"] = {"overlap": 3, "ps": 2}
+    (tmp_path / "cpu.json").write_text(json.dumps(doc))
+    argv = ["calibrate", "--label", "cpu", "--latency-only", "--added-latency-us", "2000"]
+    assert cli.main([*argv, "--ps-transport", "blocking"]) == 1  # no PS entry to take CPU from
+    assert "--label cpu --ps-only` first" in capsys.readouterr().err
+    assert json.loads((tmp_path / "cpu.json").read_text()) == doc
+    own_ps = {
+        "servers": 4, "overlap_slowdown": {"vgg16-debug": 0.1},
+        "latency_busy_us": {"vgg16-debug": 500.0}, "latency_idle_us": {"vgg16-debug": 400.0},
+        "server_agg_gbps": 20.0, "message_cpu_us": 300.0, "host_message_cpu_us": 350.0,
+        "host_cpu_ns_per_byte": 2.5,
+    }  # fmt: skip
+    doc["network"] = [doc["network"][0], {**doc["network"][1], "ps": own_ps}]
+    (tmp_path / "cpu.json").write_text(json.dumps(doc))
+    seen = []
+
+    def ps_transport(models, workers, nominal, threads, say, prio, servers, rounds, transport,
+                     latency_us, slow=0.3):  # fmt: skip
+        seen.append((nominal, servers, rounds, transport, latency_us))
+        return {
+            "servers": servers, "overlap_slowdown": {"vgg16-debug": slow},
+            "latency_busy_us": {"vgg16-debug": latency_us + 600.0},
+            "latency_idle_us": {"vgg16-debug": latency_us + 450.0},
+            "server_agg_gbps": 18.0, "server_agg_fixed_us": 50.0,
+        }  # fmt: skip
+
+    def network(workers, nominal, threads, say, prio, latency_us):
+        return [(4096, 0.004), (1 << 20, 0.02), (1 << 22, 0.07)], 2.1e-3, 1e8, False
+
+    def overlap(models, workers, nominal, threads, say, prio, rounds, latency_us):
+        values = {"overlap_slowdown": 0.5, "latency_busy_us": latency_us + 900.0}
+        return {k: {"vgg16-debug": v} for k, v in values.items()}
+
+    monkeypatch.setattr(fidelity, "_probe_ps_transport", ps_transport)
+    monkeypatch.setattr(fidelity, "_probe_network", network)
+    monkeypatch.setattr(fidelity, "_probe_overlap", overlap)
+    assert cli.main(argv) == 0  # the all-reduce arena's part first
+    for _ in range(2):
+        assert cli.main([*argv, "--ps-transport", "blocking"]) == 0
+    assert seen == [(1.0, 4, 2, "blocking", 2000.0)] * 2  # the shaped network alone
+    out = capsys.readouterr().out
+    assert (
+        "with 2000 us a way added: bandwidth 0.800 Gbit/s, latency 2100 us, latency while "
+        "computing vgg16-debug 2900 us  PS arena (4 servers): vgg16-debug +30% (2600 us)" in out
+    )
+    stored = json.loads((tmp_path / "cpu.json").read_text())
+    shaped = stored["network"][1]
+    assert {k: v for k, v in shaped.items() if k != "added_latency"} == doc["network"][1]
+    entry = shaped["added_latency"]["2000"]
+    assert entry["bandwidth_gbps"] == pytest.approx(0.8)  # the all-reduce part kept
+    assert entry["ps"]["probe_rounds"] == 2 and entry["ps"]["date"] == fidelity._today()
+    assert stored["method"].count(fidelity.LATENCY_PS_MARKER) == 1
+    assert stored["method"].count(fidelity.LATENCY_MARKER) == 1
+    assert cli.main(argv) == 0  # the all-reduce part again: the PS part kept
+    again = json.loads((tmp_path / "cpu.json").read_text())["network"][1]["added_latency"]
+    assert again["2000"]["ps"] == entry["ps"]
+    # the PS twin's: the transport's with the latency, the message's CPU the network's own
+    ps = fidelity.network_point(stored, 1.0, 2000.0, "blocking")["ps"]
+    assert ps["latency_idle_us"] == {"vgg16-debug": 2450.0}
+    assert ps["server_agg_fixed_us"] == 50.0 and "probe_rounds" not in ps
+    assert (ps["message_cpu_us"], ps["host_message_cpu_us"]) == (300.0, 350.0)
+    assert fidelity.network_point(stored, 1.0, 2000.0)["ps"] == own_ps  # an all-reduce twin's
+    # a slow-down beyond the simulator's bound: refused, the calibration unchanged
+    before = (tmp_path / "cpu.json").read_text()
+    monkeypatch.setattr(fidelity, "_probe_ps_transport", functools.partial(ps_transport, slow=101))
+    assert cli.main([*argv, "--ps-transport", "blocking"]) == 1
+    assert "2000 us added" in capsys.readouterr().err
+    assert (tmp_path / "cpu.json").read_text() == before
+    # pipelined: the network has no PS entry on it
+    assert cli.main([*argv, "--ps-transport", "pipelined"]) == 1
+    assert "--ps-only --ps-transport pipelined` first" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
@@ -2068,7 +2156,6 @@ def test_calibrate_refuses_an_added_latency_it_cannot_measure(argv, words, capsy
     [
         (["--bandwidths", "1", "--added-latency-us", "20"], "20 us is out of range"),
         (["--bandwidths", "loopback,1", "--added-latency-us", "2000"], "leave loopback out"),
-        (["--systems", "wfbp,p3", "--bandwidths", "1", "--added-latency-us", "2000"], "(p3)"),
     ],
 )
 def test_fidelity_refuses_an_added_latency_its_twins_cannot_have(argv, words, capsys):

@@ -178,7 +178,8 @@ def test_a_run_with_added_latency_takes_the_calibration_s_measurements_with_it(t
     from the network's values measured with that latency (``calibrate --latency-only``), not
     the network's own; its real spec carries the latency. The same spec whose latency was not
     added (the testbed's own) keeps the network's own twin; a PS run with added latency has
-    no twin, and a latency the calibration did not measure names what to run."""
+    no twin while the entry has no PS part (the command names the transport), and a latency
+    the calibration did not measure names what to run."""
     testbed = _with_added_latency(tmp_path, 2000.0)
     entry = testbed["network"][1]["added_latency"]["2000"]
     own = twin.predict(_real("wfbp"), SUMMARY, LABEL, directory=tmp_path)
@@ -200,11 +201,55 @@ def test_a_run_with_added_latency_takes_the_calibration_s_measurements_with_it(t
     assert twin._added_latency(spec, "shaped", None) == 2000.0  # no summary: the spec's
     assert twin._added_latency(_real("wfbp", cluster={"latency_us": 50.0}), "shaped", None) == 0
     ps = _real("ps-default", cluster={"ps": 4, "servers": 4, "latency_us": 2000.0})
-    with pytest.raises(twin.NoTwin, match="PS arena's probes measure no added latency"):
+    with pytest.raises(twin.NoTwin, match="--added-latency-us 2000 --ps-transport blocking`"):
         twin.predict(ps, added, LABEL, directory=tmp_path)
     other = _real("wfbp", cluster={"latency_us": 5000.0})
     with pytest.raises(twin.NoTwin, match="measured: 2000\\): run .*--added-latency-us 5000"):
         twin.predict(other, added, LABEL, directory=tmp_path)
+
+
+def test_a_ps_run_with_added_latency_takes_the_ps_arena_s_measurements_with_it(tmp_path):
+    """A PS run with added latency has its twin from the PS arena's transport probes taken
+    with that latency (``calibrate --latency-only --ps-transport``: the entry's ``ps``) and
+    the message's CPU from the network's own PS entry (not measured with the latency); its
+    bandwidth the network's own (the all-reduce arena's part of the entry is not the PS
+    twin's). A pipelined run needs the entry's ``ps_pipelined``; an all-reduce run needs the
+    all-reduce part, which a PS part alone does not give."""
+    testbed = _with_added_latency(tmp_path, 2000.0)
+    point = testbed["network"][1]
+    own_ps = point["ps"]
+    measured = {
+        "servers": own_ps["servers"],
+        "overlap_slowdown": {m: v + 0.1 for m, v in own_ps["overlap_slowdown"].items()},
+        "latency_busy_us": {m: v + 4000 for m, v in own_ps["latency_busy_us"].items()},
+        "latency_idle_us": {m: v + 3000 for m, v in own_ps["latency_idle_us"].items()},
+        "server_agg_gbps": 2 * own_ps["server_agg_gbps"],
+        "server_agg_fixed_us": 1.0,
+        "probe_rounds": 3,
+        "date": "2026-12-06",
+    }
+    point["added_latency"]["2000"]["ps"] = measured
+    (tmp_path / f"{LABEL}.json").write_text(json.dumps(testbed))
+    spec = _real("ps-default", cluster={"ps": 4, "servers": 4, "latency_us": 2000.0})
+    added = {**SUMMARY, "network": {**SUMMARY["network"], "latency_emulated": True}}
+    cluster = twin.predict(spec, added, LABEL, directory=tmp_path).spec["cluster"]
+    assert cluster["latency_us"] == pytest.approx(measured["latency_idle_us"]["vgg16-debug"])
+    assert cluster["server_agg_gbps"] == pytest.approx(measured["server_agg_gbps"])
+    assert cluster["server_agg_fixed_us"] == pytest.approx(1.0)
+    assert cluster["host_message_cpu_us"] == pytest.approx(own_ps["host_message_cpu_us"])
+    assert cluster["host_cpu_ns_per_byte"] == pytest.approx(own_ps["host_cpu_ns_per_byte"])
+    assert cluster["bandwidth_gbps"] == pytest.approx(point["bandwidth_gbps"])  # not the entry's
+    floor = fidelity.matched_specs("ps-default", "vgg16-debug", 0.25, testbed, host_cpu="floor",
+                                   added_latency_us=2000.0)[1]["cluster"]  # fmt: skip
+    assert floor["overlap_slowdown"] == pytest.approx(measured["overlap_slowdown"]["vgg16-debug"])
+    assert floor["message_cpu_us"] == pytest.approx(own_ps["message_cpu_us"])
+    with pytest.raises(fidelity.CalibrationMissing, match="--ps-transport pipelined`"):
+        fidelity.matched_specs("ps-default", "vgg16-debug", 0.25, testbed,
+                               ps_transport="pipelined", added_latency_us=2000.0)  # fmt: skip
+    del point["added_latency"]["2000"]["bandwidth_gbps"]  # the PS part alone
+    with pytest.raises(fidelity.CalibrationMissing, match="measured: none\\): run .*2000`"):
+        fidelity.matched_specs("wfbp", "vgg16-debug", 0.25, testbed, engine_dispatch="thread",
+                               added_latency_us=2000.0)  # fmt: skip
 
 
 def test_a_spec_that_left_its_network_to_auto_needs_the_run_s_summary():
