@@ -101,3 +101,55 @@ def test_a_set_with_added_latency_runs_it_and_scores_twins_measured_with_it(
     args = ("cpu", ["wfbp"], ["vgg16-debug"], [1.0])
     assert len({path(*args), path(*args, "blocking", 2000.0), path(*args, "blocking", 5000.0)}) == 3
     assert path(*args, "blocking", 0.0) == path(*args)
+
+
+def test_a_ps_set_with_added_latency_scores_twins_from_the_ps_arena_measured_with_it(
+    ps_set,  # noqa: F811 (the fixture imported above)
+    monkeypatch,
+):
+    """A PS system's real runs get the latency; its twins (the default's, the floor's, the
+    other latency models') the PS arena's transport values measured with it (the entry's
+    ``ps``), the message's CPU the network's own; ``own_plus_added`` the network's own PS
+    latency plus the latency; the transport check still probes the host's CPU (without
+    latency: a CPU cost). Without the entry's PS part the set is refused before any run,
+    naming the command with the transport."""
+    from .test_fidelity_transport import FakeProbes
+
+    testbed = fidelity.load_testbed("cpu")
+    shaped = testbed["network"][1]
+    shaped["added_latency"] = {"2000": _entry(copy.deepcopy(shaped), 2000.0)}
+    with pytest.raises(fidelity.CalibrationMissing, match="2000 --ps-transport blocking`"):
+        fidelity.fidelity("cpu", ("ps-default",), ("vgg16-debug",), (1.0,), 5,
+                          added_latency_us=2000.0)  # fmt: skip
+    assert not ps_set.events
+    own = shaped["ps"]
+    with_it = {k: own[k] for k in ("servers", "server_agg_gbps", "server_agg_fixed_us")}
+    with_it["overlap_slowdown"] = {"vgg16-debug": 0.25}
+    with_it["latency_busy_us"] = {"vgg16-debug": 4900.0}
+    with_it["latency_idle_us"] = {"vgg16-debug": 4400.0}
+    shaped["added_latency"]["2000"]["ps"] = {**with_it, "probe_rounds": 3, "date": "2026-12-06"}
+    ps_set.use(FakeProbes([500] * 9, [640] * 9))
+    twins, reals = [], []
+    fake_twin = fidelity._twin
+
+    def seen(real_spec, sim_spec):
+        reals.append(real_spec)
+        twins.append(sim_spec)
+        return fake_twin(real_spec, sim_spec)
+
+    monkeypatch.setattr(fidelity, "_twin", seen)
+    result = fidelity.fidelity(
+        "cpu", ("ps-default",), ("vgg16-debug",), (1.0,), 5, added_latency_us=2000.0,
+        compute_check=False,
+    )  # fmt: skip
+    assert "probe" in ps_set.events and "run ps-default" in ps_set.events
+    assert {r.cluster.latency_us for r in reals} == {2000.0}
+    latencies = {t.cluster.latency_us for t in twins}
+    assert latencies == {4400.0, 4900.0, own["latency_idle_us"]["vgg16-debug"] + 2000.0}
+    own_plus = [t for t in twins if t.cluster.latency_us == 2400.0]
+    assert own_plus and all(t.cluster.overlap_slowdown in (0.0, 0.5) for t in own_plus)
+    floor = [t for t in twins if t.cluster.host_cpu_model == "floor"]
+    assert floor and {t.cluster.overlap_slowdown for t in floor} == {0.25}
+    # the message's CPU: the network's own (the report's twins keep the calibration's)
+    assert own["host_message_cpu_us"] in {t.cluster.host_message_cpu_us for t in twins}
+    assert result["added_latency_us"] == 2000.0 and "own_plus_added" in result["mape_with"]
