@@ -89,7 +89,15 @@ from . import fidelity_transport, registry, resample
 from .fidelity_journal import Journal, fingerprint, kept_as, profiles_fingerprint
 from .manifest import usable_cpus
 from .real.others import FLAG_CORES
-from .spec import SLOWDOWN_MAX, SPLIT_COST_MAX, CommCluster, RunSpec, SpecError, validate
+from .spec import (
+    PS_TRANSPORTS,
+    SLOWDOWN_MAX,
+    SPLIT_COST_MAX,
+    CommCluster,
+    RunSpec,
+    SpecError,
+    validate,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTBEDS_DIR = ROOT / "workloads" / "profiles" / "testbeds"
@@ -1089,8 +1097,8 @@ LATENCY_PS_METHOD = (
     "reconstruction: not measured with it)"
 )
 LATENCY_PS_MARKER = "added latency, PS arena (calibrate --latency-only --ps-transport"
-# an added latency's entries of the PS arena, per transport (``fidelity_transport.ps_entry``)
-LATENCY_PS_PARTS = ("ps", "ps_pipelined")
+# an added latency's entries of the PS arena, one a transport: ``ps``, ``ps_pipelined``
+LATENCY_PS_PARTS = tuple(fidelity_transport.ps_entry(t) for t in PS_TRANSPORTS)
 
 
 def calibrate_latency(

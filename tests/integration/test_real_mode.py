@@ -539,6 +539,22 @@ def test_the_calibration_s_network_probe_pays_the_added_latency(tmp_path):
         probe.probe(2, None, tmp_path / "q", sizes=(4096,), repeats=1, latency_us=2000)
 
 
+def test_the_ps_probe_pays_the_added_latency(tmp_path):
+    """``calibrate --latency-only --ps-transport blocking`` measures the PS transport with the
+    latency added on every process's link: half a 4 KiB push's round trip (the push and its
+    pull each cross a worker's link and a server's) at least one trip, and the time between
+    answers while idle (one push unanswered at a time with one server: a round trip) at
+    least two; nothing left behind. One server, three steps: the smallest layout that has
+    both kinds of process."""
+    from runners.real import probe
+
+    require_root("the emulated network")
+    m = probe.ps_overlap("resnet50-debug", 2, 1, 0.25, tmp_path / "ps", steps=3, latency_us=2000)
+    assert m.half_round_trip_busy_s >= 2e-3, m
+    assert m.message_idle_s >= 4e-3, m
+    assert not _ours() and not _delay_line_pids()
+
+
 def _torchrun_leftovers() -> set[str]:
     """The folders torchrun makes in the temporary folder when not given ``--log-dir``."""
     return {p.name for p in Path(tempfile.gettempdir()).glob("torchelastic_*")}
