@@ -362,9 +362,11 @@ def test_calibrate_ps_only_adds_the_ps_arena_and_keeps_the_rest(tmp_path, monkey
 
     swing = iter([1.0, 3.0, 0.5] * 2)  # each network's probes: their median is the middle
 
-    def fake_ps_overlap(model, workers, servers, nominal, work, threads, comm_priority, transport):
+    def fake_ps_overlap(
+        model, workers, servers, nominal, work, threads, comm_priority, transport, latency_us
+    ):
         assert comm_priority == "normal", "a calibration from before the priority: normal"
-        assert transport == "blocking"
+        assert transport == "blocking" and latency_us == 0.0  # the network's own
         seen.append((model, workers, servers, nominal))
         f = next(swing)
         return probe.PSProbe(
@@ -498,7 +500,9 @@ def test_a_busy_machine_s_slowdown_is_written_as_measured_with_a_warning_or_refu
     (tmp_path / "cpu.json").write_text(json.dumps(doc))
     before = (tmp_path / "cpu.json").read_text()
 
-    def busy_ps_overlap(model, workers, servers, nominal, work, threads, comm_priority, transport):
+    def busy_ps_overlap(
+        model, workers, servers, nominal, work, threads, comm_priority, transport, latency_us
+    ):
         return probe.PSProbe(slowdown, 2e-3, 5e-4, 3e-3, 6e-4, 1e-4)
 
     monkeypatch.setattr(probe, "ps_overlap", busy_ps_overlap)
@@ -1941,7 +1945,8 @@ def test_the_ps_probes_carry_their_transport_to_the_ranks(tmp_path, monkeypatch)
     channel its probe uses (``probe._ps_channel``)."""
     jobs = []
 
-    def launch(job, world, bandwidth, work, threads, comm_priority="normal", horovod=None):
+    def launch(job, world, bandwidth, work, threads, comm_priority="normal", horovod=None,
+               latency_us=0.0):  # fmt: skip
         jobs.append(job)
         return [1.0, 1.5, 2e-3, 1e-4] if "ps_model" in job else [1e-4, 5e-4]
 
