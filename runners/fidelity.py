@@ -2374,10 +2374,11 @@ def _compute_error(rows: list[dict[str, Any]]) -> str:
 
 def own_plus_added_twin(sim: RunSpec, added_latency_us: float) -> RunSpec:
     """``sim``, a twin from the network's own values (measured without the latency), with
-    ``added_latency_us`` added to each of its latencies, a ring step's or a collective's while
-    computing (``busy_latency_us``): the reconstruction before calibrations measured the added
-    latency, which missed eight runs by 11.2 % (``docs/fidelity-history.md``, 2026-12-06);
-    ``fidelity`` scores it as ``mape_with``'s ``own_plus_added``."""
+    ``added_latency_us`` added to each of its latencies, a ring step's, a PS message's or a
+    collective's while computing (``busy_latency_us``): the reconstruction before
+    calibrations measured the added latency, which missed eight all-reduce runs by 11.2 %
+    (``docs/fidelity-history.md``, 2026-12-06); ``fidelity`` scores it as ``mape_with``'s
+    ``own_plus_added``."""
     c = sim.cluster
     busy = None if c.busy_latency_us is None else c.busy_latency_us + added_latency_us
     cluster = dataclasses.replace(
