@@ -1033,12 +1033,14 @@ def _results(spec: RunSpec, ranks: list[dict[str, Any]], network: Network) -> Re
         if all("runq_wait_s" in row for row in rows):  # the training thread's alone
             entry["train_thread_cpu_s"] = statistics.fmean(row["thread_cpu_s"] for row in rows)
             entry["train_runq_wait_s"] = statistics.fmean(row["runq_wait_s"] for row in rows)
-        if "comm_s" in rows[0]:
+        if "wait_s" in rows[0]:  # the lab's engine
             entry["comm_time_s"] = statistics.fmean(row["comm_s"] for row in rows)
             entry["exposed_comm_s"] = statistics.fmean(row["wait_s"] for row in rows)
             entry["negotiations"] = statistics.fmean(row["negotiations"] for row in rows)
-        elif all("sync_s" in row for row in rows):  # Horovod, DDP: only the exposed part seen
+        elif all("sync_s" in row for row in rows):  # Horovod, DDP: their waits in the step
             entry["exposed_comm_s"] = statistics.fmean(row["sync_s"] for row in rows)
+            if all("comm_s" in row for row in rows):  # DDP's timed buckets (``_DDPBuckets``)
+                entry["comm_time_s"] = statistics.fmean(row["comm_s"] for row in rows)
         series.append(entry)
         clock += it_s
     measured = [s for s in series if not s["warmup"]]
@@ -1069,16 +1071,19 @@ def _results(spec: RunSpec, ranks: list[dict[str, Any]], network: Network) -> Re
         "compute_time_s": "s",
         "final_loss": "",
     }
-    if "comm_time_s" in measured[0]:
+    if "negotiations" in measured[0]:
         # The steady iterations' too: the last one's exposed wait includes the drain's.
         for key in ("comm_time_s", "exposed_comm_s"):
             metrics[key] = statistics.fmean(s[key] for s in steady)
             units[key] = "s"
         metrics["negotiations_per_iteration"] = statistics.fmean(s["negotiations"] for s in steady)
         units["negotiations_per_iteration"] = ""
-    elif "exposed_comm_s" in measured[0]:  # Horovod's or DDP's wait (its total: not seen)
+    elif "exposed_comm_s" in measured[0]:  # Horovod's or DDP's wait
         metrics["exposed_comm_s"] = statistics.fmean(s["exposed_comm_s"] for s in steady)
         units["exposed_comm_s"] = "s"
+        if all("comm_time_s" in s for s in steady):  # DDP's buckets (Horovod's: not seen)
+            metrics["comm_time_s"] = statistics.fmean(s["comm_time_s"] for s in steady)
+            units["comm_time_s"] = "s"
     if all("cpu_time_s" in s for s in steady):
         # CPU time a rank's process used per iteration (compute, communication, gloo's
         # threads) and the cores that is: above 1 with threads=1, communication's own

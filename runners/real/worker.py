@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import gc
 import json
+import math
 import os
 import sys
 import time
@@ -282,9 +283,12 @@ def _train(
     total = int(spec["warmup_iterations"]) + int(spec["iterations"])
     lr, momentum = float(train["lr"]), float(train["momentum"])
     own = train.get("framework")  # ddp or horovod: the framework's own implementation
+    step = None
     if own:
-        make_step = _ddp_step if own == "ddp" else _horovod_step
-        step = make_step(model, job, lr, momentum, sync)
+        if own == "ddp":  # its buckets' all-reduces timed, on the timeline
+            step = _ddp_step(model, job, lr, momentum, sync, record, binding)
+        else:
+            step = _horovod_step(model, job, lr, momentum, sync)
         engine = None
     else:
         with priority.of_job(train):
@@ -345,7 +349,7 @@ def _train(
     set_iteration_times(
         iterations,
         finished,
-        engine.stats if engine is not None else None,
+        engine.stats if engine is not None else getattr(step, "stats", None),
         cpu_finished,
         busy_ticks() if rank == 0 else None,
         sched_finished,
@@ -491,7 +495,13 @@ def _train_interleaved(
 
 
 def _ddp_step(
-    model: nn.Module, job: dict[str, Any], lr: float, momentum: float, sync: Callable[[], None]
+    model: nn.Module,
+    job: dict[str, Any],
+    lr: float,
+    momentum: float,
+    sync: Callable[[], None],
+    record: Callable[..., None] | None = None,
+    binding: LayerBinding | None = None,
 ):
     """PyTorch's own DistributedDataParallel with the ``ddp`` entry's bucket sizes (on a GPU:
     its device). DDP waits for the network twice in a step, and on the CPU the step returns
@@ -503,7 +513,19 @@ def _ddp_step(
     the last gradient's accumulation (a hook on every parameter, which runs just before the
     reducer's own) to ``backward``'s return (the reducer's launch of its last bucket, its wait
     and its copies back). On a GPU the hooks see the kernels' launches, not their ends: the
-    waits are not split (None)."""
+    waits are not split (None).
+
+    With ``record`` (a launched run's timeline; on the CPU), DDP's buckets are all-reduced by
+    a communication hook that is PyTorch's own default one (``allreduce_hook``: divide by the
+    world size, all-reduce asynchronously) timed: each bucket's all-reduce from the
+    reducer's call of the hook (or the end of the bucket before it: gloo runs one collective
+    at a time, in order) to its future's completion is a ``network`` row of the timeline,
+    named after the layer (``binding``) of the bucket's first parameter, and the step's
+    ``stats(it)`` gives their sum with the buffers' broadcast (``comm_s``, as the
+    simulator's comm time counts its ``forward_sync``); the broadcast and the model's
+    forward and backward are rows too (``_DDPBuckets.close``). PyTorch documents the default
+    hook as leaving DDP's behaviour unchanged; the hook is Python, called once a bucket. The
+    interleaved bench's DDP has no hook."""
     from torch.nn.parallel import DistributedDataParallel
 
     params = job["spec"]["params"]
@@ -520,9 +542,13 @@ def _ddp_step(
         forward_sync_buffers=bool(params.get("broadcast_buffers", True)),
     )
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    split = device.type != "cuda"
+    timed = None
+    if record is not None and split:
+        buffers = bool(params.get("broadcast_buffers", True)) and any(True for _ in model.buffers())
+        timed = _DDPBuckets(ddp, binding, buffers)
     model_forward = [0.0]  # when the model's own forward began (DDP's buffers synced)
     last_gradient = [0.0]  # when this backward's latest gradient was accumulated
-    split = device.type != "cuda"
     if split:
 
         def forwarding(module: nn.Module, args: Any) -> None:
@@ -546,12 +572,90 @@ def _ddp_step(
         backward_start = last_gradient[0] = time.perf_counter()
         loss.backward()  # the reducer waits here for its buckets' all-reduces
         returned = time.perf_counter()
+        if timed is not None:  # every bucket's future is done: the reducer waited for them
+            timed.close(record, called, model_forward[0], backward_start, last_gradient[0])
         waited = (model_forward[0] - called) + (returned - last_gradient[0]) if split else None
         optimizer.step()
         sync()
         return forward_start, backward_start, time.perf_counter(), loss, waited
 
+    if timed is not None:
+        step.stats = timed.stats  # type: ignore[attr-defined]
     return step
+
+
+class _DDPBuckets:
+    """(``_ddp_step`` with a timeline.) DDP's communication hook, PyTorch's default
+    all-reduce timed: each bucket's issue (the reducer calling the hook) and completion (its
+    future's callback, on gloo's thread) kept per step, then, after the step's backward, laid
+    end to end in issue order (``close``): a collective starts when it was issued or when the
+    one ahead of it ended, whichever is later, and ends no earlier than it started (the
+    callbacks may run out of order; gloo completes them in order)."""
+
+    def __init__(self, ddp: nn.Module, binding: LayerBinding | None, buffers: bool) -> None:
+        self.world = dist.get_world_size()
+        self.buffers = buffers  # DDP broadcasts the model's buffers in its forward
+        self.layer_of: dict[int, str] = {}
+        if binding is not None:
+            pairs = zip(binding.names, binding.params, strict=True)
+            self.layer_of = {id(p): name for name, own in pairs for p in own}
+        self.it = 0  # the step (the launched run's iteration) the buckets belong to
+        self.issued: list[list[float]] = []  # [issue, done, bytes], in issue order
+        self.labels: list[str] = []
+        self.comm: dict[int, float] = {}
+        ddp.register_comm_hook(None, self.hook)
+
+    def hook(self, state, bucket):  # no annotations: DDP checks them (below)
+        """DDP's communication hook (``register_comm_hook``, which refuses annotations other
+        than ``dist.GradBucket`` and ``Future[Tensor]``: none here, as this module's are
+        strings)."""
+        tensor = bucket.buffer()
+        entry = [time.perf_counter(), math.nan, float(tensor.numel() * tensor.element_size())]
+        params = bucket.parameters()
+        self.labels.append(self.layer_of.get(id(params[0]), "") if params else "")
+        self.issued.append(entry)
+        tensor.div_(self.world)  # as ``allreduce_hook``: before, against overflow
+
+        def done(fut: torch.futures.Future) -> torch.Tensor:
+            entry[1] = time.perf_counter()
+            return fut.value()[0]
+
+        return dist.all_reduce(tensor, async_op=True).get_future().then(done)
+
+    def close(
+        self,
+        record: Callable[..., None],
+        called: float,
+        model_forward: float,
+        backward_start: float,
+        last_gradient: float,
+    ) -> None:
+        """The step as timeline rows of iteration ``it``, then the next step: DDP's own
+        forward until the model's (``called`` to ``model_forward``: its buffers' broadcast,
+        where it has buffers to sync), the model's forward with the loss and its backward to
+        the last gradient as two ``compute`` rows (the whole model's, not per layer), and
+        the buckets' all-reduces."""
+        it = self.it
+        total, ahead = 0.0, 0.0
+        if self.buffers:  # the simulator's ``forward_sync``, counted in its comm time too
+            record(it, "network", "broadcast", "buffers", called, model_forward, 0)
+            total = model_forward - called
+        record(it, "compute", "forward", "model", model_forward, backward_start, 0)
+        record(it, "compute", "backward", "model", backward_start, last_gradient, 0)
+        for (issue, done, nbytes), label in zip(self.issued, self.labels, strict=True):
+            start = max(issue, ahead)
+            end = max(done, start) if not math.isnan(done) else start
+            record(it, "network", "allreduce", label, start, end, int(nbytes))
+            total += end - start
+            ahead = end
+        self.comm[it] = total
+        self.issued, self.labels = [], []
+        self.it += 1
+
+    def stats(self, it: int) -> dict[str, float]:
+        """Iteration ``it``'s communication time: its buckets' all-reduces, end to end, and
+        its buffers' broadcast."""
+        return {"comm_s": self.comm[it]} if it in self.comm else {}
 
 
 def settle_gc() -> None:

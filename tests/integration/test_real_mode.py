@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import workloads
 from runners.execute import run_to_directory
 from runners.real import launch, testbed
 from runners.spec import SpecError, validate
@@ -159,7 +160,7 @@ def test_exact_schedulers_match_single_process_sgd(system, params, tmp_path, mon
     series = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert [s["iteration"] for s in series] == list(range(STEPS))
     assert all(s["loss"] > 0 for s in series)
-    if system not in ("ddp", "horovod"):  # our engine: its plan's collectives are on the timeline
+    if system != "horovod":  # our engine's plan's collectives, DDP's buckets: on the timeline
         rows = (tmp_path / "run" / "timeline.csv").read_text().splitlines()
         lanes = {row["resource"] for row in csv.DictReader(rows)}
         # every rank's lanes, named per worker
@@ -167,9 +168,19 @@ def test_exact_schedulers_match_single_process_sgd(system, params, tmp_path, mon
         for row in csv.DictReader(rows):  # the Gantt chart refuses anything else
             assert float(row["end_s"]) >= float(row["start_s"]), row
         assert metrics["comm_time_s"] > 0
+    if system == "ddp":  # PyTorch's own, its default all-reduce hook timed (``_DDPBuckets``)
+        ops = {(row["op"], row["layer"]) for row in csv.DictReader(rows)}
+        layers = {layer for op, layer in ops if op == "allreduce"}
+        # each bucket named after its first parameter's layer: 200 kB buckets, several
+        names = {layer.name for layer in workloads.load_profile(MODEL).layers}
+        assert len(layers) >= 2 and layers <= names, ops
+        assert {("forward", "model"), ("backward", "model")} <= ops, ops
+        assert "negotiations_per_iteration" not in metrics
+        assert 0 <= metrics["exposed_comm_s"] < metrics["iteration_time_s"]
+    elif system != "horovod":
         negotiated = system in ("bytescheduler", "pace", "dear")
         assert (metrics["negotiations_per_iteration"] > 0) == negotiated
-    elif system == "horovod":  # its wait in the step only (``synchronize``)
+    else:  # its wait in the step only (``synchronize``)
         assert 0 <= metrics["exposed_comm_s"] < metrics["iteration_time_s"]
 
 
@@ -813,6 +824,11 @@ def test_pytorch_s_ddp_trains_a_model_with_buffers_through_the_run_command(tmp_p
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert len(rows) == STEPS
     assert all(row["exposed_comm_s"] > 0 for row in rows), rows  # the broadcast and buckets
+    # on the timeline, each step's broadcast before the model's forward, as its twin has it
+    timeline = list(csv.DictReader((tmp_path / "run" / "timeline.csv").open()))
+    broadcasts = [r for r in timeline if (r["op"], r["layer"]) == ("broadcast", "buffers")]
+    assert {r["resource"] for r in broadcasts} == {"network[w0]", "network[w1]"}, timeline[:5]
+    assert summary["metrics"]["comm_time_s"] > 0
 
 
 def _launch(raw: dict, tmp_path: Path, stderr: int) -> subprocess.Popen[str]:

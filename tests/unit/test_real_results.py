@@ -113,6 +113,30 @@ def test_horovod_s_wait_in_its_step_is_exposed_communication_not_compute():
     assert plain.metrics["compute_time_s"] == pytest.approx(0.004)
 
 
+def test_ddp_s_timed_buckets_give_its_communication_time_beside_its_wait():
+    """DDP's rows carry its wait in the step (``sync_s``) and, on the CPU, its buckets'
+    all-reduces end to end (``comm_s``, its timed communication hook): both reported, the
+    steady iterations' means; no negotiations (the lab's engine's alone)."""
+    times = [0.020] * 4
+    ranks = []
+    for r in range(2):
+        rank = _rank(times, drain=0.0, compute=0.010)
+        for i, row in enumerate(rank["iterations"]):
+            row.update(sync_s=0.002, comm_s=0.006 + 0.001 * r + (0.010 if i == 4 else 0.0))
+        ranks.append(rank)
+    result = launch._results(_spec(4), ranks, launch.Network("loopback"))
+    assert result.metrics["comm_time_s"] == pytest.approx(0.0065)  # iterations 1-3
+    assert result.units["comm_time_s"] == "s"
+    assert result.metrics["exposed_comm_s"] == pytest.approx(0.002)
+    assert "negotiations_per_iteration" not in result.metrics
+    assert result.series[-1]["comm_time_s"] == pytest.approx(0.0165)
+    # one rank's row without it (a record from before the hook): no total reported
+    ranks[1]["iterations"][2].pop("comm_s")
+    partial = launch._results(_spec(4), ranks, launch.Network("loopback"))
+    assert "comm_time_s" not in partial.metrics
+    assert partial.metrics["exposed_comm_s"] == pytest.approx(0.002)
+
+
 def test_a_drain_as_long_as_the_rest_does_not_move_the_mean():
     times = [0.020] * 5
     fast = launch._results(_spec(5), [_rank(times, 0.0)] * 2, launch.Network("loopback"))
