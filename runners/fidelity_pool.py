@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from . import fidelity, resample
+from . import fidelity, registry, resample
 from .fidelity import network_name
 from .fidelity_journal import Journal, KeptRun, _plain, journal_label
 from .spec import SpecError, validate
@@ -195,6 +195,8 @@ def pool(
     configs: list[dict[str, Any]] = []
     per_set: list[list[dict[str, Any]]] = [[] for _ in books]
     checked = True  # every run of every journal has its checks (``--check-each-run``)
+    transports: set[str] = set()  # the PS configurations' (reported as ``fidelity``'s are)
+    added_latencies: set[float] = set()
     for n, config in enumerate(every, start=1):
         system, model, nominal = config
         mine = [(book.path, h[config]) for book, h in zip(books, held, strict=True)]
@@ -204,6 +206,9 @@ def pool(
         first = next(spec for _, held_runs in mine for spec, _ in held_runs)
         transport = (first.get("real") or {}).get("ps_transport", "blocking")
         added = float((first.get("cluster") or {}).get("latency_us", 0.0))
+        if registry.get(system).arena == "ps":
+            transports.add(transport)
+        added_latencies.add(added)
         real_raw, sim_raw = fidelity.matched_specs(
             system, model, nominal, testbed, iterations, latency, ps_transport=transport,
             added_latency_us=added,
@@ -247,6 +252,12 @@ def pool(
         mape_with=with_,
     )
     runs_alone = result["mape_ci_pct"]
+    # what fidelity's own report says of its set: the PS transport, the added latency (one
+    # of each: a set's runs share them, and pooled runs match their configuration's spec)
+    if transports:
+        (result["ps_transport"],) = transports
+    if any(added_latencies):
+        (result["added_latency_us"],) = added_latencies
 
     def by_sets(system: str | None) -> tuple[float, float] | None:
         return sets_interval(

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from runners import fidelity, fidelity_journal
+from runners import fidelity, fidelity_journal, fidelity_pool
 from runners.real import launch
 
 from .test_fidelity_transport import ps_set  # noqa: F401 (the fixture)
@@ -96,6 +96,13 @@ def test_a_set_with_added_latency_runs_it_and_scores_twins_measured_with_it(
     assert "own_plus_added 10.0%" in fidelity.format_report(result)
     assert result["added_latency_us"] == 2000.0 and result["mape_pct"] == pytest.approx(10.0)
     assert "added latency: 2000 us a way in every real run" in fidelity.format_report(result)
+    # pooled with another set of it (``fidelity-pool``), the report says the latency too
+    again = tmp_path / "again.journal.jsonl"
+    again.write_bytes(journal.read_bytes())
+    pooled = fidelity_pool.pool([journal, again])
+    assert pooled["added_latency_us"] == 2000.0 and "ps_transport" not in pooled
+    text = fidelity_pool.format_pool(pooled)
+    assert "added latency: 2000 us a way in every real run" in text
     # its own journal: not the one of the same set without latency, nor of another latency
     path = fidelity_journal.default_path
     args = ("cpu", ["wfbp"], ["vgg16-debug"], [1.0])
@@ -105,6 +112,7 @@ def test_a_set_with_added_latency_runs_it_and_scores_twins_measured_with_it(
 
 def test_a_ps_set_with_added_latency_scores_twins_from_the_ps_arena_measured_with_it(
     ps_set,  # noqa: F811 (the fixture imported above)
+    tmp_path,
     monkeypatch,
 ):
     """A PS system's real runs get the latency; its twins (the default's, the floor's, the
@@ -138,9 +146,10 @@ def test_a_ps_set_with_added_latency_scores_twins_from_the_ps_arena_measured_wit
         return fake_twin(real_spec, sim_spec)
 
     monkeypatch.setattr(fidelity, "_twin", seen)
+    journal = tmp_path / "ps.journal.jsonl"
     result = fidelity.fidelity(
         "cpu", ("ps-default",), ("vgg16-debug",), (1.0,), 5, added_latency_us=2000.0,
-        compute_check=False,
+        compute_check=False, journal=journal,
     )  # fmt: skip
     assert "probe" in ps_set.events and "run ps-default" in ps_set.events
     assert {r.cluster.latency_us for r in reals} == {2000.0}
@@ -153,3 +162,10 @@ def test_a_ps_set_with_added_latency_scores_twins_from_the_ps_arena_measured_wit
     # the message's CPU: the network's own (the report's twins keep the calibration's)
     assert own["host_message_cpu_us"] in {t.cluster.host_message_cpu_us for t in twins}
     assert result["added_latency_us"] == 2000.0 and "own_plus_added" in result["mape_with"]
+    # pooled with another set of it (``fidelity-pool``): the report names the transport and
+    # the latency, as the set's own does
+    again = tmp_path / "again.journal.jsonl"
+    again.write_bytes(journal.read_bytes())
+    pooled = fidelity_pool.pool([journal, again])
+    assert pooled["ps_transport"] == "blocking" and pooled["added_latency_us"] == 2000.0
+    assert "added latency: 2000 us a way" in fidelity_pool.format_pool(pooled)
