@@ -19,6 +19,7 @@ from lab.experiments.forms import (
     CLUSTER_KEYS,
     CLUSTER_SWEEP_KEYS,
     FIELD_ARENA,
+    REAL_KEY_ARENAS,
     REAL_KEYS,
     STRAGGLER_NAMES,
     TRACE_FILE_KEYS,
@@ -116,6 +117,12 @@ def _form_data(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[str
             if key in cluster and arena not in (None, only):
                 errors[f"cluster.{key}"] = [
                     f"used by the {ARENA_NAMES[only]} arena only ({system} is in the {arena} arena)"
+                ]
+        for key, on in REAL_KEY_ARENAS.items():  # the form drops them elsewhere: refuse them
+            if key in real and arena is not None and arena not in on:
+                names = " and ".join(ARENA_NAMES[a] for a in on)
+                errors[f"real.{key}"] = [
+                    f"used by the {names} arena only ({system} is in the {arena} arena)"
                 ]
         if "trace" in body:
             errors["trace"] = ["only for a system of the cluster arena"]

@@ -49,6 +49,15 @@ REAL_KEYS = (
     "network", "dataset", "lr", "momentum", "implementation", "gpus", "gpu_model", "nodes",
     "comm_priority", "device", "dispatch", "ps_transport",
 )  # fmt: skip
+# The real keys of one arena alone (the others are both's): the form hides them for the other
+# arena's systems and ignores them there (the spec refuses them: real.ps_transport other than
+# blocking outside the PS arena, real.nodes over 1 outside the all-reduce arena).
+REAL_KEY_ARENAS = {
+    "implementation": ("allreduce",),  # PyTorch's DDP or Horovod, or the lab's engine
+    "nodes": ("allreduce",),
+    "dispatch": ("allreduce",),  # the lab's engine's
+    "ps_transport": ("ps",),
+}
 # Spec cluster fields the portal does not offer, each with why (the API answers with it).
 CLI_ONLY_CLUSTER_KEYS = {
     "optimizer_update": "needs a measured profile (cluster.gpu measured:<label>), which the "
@@ -594,8 +603,12 @@ class ExperimentForm(_ClusterArenaFields):
         return [self[f"trace_{key}"] for key in TRACE_KEYS]
 
     @property
-    def real_fields(self) -> list[forms.BoundField]:
-        return [self[f"real_{key}"] for key in REAL_KEYS]
+    def real_fields(self) -> list[tuple[forms.BoundField, str]]:
+        """Each real field with the arenas it applies to (``data-arenas``)."""
+        return [
+            (self[f"real_{key}"], " ".join(REAL_KEY_ARENAS.get(key, ("allreduce", "ps"))))
+            for key in REAL_KEYS
+        ]
 
     @property
     def cluster_arena_fields(self) -> list[forms.BoundField]:
@@ -658,6 +671,8 @@ class ExperimentForm(_ClusterArenaFields):
         ignored = list(COMM_ONLY if arena == "cluster" else CLUSTER_ARENA_ONLY)
         if data.get("mode") != "real" or arena == "cluster":
             ignored += [f"real_{key}" for key in REAL_KEYS]
+        else:  # another arena's real field (hidden, its value posted as it was left)
+            ignored += [f"real_{k}" for k, on in REAL_KEY_ARENAS.items() if arena not in on]
         for name in ignored:
             self.errors.pop(name, None)  # another arena's or mode's field: not checked or used
             data.pop(name, None)

@@ -112,6 +112,14 @@ def test_a_member_trains_for_real_from_the_portal(page, portal):
     assert not page.is_visible("#real-fields")
     page.select_option("#id_mode", "real")
     assert page.is_visible("#real-fields")
+    # each arena's own real fields: the lab engine's dispatch, the PS transport
+    assert page.is_visible("#field-real_dispatch") and page.is_visible("#field-real_nodes")
+    assert not page.is_visible("#field-real_ps_transport")
+    page.select_option("#id_system", "ps-default")
+    assert page.is_visible("#field-real_ps_transport")
+    assert not page.is_visible("#field-real_dispatch") and not page.is_visible("#field-real_nodes")
+    assert page.is_visible("#field-real_comm_priority")  # both arenas'
+    page.select_option("#id_system", "wfbp")
     ticked = [b.get_attribute("value") for b in page.locator("input[name=baselines]:checked").all()]
     for baseline in ticked:
         if baseline != "ddp":

@@ -106,6 +106,42 @@ def test_the_api_refuses_a_real_experiment_this_machine_cannot_run(client, token
     assert not Experiment.objects.exists()
 
 
+@pytest.mark.parametrize(
+    ("system", "key", "value", "only"),
+    [
+        ("wfbp", "ps_transport", "pipelined", "parameter-server"),
+        ("ps-default", "dispatch", "thread", "all-reduce"),
+        ("ps-default", "nodes", 2, "all-reduce"),
+    ],
+)
+def test_the_api_refuses_another_arena_s_real_field(client, token, system, key, value, only):
+    """The form hides and ignores a real field of the other arena; the API refuses it,
+    naming the field, rather than dropping it."""
+    baselines = ["ddp"] if system == "wfbp" else []
+    body = {**BODY, "system": system, "baselines": baselines, "real": {key: value}}
+    response = post(client, body, token)
+    assert response.status_code == 400, response.content
+    (message,) = response.json()["errors"][f"real.{key}"]
+    assert f"used by the {only} arena only" in message and system in message
+    assert not Experiment.objects.exists()
+
+
+def test_the_form_ignores_a_hidden_real_field_of_the_other_arena(client, user):
+    """A member who chose the pipelined PS transport, then an all-reduce system: the hidden
+    field still posts its value, which the form leaves out of the runs (the spec would refuse
+    it for wfbp) instead of showing an error on a field the member cannot see."""
+    from lab.api.views import _form_data
+
+    client.force_login(user)
+    form, errors = _form_data({**BODY, "real": {**BODY["real"], "dispatch": "thread"}})
+    assert not errors
+    form["real_ps_transport"] = "pipelined"  # left so when a PS system was chosen
+    response = client.post("/experiments/new/", form)
+    assert response.status_code == 302, response.context["form"].errors
+    experiment = Experiment.objects.get()
+    assert "ps_transport" not in experiment.real and experiment.real["dispatch"] == "thread"
+
+
 def test_a_simulated_experiment_ignores_the_real_fields(client, token):
     response = post(client, {**BODY, "mode": "sim", "real": {"network": "satellite"}}, token)
     assert response.status_code == 201, response.content
