@@ -1,7 +1,8 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponseRedirect, JsonResponse
+from django.templatetags.static import static
 from django.urls import include, path
 
 from lab.api import views as api
@@ -13,6 +14,12 @@ from lab.runs import views as runs
 @login_not_required
 def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"ok": True})
+
+
+@login_not_required
+def favicon(request: HttpRequest) -> HttpResponseRedirect:
+    """Where a browser asks on its own (a page without the icon link: JSON, a file)."""
+    return HttpResponseRedirect(static("lab/favicon.svg"))
 
 
 urlpatterns = [
@@ -40,4 +47,5 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
+    path("favicon.ico", favicon, name="favicon"),
 ]

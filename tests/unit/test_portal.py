@@ -82,7 +82,12 @@ def test_every_page_requires_login(client, name):
 
 
 def test_the_login_page_is_public(client):
-    assert client.get(reverse("login")).status_code == 200
+    page = client.get(reverse("login"))
+    assert page.status_code == 200
+    # the icon every page links, also where a browser asks for it on its own (no 404)
+    assert 'rel="icon" href="/static/lab/favicon.svg"' in page.content.decode()
+    icon = client.get("/favicon.ico")
+    assert icon.status_code == 302 and icon.url == "/static/lab/favicon.svg"
 
 
 def test_posts_without_a_csrf_token_are_refused(user, config):
