@@ -47,7 +47,7 @@ _MESSAGE_CPU_AT_LABELS = {  # ``cluster.message_cpu_at``'s choices, as the form 
 _REAL = run_spec.RealOptions()
 REAL_KEYS = (
     "network", "dataset", "lr", "momentum", "implementation", "gpus", "gpu_model", "nodes",
-    "comm_priority", "device", "dispatch", "ps_transport",
+    "comm_priority", "device", "dispatch", "ps_transport", "ddp_timeline",
 )  # fmt: skip
 # The real keys of one arena alone (the others are both's): the form hides them for the other
 # arena's systems and ignores them there (the spec refuses them: real.ps_transport other than
@@ -57,6 +57,7 @@ REAL_KEY_ARENAS = {
     "nodes": ("allreduce",),
     "dispatch": ("allreduce",),  # the lab's engine's
     "ps_transport": ("ps",),
+    "ddp_timeline": ("allreduce",),  # PyTorch's DDP's
 }
 # Spec cluster fields the portal does not offer, each with why (the API answers with it).
 CLI_ONLY_CLUSTER_KEYS = {
@@ -571,6 +572,14 @@ class ExperimentForm(_ClusterArenaFields):
         "comes (every message waits a round trip of the network); pipelined, receives posted "
         "ahead for every peer (its simulator twin needs a calibration that measured it: "
         "calibrate --ps-only --ps-transport pipelined)",
+    )
+    real_ddp_timeline = forms.BooleanField(
+        required=False,
+        label="DDP's timeline",
+        initial=_REAL.ddp_timeline,
+        help_text="PyTorch's DDP runs: time its buckets' all-reduces through PyTorch's default "
+        "communication hook, for a timeline and the communication time (off: DDP as PyTorch "
+        "runs it, no hook; the other systems record theirs anyway)",
     )
     params = forms.JSONField(
         required=False,

@@ -545,6 +545,7 @@ def _run(
             "comm_priority": prio,
             "device": device,
             "dispatch": options.dispatch,  # the lab's engine's (runners.real.engine)
+            "ddp_timeline": options.ddp_timeline,  # PyTorch's DDP's buckets timed (worker)
         },
         "timeline": window,
         "timeout_s": COLLECTIVE_TIMEOUT_S,

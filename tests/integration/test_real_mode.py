@@ -121,6 +121,7 @@ def _each_iteration_holds_its_compute_and_wait(run_dir: Path) -> None:
         *EXACT_SCHEDULERS,
         ("horovod", {"fusion_threshold_bytes": 100_000, "cycle_time_ms": 1.0}),
         ("ddp-lab-thread", {"bucket_bytes": 200_000, "first_bucket_bytes": 50_000}),
+        ("ddp-timed", {"bucket_bytes": 200_000, "first_bucket_bytes": 50_000}),
         ("wfbp-thread", {}),
     ],
 )
@@ -128,7 +129,8 @@ def test_exact_schedulers_match_single_process_sgd(system, params, tmp_path, mon
     """``ddp-lab``: DDP's buckets executed by the lab's engine (``real.implementation: lab``),
     the configuration the engine-overhead benchmark times against PyTorch's own DDP.
     ``-thread``: the engine's communication thread issues what ``dispatch: auto`` issues
-    from the gradient hooks."""
+    from the gradient hooks. ``ddp-timed``: PyTorch's DDP with ``real.ddp_timeline``, its
+    buckets all-reduced by PyTorch's default hook with timers (the same maths)."""
     if system == "horovod":
         require_horovod()
     real: dict = {}
@@ -136,10 +138,12 @@ def test_exact_schedulers_match_single_process_sgd(system, params, tmp_path, mon
         system, real = system.removesuffix("-thread"), {"dispatch": "thread"}
     if system == "ddp-lab":  # the lab's engine: its collectives are on the timeline (below)
         raw = _spec("ddp", params, implementation="lab", **real)
+    elif system == "ddp-timed":
+        raw = _spec("ddp", params, ddp_timeline=True)
     else:
         raw = _spec(system, params, **real)
     summary, (rank0, rank1) = _run(raw, tmp_path / "run", monkeypatch)
-    if system in ("ddp", "horovod"):  # the framework's own implementation
+    if system in ("ddp", "ddp-timed", "horovod"):  # the framework's own implementation
         assert summary["engine_dispatch"] == ""
     else:  # from the hooks where the plan sends in release order with no credit limit
         inline = system in ("wfbp", "ddp-lab") and not real
@@ -160,7 +164,7 @@ def test_exact_schedulers_match_single_process_sgd(system, params, tmp_path, mon
     series = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert [s["iteration"] for s in series] == list(range(STEPS))
     assert all(s["loss"] > 0 for s in series)
-    if system != "horovod":  # our engine's plan's collectives, DDP's buckets: on the timeline
+    if system not in ("ddp", "horovod"):  # the engine's collectives, DDP's timed buckets
         rows = (tmp_path / "run" / "timeline.csv").read_text().splitlines()
         lanes = {row["resource"] for row in csv.DictReader(rows)}
         # every rank's lanes, named per worker
@@ -168,7 +172,11 @@ def test_exact_schedulers_match_single_process_sgd(system, params, tmp_path, mon
         for row in csv.DictReader(rows):  # the Gantt chart refuses anything else
             assert float(row["end_s"]) >= float(row["start_s"]), row
         assert metrics["comm_time_s"] > 0
-    if system == "ddp":  # PyTorch's own, its default all-reduce hook timed (``_DDPBuckets``)
+    if system == "ddp":  # as PyTorch runs it, without a hook: its total comm not seen
+        assert "comm_time_s" not in metrics
+        timeline = tmp_path / "run" / "timeline.csv"
+        assert not timeline.exists() or "allreduce" not in timeline.read_text()
+    elif system == "ddp-timed":  # its default all-reduce hook timed (``_DDPBuckets``)
         ops = {(row["op"], row["layer"]) for row in csv.DictReader(rows)}
         layers = {layer for op, layer in ops if op == "allreduce"}
         # each bucket named after its first parameter's layer: 200 kB buckets, several
@@ -817,7 +825,7 @@ def test_pytorch_s_ddp_trains_a_model_with_buffers_through_the_run_command(tmp_p
     (``forward_sync``), which PyTorch's DDP does itself. Its job file once refused that plan
     (the lab's engine's check), so no real ``ddp`` run on such a model started, and
     ``fidelity`` stopped at its first one."""
-    raw = _spec("ddp", dataset="synthetic")
+    raw = _spec("ddp", dataset="synthetic", ddp_timeline=True)  # its timeline too (below)
     raw["workload"] = "resnet50-debug"
     summary = run_to_directory(validate(raw), tmp_path / "run", ["test"])
     assert summary["metrics"]["iteration_time_s"] > 0

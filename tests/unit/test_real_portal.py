@@ -112,6 +112,7 @@ def test_the_api_refuses_a_real_experiment_this_machine_cannot_run(client, token
         ("wfbp", "ps_transport", "pipelined", "parameter-server"),
         ("ps-default", "dispatch", "thread", "all-reduce"),
         ("ps-default", "nodes", 2, "all-reduce"),
+        ("ps-default", "ddp_timeline", True, "all-reduce"),
     ],
 )
 def test_the_api_refuses_another_arena_s_real_field(client, token, system, key, value, only):
@@ -124,6 +125,15 @@ def test_the_api_refuses_another_arena_s_real_field(client, token, system, key, 
     (message,) = response.json()["errors"][f"real.{key}"]
     assert f"used by the {only} arena only" in message and system in message
     assert not Experiment.objects.exists()
+
+
+def test_the_api_takes_ddp_s_timeline_for_an_all_reduce_experiment(client, token):
+    body = {**BODY, "real": {**BODY["real"], "ddp_timeline": True}}
+    response = post(client, body, token)
+    assert response.status_code == 201, response.content
+    experiment = Experiment.objects.get()
+    assert experiment.real["ddp_timeline"] is True
+    assert {run.spec["real"].get("ddp_timeline") for run in experiment.runs.all()} == {True}
 
 
 def test_the_form_ignores_a_hidden_real_field_of_the_other_arena(client, user):

@@ -239,6 +239,16 @@ BAD_SPECS = [
         "real.ps_transport",
     ),
     (
+        "real-ddp-timeline-of-the-ps-arena",
+        with_changes(ps_cluster(), mode="real", real={"ddp_timeline": True}),
+        "real.ddp_timeline",
+    ),
+    (
+        "real-ddp-timeline-not-a-bool",
+        with_changes(mode="real", real={"ddp_timeline": "yes"}),
+        "real.ddp_timeline",
+    ),
+    (
         "real-ps-transport-of-the-allreduce-arena",
         with_changes(mode="real", real={"ps_transport": "pipelined"}),
         "real.ps_transport",
@@ -599,3 +609,17 @@ def test_the_ps_transport_defaults_to_blocking_and_takes_pipelined():
     spec = validate(with_changes(ps_cluster(), mode="real", real={"ps_transport": "pipelined"}))
     assert spec.real.ps_transport == "pipelined"
     assert validate(spec.as_dict()).real.ps_transport == "pipelined"  # round trip
+
+
+def test_ddp_s_timeline_is_off_by_default_and_left_out_of_the_spec_there():
+    """``real.ddp_timeline``: off, DDP as PyTorch runs it (no hook), and the key left out of
+    the spec's dict (older specs and fidelity's journals keep matching); on, kept through
+    a round trip, for any system of the all-reduce arena (one experiment's options serve
+    ddp and its neighbours)."""
+    plain = validate(with_changes(system="ddp", mode="real"))
+    assert plain.real.ddp_timeline is False
+    assert "ddp_timeline" not in plain.as_dict()["real"]
+    for system in ("ddp", "wfbp"):
+        timed = validate(with_changes(system=system, mode="real", real={"ddp_timeline": True}))
+        assert timed.real.ddp_timeline is True
+        assert validate(timed.as_dict()).real.ddp_timeline is True
