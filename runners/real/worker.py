@@ -525,10 +525,10 @@ def _ddp_step(
     first parameter, and the step's ``stats(it)`` gives their sum with the buffers'
     broadcast (``comm_s``, as the simulator's comm time counts its ``forward_sync``); the
     broadcast and the model's forward and backward are rows too (``_DDPBuckets.close``).
-    PyTorch documents the default hook as leaving DDP's results unchanged; its timing may differ (a
-    Python call a bucket; in an A/B here the hooked step was shorter in 11 of 14 comparisons,
-    median -5.6 %), so
-    without ``real.ddp_timeline`` DDP runs hookless, as PyTorch runs it."""
+    PyTorch documents the default hook as leaving DDP's results unchanged; its timing may
+    differ (a Python call a bucket; in an A/B here the hooked step was shorter in 11 of 14
+    comparisons, median -5.6 %), so without ``real.ddp_timeline`` DDP runs hookless, as
+    PyTorch runs it."""
     from torch.nn.parallel import DistributedDataParallel
 
     params = job["spec"]["params"]
