@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django import forms
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
@@ -92,6 +93,9 @@ def _form_data(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[str
     for key in REAL_KEYS:
         if key in real:
             data[f"real_{key}"] = real[key]
+            boolean = isinstance(ExperimentForm.base_fields[f"real_{key}"], forms.BooleanField)
+            if boolean and not isinstance(real[key], bool):  # the form's would take "yes"
+                errors[f"real.{key}"] = [f"must be true or false (got {real[key]!r})"]
     if "params" in body:
         data["params"] = json.dumps(body["params"])
     seeds = body.get("seeds")

@@ -134,6 +134,10 @@ def test_the_api_takes_ddp_s_timeline_for_an_all_reduce_experiment(client, token
     experiment = Experiment.objects.get()
     assert experiment.real["ddp_timeline"] is True
     assert {run.spec["real"].get("ddp_timeline") for run in experiment.runs.all()} == {True}
+    # a string is not a bool (the form's field alone would read "no" as true)
+    bad = post(client, {**body, "real": {"ddp_timeline": "no"}}, token)
+    assert bad.status_code == 400
+    assert bad.json()["errors"]["real.ddp_timeline"] == ["must be true or false (got 'no')"]
 
 
 def test_the_form_ignores_a_hidden_real_field_of_the_other_arena(client, user):
