@@ -403,10 +403,9 @@ class RealOptions:
         reducer does not show (``runners.real.worker._DDPBuckets``). The all-reduce arena's
         other runs (the lab's engine: their timeline is recorded anyway, and the real Horovod)
         are as without it, so one experiment's ``real`` serves ``ddp`` and its neighbours;
-        refused in the PS arena. Off by default: the
-        ``ddp`` baseline is DDP as PyTorch runs it without a hook (in an interleaved A/B on this
-        machine, 2026-12-07, the hooked DDP's step was shorter in 11 of 14 comparisons,
-        median -5.6 %, from -22 to +16 %).
+        refused in the PS arena. Off by default: the ``ddp`` baseline is DDP as PyTorch runs
+        it without a hook (in an interleaved A/B on this machine, 2026-12-07, the hooked
+        DDP's step was shorter in 11 of 14 comparisons, median -5.6 %, from -22 to +16 %).
     """
 
     network: str = "auto"

@@ -117,17 +117,18 @@ def _form_data(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, list[str
     else:
         _comm_data(cluster, data, errors)
         arena = actions.arena_of(system) if isinstance(system, str) else None
-        for key, only in FIELD_ARENA.items():  # the form drops them elsewhere: refuse them
-            if key in cluster and arena not in (None, only):
-                errors[f"cluster.{key}"] = [
-                    f"used by the {ARENA_NAMES[only]} arena only ({system} is in the {arena} arena)"
-                ]
-        for key, on in REAL_KEY_ARENAS.items():  # the form drops them elsewhere: refuse them
-            if key in real and arena is not None and arena not in on:
-                names = " and ".join(ARENA_NAMES[a] for a in on)
-                errors[f"real.{key}"] = [
-                    f"used by the {names} arena only ({system} is in the {arena} arena)"
-                ]
+        # One arena's fields, which the form drops for the other's systems: refuse them.
+        of_one_arena = [
+            ("cluster", cluster, {key: (only,) for key, only in FIELD_ARENA.items()}),
+            ("real", real, REAL_KEY_ARENAS),
+        ]
+        for section, given, arenas in of_one_arena:
+            for key, on in arenas.items():
+                if key in given and arena is not None and arena not in on:
+                    names = " and ".join(ARENA_NAMES[a] for a in on)
+                    errors[f"{section}.{key}"] = [
+                        f"used by the {names} arena only ({system} is in the {arena} arena)"
+                    ]
         if "trace" in body:
             errors["trace"] = ["only for a system of the cluster arena"]
     for name, form_field in ExperimentForm.base_fields.items():
