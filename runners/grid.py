@@ -73,7 +73,19 @@ against this machine before anything runs (root for a shaped network, ranks, the
 Horovod: the field is named), the runs go one at a time in this process (two at once would
 time each other), and the table gains a ``device`` column after ``mode``: where each trained.
 A real run's key includes that device, so a grid resumed on a machine that resolves
-``real.device: auto`` differently runs its real runs again.
+``real.device: auto`` differently runs its real runs again. A ``real`` section holds the real
+runs' fields, a list an axis, as ``cluster`` does::
+
+    mode: [sim, real]
+    real: {network: shaped, ps_transport: [blocking, pipelined], dispatch: [auto, thread]}
+
+It goes to the real runs alone, and a field of one arena (``spec.REAL_KEY_ARENAS``:
+``ps_transport`` the PS arena's; ``dispatch``, ``implementation``, ``nodes``,
+``ddp_timeline`` the all-reduce arena's) to that arena's systems alone: a run a field does not
+go to is made once, not once per value of its axis. A section no real run takes is refused
+(field ``real``), as is a field of an arena the grid runs nothing of for real (its field).
+The table then has a ``real.<field>`` column per field (defaults included), empty on
+simulated rows.
 """
 
 from __future__ import annotations
@@ -107,7 +119,15 @@ from typing import IO, TYPE_CHECKING, Any
 
 from . import execute, manifest, registry, rundir
 from .cluster.spec import ClusterRunSpec
-from .spec import CommCluster, RunSpec, SpecError, load_file, validate
+from .spec import (
+    REAL_KEY_ARENAS,
+    CommCluster,
+    RealOptions,
+    RunSpec,
+    SpecError,
+    load_file,
+    validate,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -134,7 +154,7 @@ COMM_GRID, CLUSTER_GRID = "communication", "cluster"
 
 _AXIS_KEYS = ("systems", "workloads", "seeds")
 _META_KEYS = ("name", "description")
-_OWN_SPEC_KEYS = {"system", "workload", "seed", "cluster", "params", "trace"}
+_OWN_SPEC_KEYS = {"system", "workload", "seed", "cluster", "params", "trace", "real"}
 _SINGULAR = {"system": "systems", "workload": "workloads", "seed": "seeds"}
 # Run-spec fields a grid may give (fixed, or a list = an axis), per kind of grid.
 _SPEC_KEYS = {
@@ -143,8 +163,9 @@ _SPEC_KEYS = {
         f.name for f in dataclasses.fields(ClusterRunSpec) if f.name not in _OWN_SPEC_KEYS
     ),
 }
-# Grid fields of one kind only, besides the run-spec fields above.
-_KIND_KEYS = {COMM_GRID: ("workloads",), CLUSTER_GRID: ("trace",)}
+# Grid fields of one kind only, besides the run-spec fields above (``real``: the real runs'
+# training options, a section of fields like ``cluster``).
+_KIND_KEYS = {COMM_GRID: ("workloads", "real"), CLUSTER_GRID: ("trace",)}
 
 IDENTITY_COLUMNS = (
     "run_key",
@@ -160,7 +181,9 @@ IDENTITY_COLUMNS = (
 )
 # Identity columns only communication runs have: absent from a cluster grid's table.
 _COMM_ONLY_COLUMNS = ("iterations", "warmup_iterations", "batch_size")
-_SPEC_PREFIXES = ("trace.", "cluster.", "params.")  # columns of the resolved spec's sections
+# Columns of the resolved spec's sections (``real.``: real runs' training options, defaults
+# included; empty on simulated rows).
+_SPEC_PREFIXES = ("trace.", "cluster.", "params.", "real.")
 TAIL_COLUMNS = ("sim_wall_s", "status", "error")
 PARTIAL_COLUMNS = ("run_key", "system", "workload", "seed", "sim_wall_s", "status", "error")
 _PARTIAL_METRICS = "metrics"
@@ -338,12 +361,16 @@ def _expand(raw: dict[str, Any], source: str | None) -> Grid:
         param_axes[name], param_fixed[name] = axes, fixed
 
     other_axes, other_fixed = _split({k: raw[k] for k in spec_keys if k in raw})
+    real_axes, real_fixed = _real_section(raw, kind)
 
     runs: list[GridRun] = []
     seen: dict[str, GridRun] = {}
+    reduced: set[tuple[Any, ...]] = set()  # combinations with real fields left out (below)
+    used: set[str] = set()  # the real fields some run was given
     for system in systems:
+        arena = registry.get(system).arena
         own_param_axes = param_axes.get(system, [])
-        axes = [*trace_axes, *cluster_axes, *own_param_axes, *other_axes]
+        axes = [*trace_axes, *cluster_axes, *own_param_axes, *other_axes, *real_axes]
         for workload in workloads:
             for values in itertools.product(*(v for _, v in axes), seeds):
                 combination: dict[str, Any] = {"system": system}
@@ -351,11 +378,21 @@ def _expand(raw: dict[str, Any], source: str | None) -> Grid:
                     combination["workload"] = workload
                 combination.update(zip((k for k, _ in axes), values[:-1], strict=True))
                 combination["seed"] = values[-1]
+                real = combination.get("mode", other_fixed.get("mode")) == "real"
+                if any(not _real_applies(k, real, arena) for k in combination):
+                    combination = {
+                        k: v for k, v in combination.items() if _real_applies(k, real, arena)
+                    }
+                    if (key := tuple(combination.items())) in reduced:
+                        continue  # the same run, already expanded
+                    reduced.add(key)
+                own_real = {k: v for k, v in real_fixed.items() if _real_applies(k, real, arena)}
+                used.update(k for k in [*combination, *own_real] if _is_real(k))
                 spec_raw = _spec_raw(
                     combination,
                     {**trace_fixed, **cluster_fixed},
                     param_fixed.get(system, {}),
-                    other_fixed,
+                    {**other_fixed, **own_real},
                 )
                 if kind == CLUSTER_GRID and "trace" in raw:
                     spec_raw.setdefault("trace", {})  # all defaults, as in a run spec
@@ -377,6 +414,20 @@ def _expand(raw: dict[str, Any], source: str | None) -> Grid:
                 runs.append(run)
     if kind == CLUSTER_GRID:
         _check_traces(runs)
+    if (real_axes or real_fixed) and not any(run.spec.mode == "real" for run in runs):
+        raise GridError(
+            "real",
+            "training options for real runs, and the grid has none (give mode: real, or a "
+            "mode axis with real; or leave 'real' out)",
+        )
+    for path in [*(k for k, _ in real_axes), *real_fixed]:
+        if path not in used:
+            arenas = " or ".join(REAL_KEY_ARENAS[path[len("real.") :]])
+            raise GridError(
+                path,
+                f"used by the {arenas} arena's systems alone, and the grid runs none of them "
+                "for real (leave it out)",
+            )
 
     resolved_axes: dict[str, list[Any]] = {"systems": systems}
     if kind == COMM_GRID:
@@ -386,11 +437,45 @@ def _expand(raw: dict[str, Any], source: str | None) -> Grid:
     for system in systems:
         resolved_axes.update(param_axes.get(system, []))
     resolved_axes.update(other_axes)
+    resolved_axes.update(real_axes)
     resolved_axes["seeds"] = seeds
     fixed = {**trace_fixed, **cluster_fixed}
     fixed.update({k: v for f in param_fixed.values() for k, v in f.items()})
     fixed.update(other_fixed)
+    fixed.update(real_fixed)
     return Grid(raw, source, resolved_axes, fixed, tuple(runs), kind)
+
+
+def _real_section(
+    raw: dict[str, Any], kind: str
+) -> tuple[list[tuple[str, list[Any]]], dict[str, Any]]:
+    """(axes, fixed) of a communication grid's ``real`` section: the real runs' training
+    options (``runners.spec.RealOptions``), a list value an axis, as in ``cluster``. Given to
+    the grid's real runs only, a field of one arena (``REAL_KEY_ARENAS``) to its systems
+    only: a run it does not go to is expanded once, not once per value of its axis."""
+    if kind != COMM_GRID or "real" not in raw:
+        return [], {}
+    section = raw["real"]
+    if not isinstance(section, dict):
+        raise GridError(
+            "real",
+            "must be a mapping of real-mode fields (network, ps_transport, ...; a list "
+            "value = an axis)",
+        )
+    return _split({f"real.{k}": v for k, v in section.items()})
+
+
+def _is_real(path: str) -> bool:
+    return path.startswith("real.")
+
+
+def _real_applies(path: str, real: bool, arena: str) -> bool:
+    """Whether the grid field ``path`` goes to a run of ``arena`` (a real run or not): every
+    field but the real section's, whose fields go to real runs, those of one arena alone
+    (``REAL_KEY_ARENAS``) to that arena's."""
+    if not _is_real(path):
+        return True
+    return real and arena in REAL_KEY_ARENAS.get(path[len("real.") :], (arena,))
 
 
 def _refuse_other_kind(raw: dict[str, Any], kind: str, systems: list[str]) -> None:
@@ -574,7 +659,7 @@ def _spec_raw(
     for path, value in itertools.chain(
         cluster_fixed.items(), params_fixed.items(), other_fixed.items(), combination.items()
     ):
-        if path.startswith(("cluster.", "trace.")):
+        if path.startswith(("cluster.", "trace.", "real.")):
             section, name = path.split(".", 1)
             spec.setdefault(section, {})[name] = value
         elif path.startswith("params."):
@@ -955,7 +1040,10 @@ def _table(
             row[DEVICE_COLUMN] = e[DEVICE_COLUMN]
         row.update((c, spec[c]) for c in _COMM_ONLY_COLUMNS if c in spec)
         for prefix in _SPEC_PREFIXES:
-            row.update((f"{prefix}{k}", v) for k, v in spec.get(prefix[:-1], {}).items())
+            section = spec.get(prefix[:-1]) or {}
+            if prefix == "real." and section:  # the spec's dict leaves later fields' defaults out
+                section = {**dataclasses.asdict(RealOptions()), **section}
+            row.update((f"{prefix}{k}", v) for k, v in section.items())
         rows.append((row, outcome))
     in_specs = {c for e in entries for c in _COMM_ONLY_COLUMNS if c in e["spec"]}
     real = any(DEVICE_COLUMN in row for row, _ in rows)  # real runs: where they trained

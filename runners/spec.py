@@ -429,6 +429,18 @@ DEVICES = ("auto", "cpu", "cuda")  # runners.real.launch.resolve_device
 COMM_PRIORITIES = ("auto", "realtime", "normal")  # runners.real.priority
 DISPATCHES = ("auto", "thread")  # runners.real.engine
 PS_TRANSPORTS = ("blocking", "pipelined")  # runners.real.ps
+# The real fields of one arena alone (the others are both's). The portal hides them for the
+# other arena's systems and ignores them there, the API refuses them there, and a grid gives
+# them to that arena's systems alone; ``validate`` refuses ``real.ps_transport``,
+# ``real.ddp_timeline`` and ``real.nodes`` other than their defaults outside their arena, and
+# a run of the other arena leaves ``implementation`` and ``dispatch`` unused.
+REAL_KEY_ARENAS: dict[str, tuple[str, ...]] = {
+    "implementation": ("allreduce",),  # PyTorch's DDP or Horovod, or the lab's engine
+    "nodes": ("allreduce",),
+    "dispatch": ("allreduce",),  # the lab's engine's
+    "ps_transport": ("ps",),
+    "ddp_timeline": ("allreduce",),  # PyTorch's DDP's
+}
 
 
 _REAL_RULES: dict[str, tuple[type, Any, str]] = {

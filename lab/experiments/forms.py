@@ -49,16 +49,9 @@ REAL_KEYS = (
     "network", "dataset", "lr", "momentum", "implementation", "gpus", "gpu_model", "nodes",
     "comm_priority", "device", "dispatch", "ps_transport", "ddp_timeline",
 )  # fmt: skip
-# The real keys of one arena alone (the others are both's): the form hides them for the other
-# arena's systems and ignores them there (the spec refuses them: real.ps_transport other than
-# blocking outside the PS arena, real.nodes over 1 outside the all-reduce arena).
-REAL_KEY_ARENAS = {
-    "implementation": ("allreduce",),  # PyTorch's DDP or Horovod, or the lab's engine
-    "nodes": ("allreduce",),
-    "dispatch": ("allreduce",),  # the lab's engine's
-    "ps_transport": ("ps",),
-    "ddp_timeline": ("allreduce",),  # PyTorch's DDP's
-}
+# The real keys of one arena alone: the form hides them for the other arena's systems and
+# ignores them there (run_spec.REAL_KEY_ARENAS).
+REAL_KEY_ARENAS = run_spec.REAL_KEY_ARENAS
 # Spec cluster fields the portal does not offer, each with why (the API answers with it).
 CLI_ONLY_CLUSTER_KEYS = {
     "optimizer_update": "needs a measured profile (cluster.gpu measured:<label>), which the "

@@ -1042,18 +1042,26 @@ def test_a_grid_runs_its_real_runs_for_real_and_records_the_device(tmp_path):
     """A grid with ``mode: [sim, real]``: the real rows come from real ranks (their metrics,
     e.g. the cores used, which the simulator does not report), with a ``device`` column; the
     real run's key holds that device; a resume runs nothing again. (Before, a grid simulated
-    its ``mode: real`` runs and labelled them real.)"""
+    its ``mode: real`` runs and labelled them real.) Its ``real`` section goes to the real
+    runs alone, a PS field to the PS system alone: its axis makes two real ps-default runs,
+    each on its transport, and one simulated run of each system. (Before, a grid took
+    ``real`` as a whole, refused for the simulated runs.)"""
     from runners import grid
 
     raw = {
-        "systems": ["wfbp"],
+        "systems": ["wfbp", "ps-default"],
         "workloads": [MODEL],
         "iterations": 3,
         "warmup_iterations": 1,
         "cluster": {"workers": 2},
-        "mode": ["sim", "real"],  # a real: section would be refused for the sim runs
+        "mode": ["sim", "real"],
+        "real": {"network": "loopback", "ps_transport": ["blocking", "pipelined"]},
     }
     g = grid.load_grid(raw)
+    assert [(r.spec.system, r.spec.mode) for r in g.runs] == [
+        ("wfbp", "sim"), ("wfbp", "real"),
+        ("ps-default", "sim"), ("ps-default", "real"), ("ps-default", "real"),
+    ]  # fmt: skip
     from runners.real import launch
 
     real_run = next(r for r in g.runs if r.spec.mode == "real")
@@ -1063,19 +1071,32 @@ def test_a_grid_runs_its_real_runs_for_real_and_records_the_device(tmp_path):
     outcome = grid.run_grid(g, tmp_path / "out", jobs=2, progress=False)
     assert outcome.failed == 0
     table = grid.read_results(tmp_path / "out")
-    by_mode = {row["mode"]: row for _, row in table.iterrows()}
+    wfbp = table[table["system"] == "wfbp"]
+    by_mode = {row["mode"]: row for _, row in wfbp.iterrows()}
     with open(tmp_path / "out" / "results.csv", newline="") as f:
-        assert {row["mode"]: row["device"] for row in csv.DictReader(f)} == {
-            "sim": "",
-            "real": device,
-        }
+        rows = list(csv.DictReader(f))
+    assert {r["mode"]: r["device"] for r in rows if r["system"] == "wfbp"} == {
+        "sim": "",
+        "real": device,
+    }
     assert by_mode["real"]["cpu_cores"] > 0 and math.isnan(by_mode["sim"]["cpu_cores"])
     # rank 0's machine: its busy cores over the steady iterations, every process on it
     assert 0 < by_mode["real"]["machine_busy_cores"] <= (os.cpu_count() or 1)
     assert by_mode["real"]["iteration_time_s"] > 0
     assert list(table.columns).index("device") == list(table.columns).index("mode") + 1
+    # the real section's columns: every field, defaults included, on the real rows alone
+    assert {(r["system"], r["mode"], r["real.network"], r["real.ps_transport"]) for r in rows} == {
+        ("wfbp", "sim", "", ""),
+        ("wfbp", "real", "loopback", "blocking"),
+        ("ps-default", "sim", "", ""),
+        ("ps-default", "real", "loopback", "blocking"),
+        ("ps-default", "real", "loopback", "pipelined"),
+    }
+    assert {r["real.ddp_timeline"] for r in rows if r["mode"] == "real"} == {"False"}
+    ps = table[(table["system"] == "ps-default") & (table["mode"] == "real")]
+    assert (ps["iteration_time_s"] > 0).all() and len(ps) == 2
     again = grid.run_grid(g, tmp_path / "out", jobs=1, progress=False, resume=True)
-    assert again.ran == 0 and again.skipped == 2
+    assert again.ran == 0 and again.skipped == 5
 
 
 def test_the_engine_bench_s_interleaved_launch_takes_turns_in_blocks(tmp_path):

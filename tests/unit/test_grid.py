@@ -472,3 +472,120 @@ def test_a_real_grid_is_checked_against_this_machine_before_anything_runs(tmp_pa
     err = capsys.readouterr().err
     assert "cluster.workers" in err and f"{too_many} ranks" in err and "at most" in err, err
     assert not (tmp_path / "out").exists()
+
+
+REAL_GRID = {
+    "systems": ["wfbp", "ps-default"],
+    "workloads": ["vgg16-debug"],
+    "cluster": {"workers": 2},
+    "iterations": 3,
+    "warmup_iterations": 1,
+}
+
+
+def test_the_real_section_goes_to_real_runs_its_arena_fields_to_their_arena_alone():
+    """``real`` is a section of fields like ``cluster`` (a list an axis). With a ``mode`` axis
+    the simulated runs take none of it and are expanded once; a PS field's axis multiplies
+    the PS system's real runs alone, an all-reduce field's the all-reduce system's."""
+    raw = {
+        **REAL_GRID,
+        "mode": ["sim", "real"],
+        "real": {
+            "network": "loopback",
+            "ps_transport": ["blocking", "pipelined"],
+            "dispatch": ["auto", "thread"],
+        },
+    }
+    g = grid.load_grid(raw)
+    runs = {
+        (
+            r.spec.system,
+            r.spec.mode,
+            r.spec.real and (r.spec.real.ps_transport, r.spec.real.dispatch),
+        )
+        for r in g.runs
+    }
+    assert runs == {
+        ("wfbp", "sim", None),
+        ("wfbp", "real", ("blocking", "auto")),
+        ("wfbp", "real", ("blocking", "thread")),
+        ("ps-default", "sim", None),
+        ("ps-default", "real", ("blocking", "auto")),
+        ("ps-default", "real", ("pipelined", "auto")),
+    }
+    assert len(g) == len(runs)
+    assert all(r.spec.real.network == "loopback" for r in g.runs if r.spec.mode == "real")
+    # a run's label names the axes it takes: not the simulated runs' nor the other arena's
+    assert {r.label for r in g.runs if r.spec.mode == "sim"} == {
+        "system=wfbp workload=vgg16-debug mode=sim seed=0",
+        "system=ps-default workload=vgg16-debug mode=sim seed=0",
+    }
+    assert grid.load_grid(raw).describe()["axes"]["real.ps_transport"] == ["blocking", "pipelined"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "words"),
+    [
+        ({"real": {"network": "loopback"}}, "real", "the grid has none"),
+        ({"mode": "real", "real": "loopback"}, "real", "must be a mapping"),
+        (
+            {
+                "mode": "real",
+                "systems": ["wfbp"],
+                "real": {"ps_transport": ["blocking", "pipelined"]},
+            },
+            "real.ps_transport",
+            "ps arena's systems alone",
+        ),
+        (
+            {"mode": ["sim", "real"], "systems": ["ps-default"], "real": {"dispatch": "thread"}},
+            "real.dispatch",
+            "allreduce arena's systems alone",
+        ),
+        ({"mode": "real", "real": {"network": ["loopback", "wifi"]}}, "real.network", "wifi"),
+    ],
+)
+def test_a_bad_real_section_names_its_field(changes, field, words):
+    with pytest.raises(grid.GridError) as caught:
+        grid.load_grid({**REAL_GRID, **changes})
+    assert caught.value.field == field
+    assert words in str(caught.value)
+
+
+def test_the_table_has_the_real_sections_fields_defaults_included_on_real_rows_alone():
+    """The table's ``real.<field>`` columns (every field of the resolved options, as for
+    ``cluster``) come from each real run's spec; a simulated row leaves them empty, and a
+    table without real runs has none."""
+    g = grid.load_grid(
+        {**REAL_GRID, "systems": ["wfbp"], "mode": ["sim", "real"], "real": {"threads": 2}}
+    )
+    entries = grid._entries(g)
+    outcomes = {
+        e["run_key"]: {"status": "ok", "error": "", "sim_wall_s": 1.0, "metrics": {"x": 1.0}}
+        for e in entries
+    }
+    columns, cells = grid._table(entries, outcomes)
+    real = [c for c in columns if c.startswith("real.")]
+    assert "real.ddp_timeline" in real and "real.ps_transport" in real  # defaults, left out
+    assert "real.ddp_timeline" not in entries[1]["spec"]["real"]  # ... of the spec's dict
+    rows = [dict(zip(columns, row, strict=True)) for row in cells]
+    by_mode = {row["mode"]: row for row in rows}
+    assert (
+        by_mode["real"]["real.threads"] == "2" and by_mode["real"]["real.ddp_timeline"] == "False"
+    )
+    assert all(by_mode["sim"][c] == "" for c in real)
+    assert "x" in columns and "x" not in real and columns.index("x") > columns.index(real[-1])
+
+    sim_only = grid.load_grid({**REAL_GRID, "systems": ["wfbp"]})
+    entries = grid._entries(sim_only)
+    ok = {"status": "ok", "error": "", "sim_wall_s": 1.0, "metrics": {}}
+    columns, _ = grid._table(entries, {e["run_key"]: ok for e in entries})
+    assert not [c for c in columns if c.startswith("real.")]
+
+
+def test_the_real_transports_example_expands_to_both_transports_per_system():
+    g = grid.load_grid(ROOT / "examples" / "grids" / "real-transports.yaml")
+    assert {(r.spec.system, r.spec.real.ps_transport) for r in g.runs} == {
+        (s, t) for s in ("ps-default", "tictac-tic") for t in ("blocking", "pipelined")
+    }
+    assert all(r.spec.mode == "real" and r.spec.real.network == "loopback" for r in g.runs)
