@@ -1968,6 +1968,9 @@ def fidelity(
         else None
         for m, b, s in plan
     ]
+    # DDP's and Horovod's collectives, run one at a time, at the probe's lone all-reduce times
+    # (``mape_with``'s ``lone``; ``cluster.lone_allreduce``)
+    lone = [lone_twin(s, sim, testbed, b, added_latency_us) for (_, b, s), _, sim in checked]
     for _, real_spec, _ in checked:
         launch.preflight(real_spec)
     raw_reals = [r for _, (r, _) in pairs]
@@ -2105,6 +2108,8 @@ def fidelity(
                 if own_plus[k] is not None:  # the network's own values plus the latency
                     twin = _twin(real_spec, own_plus[k])
                     row["sim_own_plus_added_s"] = twin.metrics["iteration_time_s"]
+                if lone[k] is not None:  # its collectives at the lone all-reduce's times
+                    row["sim_lone_s"] = _twin(real_spec, lone[k]).metrics["iteration_time_s"]
                 configs.append(row)
                 if on_config is not None:
                     on_config(row)
@@ -2176,7 +2181,12 @@ def fidelity(
             with_["run_checked"] = _mape_of(configs, "sim_run_checked_s")
     # PS twins with the floor over their host's cores (``floor``), and those charging a
     # push's CPU as it is handed over (``handover``); both simulated with the rows
-    variants = (("floor", floor), ("handover", handover), ("own_plus_added", own_plus))
+    variants = (
+        ("floor", floor),
+        ("handover", handover),
+        ("own_plus_added", own_plus),
+        ("lone", lone),
+    )
     for name, twins in variants:
         if not any(twin is not None for twin in twins):
             continue
@@ -2385,6 +2395,35 @@ def own_plus_added_twin(sim: RunSpec, added_latency_us: float) -> RunSpec:
         c, latency_us=c.latency_us + added_latency_us, busy_latency_us=busy
     )
     return dataclasses.replace(sim, cluster=cluster)
+
+
+def lone_twin(
+    system: str,
+    sim: RunSpec,
+    testbed: dict[str, Any],
+    nominal: float | None,
+    added_latency_us: float = 0.0,
+) -> RunSpec | None:
+    """``sim``, the twin of a ``ddp`` or ``horovod`` run, with ``cluster.lone_allreduce`` from
+    its network's entry in ``testbed`` (``network_point``, as the twin's: with the added
+    latency, that one's), the network probe's all-reduces, each after a barrier on idle
+    ranks: PyTorch's reducer and Horovod's background thread run their collectives one at a
+    time, and such a collective pays what the probe's did (with latency added, about two
+    trips a ring step where the engine's stream pays one; ``docs/fidelity-history.md``,
+    2026-12-07). None for the other systems (the lab's engine keeps collectives in flight
+    together) and a network without the probe's all-reduces. ``fidelity`` scores it as
+    ``mape_with``'s ``lone``: a reconstruction, labelled as such."""
+    if system not in OWN_FRAMEWORKS:
+        return None
+    point = network_point(testbed, nominal)
+    if added_latency_us:  # the entry's own probe (``network_point`` would fall back on the
+        # network's own values, measured without the latency, for a key it lacks)
+        point = point.get("added_latency", {}).get(latency_key(added_latency_us), {})
+    rows = point.get("allreduce") or []
+    if not rows:
+        return None
+    points = tuple((int(r["bytes"]), float(r["seconds"])) for r in rows)
+    return dataclasses.replace(sim, cluster=dataclasses.replace(sim.cluster, lone_allreduce=points))
 
 
 def handover_twin(sim: RunSpec) -> RunSpec | None:
@@ -3112,6 +3151,15 @@ def format_report(result: dict[str, Any]) -> str:
             + _variant_score(with_, "handover")
             + f" ({_per_system({**result, 'configs': rows}, 'sim_handover_s')}); "
             + _compute_error(rows)
+        )
+    if "lone" in with_:
+        rows = [c for c in result["configs"] if "sim_lone_s" in c]
+        lines.append(
+            "the same real runs, the twins of ddp and horovod with their collectives at the "
+            "network probe's lone all-reduce times (cluster.lone_allreduce; a collective run "
+            "alone pays more trips than one in a stream): "
+            + _variant_score(with_, "lone")
+            + f" ({_per_system({**result, 'configs': rows}, 'sim_lone_s')})"
         )
     if "own_plus_added" in with_:
         lines.append(

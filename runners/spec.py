@@ -185,6 +185,26 @@ class CommCluster:
     without); ``fidelity`` leaves it out of the ``horovod`` twin and scores the same real
     runs with it apart (``mape_with``). A reconstruction, labelled as such.
 
+    ``lone_allreduce`` (all-reduce arena): ``[bytes, seconds]`` points, a lone all-reduce's
+    time by its size, as ``python -m runners calibrate``'s network probe measures them (the
+    testbed's ``allreduce`` points: one all-reduce after a barrier, on idle ranks, none other
+    in flight). An all-reduce that starts with the channel empty and no other collective
+    waiting for it takes the points' time for its size (linear between points, along the
+    line through the last two beyond the last, the first point's time below the first) on
+    idle ranks, in place of the alpha-beta time less the token bucket's burst (the bucket
+    still gives its tokens up); while a compute op runs, that time scaled by the busy
+    network's alpha-beta time over the idle one's; a NIC straggler's collective keeps the
+    alpha-beta time. With ``negotiation``, a round (its own channel's 16-byte all-reduce)
+    takes the points' time at 16 bytes, scaled alike. Empty (the default): the alpha-beta
+    time throughout. Why: with latency added, gloo's lone all-reduce pays about two trips a
+    ring step (a send waits for its receiver's notice that the receive is posted) where
+    collectives in a stream pay about one, and its bytes overlap its trips (on the 1 Gbit/s
+    network with 2 ms a way, 11.1 ms at 256 KiB and 13.2 at 1 MiB where the stream's latency
+    and the bytes add to 4.4 and 10.0 ms): what PyTorch's DDP with one bucket a step and
+    Horovod's background thread, running one collective at a time, meet. ``fidelity`` scores
+    twins of ``ddp`` and ``horovod`` with it apart (``mape_with``'s ``lone``). A
+    reconstruction, labelled as such.
+
     ``overlap_model``: how ``overlap_slowdown`` (and the all-reduce arena's
     ``background_slowdown``) lengthen a compute op. ``start`` (the default): by the slow-down
     of the network's state when the op starts, for its whole length. ``integrated``: as rates
@@ -321,6 +341,8 @@ class CommCluster:
     step_jitter_cv: float = 0.0  # per-worker, per-step compute noise
     background_slowdown: float = 0.0  # all-reduce arena: a framework's background work
     overlap_model: str = "start"  # slow-downs at op start or integrated over the op
+    # all-reduce arena: a lone all-reduce's measured time by size, ((bytes, seconds), ...)
+    lone_allreduce: tuple[tuple[int, float], ...] = ()
     compute_scale: float = 1.0  # every compute op's time over its profile's
     stragglers: tuple[Straggler, ...] = ()
     ps: int = 4
@@ -517,6 +539,7 @@ ALLREDUCE_ONLY_FIELDS = (
     "negotiation_cpu_us",
     "optimizer_update",
     "background_slowdown",
+    "lone_allreduce",
 )
 
 # Cluster fields the PS arena alone uses (other arenas refuse them unless default; the ``ps`` /
@@ -570,6 +593,7 @@ _OMITTED_AT_DEFAULT = {
     "background_slowdown": CommCluster.background_slowdown,
     "compute_scale": CommCluster.compute_scale,
     "overlap_model": CommCluster.overlap_model,
+    "lone_allreduce": CommCluster.lone_allreduce,
 }
 _TOP_OMITTED_AT_DEFAULT = {"timeline_iterations": 2}
 
@@ -605,8 +629,9 @@ class RunSpec:
             for s in cluster["stragglers"]
         ]
         cluster["ps_stragglers"] = [dict(s) for s in cluster["ps_stragglers"]]
+        cluster["lone_allreduce"] = [list(p) for p in cluster["lone_allreduce"]]
         for key, default in _OMITTED_AT_DEFAULT.items():
-            if cluster[key] == default:
+            if cluster[key] == (list(default) if isinstance(default, tuple) else default):
                 del cluster[key]
         for key, default in _TOP_OMITTED_AT_DEFAULT.items():
             if data[key] == default:
@@ -875,10 +900,13 @@ def validate_comm(raw: dict[str, Any], entry: registry.Entry) -> RunSpec:
     for key, arena in FIELD_ARENA.items():
         value, default = getattr(cluster, key), getattr(CommCluster, key)
         if value != default and entry.arena != arena:
+            fix = "leave it out"
+            if not isinstance(default, tuple):
+                fix += f" or set it to {default}"
             raise SpecError(
                 f"cluster.{key}",
                 f"used by the {ARENA_NAMES[arena]} arena only: '{entry.name}' is in the "
-                f"'{entry.arena}' arena (leave it out or set it to {default}; got {value})",
+                f"'{entry.arena}' arena ({fix}; got {raw['cluster'][key]!r})",
             )
     for i, straggler in enumerate(cluster.stragglers):
         if straggler.bandwidth_factor != 1.0 and entry.arena not in ("allreduce", "ps"):
@@ -1050,7 +1078,7 @@ def _workload(raw: dict[str, Any]) -> str:
 def _cluster(raw: Any) -> CommCluster:
     if not isinstance(raw, dict):
         raise SpecError("cluster", "must be a mapping")
-    allowed = set(_CLUSTER_RULES) | {"stragglers", "ps_stragglers"}
+    allowed = set(_CLUSTER_RULES) | {"stragglers", "ps_stragglers", "lone_allreduce"}
     unknown = _unknown_keys(raw, allowed)
     if unknown:
         raise SpecError(
@@ -1120,7 +1148,36 @@ def _cluster(raw: Any) -> CommCluster:
     )
     values["stragglers"] = _stragglers(raw.get("stragglers", []), workers)
     values["ps_stragglers"] = _ps_stragglers(raw.get("ps_stragglers", []), servers)
+    values["lone_allreduce"] = _lone_points(raw.get("lone_allreduce", []))
     return CommCluster(**values)
+
+
+LONE_POINTS_MAX = 64  # ``cluster.lone_allreduce``: the probe measures 8 sizes
+
+
+def _lone_points(raw: Any) -> tuple[tuple[int, float], ...]:
+    """``cluster.lone_allreduce``: ``[bytes, seconds]`` pairs, sizes increasing."""
+    where = "cluster.lone_allreduce"
+    what = (
+        f"a list of at most {LONE_POINTS_MAX} [bytes, seconds] pairs, sizes increasing (a lone "
+        "all-reduce's measured time by size; [] = none)"
+    )
+    if not isinstance(raw, (list, tuple)) or len(raw) > LONE_POINTS_MAX:
+        raise SpecError(where, f"must be {what} (got {raw!r})")
+    out: list[tuple[int, float]] = []
+    for i, pair in enumerate(raw):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise SpecError(f"{where}[{i}]", f"must be a [bytes, seconds] pair (got {pair!r})")
+        size = _coerce(f"{where}[{i}][0]", pair[0], int)
+        seconds = _coerce(f"{where}[{i}][1]", pair[1], float)
+        if not 0 < size <= 1 << 40 or (out and size <= out[-1][0]):
+            raise SpecError(
+                f"{where}[{i}][0]", f"must be a size in bytes above the previous one (got {size})"
+            )
+        if not 0 < seconds <= 3600:
+            raise SpecError(f"{where}[{i}][1]", f"must be seconds in (0, 3600] (got {seconds})")
+        out.append((size, seconds))
+    return tuple(out)
 
 
 def checked_fields(

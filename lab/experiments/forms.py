@@ -56,6 +56,8 @@ REAL_KEY_ARENAS = run_spec.REAL_KEY_ARENAS
 CLI_ONLY_CLUSTER_KEYS = {
     "optimizer_update": "needs a measured profile (cluster.gpu measured:<label>), which the "
     "portal does not offer: run it with python -m runners run",
+    "lone_allreduce": "a list of measured [bytes, seconds] points (python -m runners "
+    "calibrate's), which the portal does not offer: run it with python -m runners run",
 }
 CLUSTER_KEYS = (
     "workers",

@@ -197,6 +197,7 @@ def run(
         busy_network_for(spec),
         negotiate=spec.cluster.negotiation,
         burst_bytes=spec.cluster.link_burst_bytes,
+        lone=spec.cluster.lone_allreduce,
     )
     for key, value in plan_info(plan).items():
         result.metrics[f"plan.{key}"] = value

@@ -46,7 +46,15 @@ and the delay:
   of its bytes' time, unchanged). The bucket refills while the channel is empty and, during a
   collective, for the part of its span in which the link does not send at the shaped rate
   (its latency, the CPU's share), credited when it ends; always at the plain bandwidth (a NIC
-  straggler's lower rate is not taken into account).
+  straggler's lower rate is not taken into account);
+* with ``lone`` (``cluster.lone_allreduce``: a lone all-reduce's measured time by size), an
+  all-reduce that starts with the channel empty and no other task waiting for it (ready, or
+  handed over behind it) takes the points' time for its size (``network.lone_time``) on
+  idle ranks, and that times the busy network's alpha-beta time over the idle one's while a
+  compute op runs; its bytes still take the bucket's tokens; a NIC straggler's collective
+  keeps the alpha-beta time. A negotiation round (its own channel) takes the points' time
+  at 16 bytes, scaled alike. A reconstruction of collectives run one at a time (PyTorch's
+  DDP with one bucket, Horovod's background thread), labelled as such.
 """
 
 from __future__ import annotations
@@ -60,7 +68,7 @@ import numpy as np
 
 from ..policies.allreduce import CommPlan, is_fifo
 from .engine import ComputeJob, ComputeSetup, LayerTimes, SimResult
-from .network import RingAllReduce
+from .network import RingAllReduce, lone_time
 
 __all__ = ["ComputeSetup", "LayerTimes", "SimResult", "simulate"]
 
@@ -72,12 +80,14 @@ def simulate(
     busy_network: RingAllReduce | None = None,
     negotiate: bool = False,
     burst_bytes: int = 0,
+    lone: tuple[tuple[int, float], ...] = (),
 ) -> SimResult:
     """Run the job for warm-up + measured iterations (+1 to time the last interval).
     ``busy_network``: the collectives' cost while the ranks compute (None: ``network``'s);
     ``negotiate``: dispatch decisions of non-FIFO plans cost a negotiation round;
-    ``burst_bytes``: the NICs' token bucket (0: none)."""
-    job = _AllReduceJob(setup, network, plan, busy_network, negotiate, burst_bytes)
+    ``burst_bytes``: the NICs' token bucket (0: none); ``lone``: a lone all-reduce's
+    measured ``(bytes, seconds)`` (empty: the alpha-beta time throughout)."""
+    job = _AllReduceJob(setup, network, plan, busy_network, negotiate, burst_bytes, lone)
     job.start()
     job.loop.run()
     return job.result()
@@ -114,6 +124,7 @@ class _AllReduceJob(ComputeJob):
         busy_network: RingAllReduce | None = None,
         negotiate: bool = False,
         burst_bytes: int = 0,
+        lone: tuple[tuple[int, float], ...] = (),
     ) -> None:
         if busy_network is not None:
             self.compute_watch = self._compute_changed
@@ -184,6 +195,7 @@ class _AllReduceJob(ComputeJob):
         # The NICs' token bucket: its tokens (bytes per link) when the last collective ended,
         # and when.
         self.burst = float(burst_bytes)
+        self.lone = lone
         self.tokens = self.burst
         self.tokens_at = 0.0
         self.sending_s = 0.0  # of the collective on the channel: its bytes at the shaped rate
@@ -361,8 +373,17 @@ class _AllReduceJob(ComputeJob):
         """A negotiation round's time: one small collective, on the busy network when a
         compute op runs or can start now."""
         busy = self.busy_network
-        network = busy if busy is not None and self._computing() else self.network
+        computing = busy is not None and self._computing()
+        network = busy if computing else self.network
+        if self.lone:
+            return lone_time(self.lone, 16) * self._busy_ratio(network, 16)
         return network.time_s(16)
+
+    def _busy_ratio(self, network: RingAllReduce, size: int) -> float:
+        """``network``'s alpha-beta time of an all-reduce of ``size`` over the idle one's (1
+        where that is 0)."""
+        idle = self.network.time_s(size)
+        return network.time_s(size) / idle if network is not self.network and idle > 0 else 1.0
 
     def _issue(self, budget: float) -> None:
         """Hand the best ready tasks to the channel while ``budget`` (the credit left, or what
@@ -385,6 +406,15 @@ class _AllReduceJob(ComputeJob):
         self.channel_busy = True
         self.network_changed()
         self.charge_cpu()
+        if (
+            self.lone
+            and slow == 1.0
+            and self.channel_head == len(self.channel)
+            and not self.ready
+            and self.tasks[members[0]].op == "allreduce"
+        ):
+            self._start_lone(it, members, size)
+            return
         if self.burst > 0:
             self._start_burst(it, members, size, slow)
             return
@@ -420,6 +450,24 @@ class _AllReduceJob(ComputeJob):
             return
         busy = max(0.0, self.busy_network.time_s(size, op, slow) - saved)
         self._put_timed(it, members, size, idle, busy)
+
+    def _start_lone(self, it: int, members: tuple[int, ...], size: int) -> None:
+        """Put a lone all-reduce on the channel (``lone``): the measured time for its size,
+        its bytes taking the bucket's tokens (the measurement's bucket was full)."""
+        now = self.loop.now
+        net = self.network
+        idle = lone_time(self.lone, size)
+        if self.burst > 0:
+            rate = net.bandwidth_bytes_per_s
+            tokens = min(self.burst, self.tokens + (now - self.tokens_at) * rate)
+            per_link = net.link_bytes(size)
+            used = min(tokens, per_link)
+            self.tokens = tokens - used
+            self.sending_s = min(idle, (per_link - used) / rate)
+        if self.busy_network is None:
+            self.loop.after(idle, self._task_done, it, members, size, now)
+            return
+        self._put_timed(it, members, size, idle, idle * self._busy_ratio(self.busy_network, size))
 
     def _start_timed(self, it: int, members: tuple[int, ...], size: int, slow: float) -> None:
         """Put a collective on the channel whose rate follows the compute (busy network)."""

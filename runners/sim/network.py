@@ -83,3 +83,19 @@ class RingAllReduce:
             reduce_scatter_cost,
             all_gather_cost,
         )
+
+
+def lone_time(points: tuple[tuple[int, float], ...], size_bytes: float) -> float:
+    """A lone all-reduce's time for ``size_bytes`` from measured ``(bytes, seconds)`` points
+    (``cluster.lone_allreduce``, sizes increasing): linear between points, along the line
+    through the last two beyond the last (never below the last's time), the first point's
+    time below the first (a smaller one pays the same trips)."""
+    if not points:
+        raise ValueError("no lone all-reduce points")
+    if size_bytes <= points[0][0] or len(points) == 1:
+        return points[0][1]
+    for (s0, t0), (s1, t1) in zip(points, points[1:], strict=False):
+        if size_bytes <= s1:
+            return t0 + (t1 - t0) * (size_bytes - s0) / (s1 - s0)
+    (s0, t0), (s1, t1) = points[-2], points[-1]
+    return max(t1, t1 + (t1 - t0) * (size_bytes - s1) / (s1 - s0))
