@@ -110,6 +110,7 @@ DEFAULT_BANDWIDTHS = (0.25, 1.0)
 # theirs. Horovod's own per cycle is measured where the calibration has it (``horovod`` of a
 # network: ``calibrate --horovod-only``); DDP's is not (0).
 OWN_FRAMEWORKS = ("ddp", "horovod")
+LONE_SYSTEMS = ("ddp",)  # ``lone_twin``'s (Horovod's was 29-53 % too slow, 2026-12-07)
 # The twins' ``cluster.overlap_model``: the calibrated compute slow-down as a rate while a
 # collective (PS arena: a transfer on the worker's links) overlaps an op
 # (``runners.sim.engine``), not in full for every op that starts during one. Chosen for its
@@ -1968,8 +1969,8 @@ def fidelity(
         else None
         for m, b, s in plan
     ]
-    # DDP's and Horovod's collectives, run one at a time, at the probe's lone all-reduce times
-    # (``mape_with``'s ``lone``; ``cluster.lone_allreduce``)
+    # DDP's collectives, run alone, at the probe's lone all-reduce times (``mape_with``'s
+    # ``lone``; ``cluster.lone_allreduce``)
     lone = [lone_twin(s, sim, testbed, b, added_latency_us) for (_, b, s), _, sim in checked]
     for _, real_spec, _ in checked:
         launch.preflight(real_spec)
@@ -2404,16 +2405,17 @@ def lone_twin(
     nominal: float | None,
     added_latency_us: float = 0.0,
 ) -> RunSpec | None:
-    """``sim``, the twin of a ``ddp`` or ``horovod`` run, with ``cluster.lone_allreduce`` from
-    its network's entry in ``testbed`` (``network_point``, as the twin's: with the added
-    latency, that one's), the network probe's all-reduces, each after a barrier on idle
-    ranks: PyTorch's reducer and Horovod's background thread run their collectives one at a
-    time, and such a collective pays what the probe's did (with latency added, about two
-    trips a ring step where the engine's stream pays one; ``docs/fidelity-history.md``,
-    2026-12-07). None for the other systems (the lab's engine keeps collectives in flight
-    together) and a network without the probe's all-reduces. ``fidelity`` scores it as
-    ``mape_with``'s ``lone``: a reconstruction, labelled as such."""
-    if system not in OWN_FRAMEWORKS:
+    """``sim``, the twin of a ``ddp`` run, with ``cluster.lone_allreduce`` from its network's
+    entry in ``testbed`` (``network_point``, as the twin's: with the added latency, that
+    one's), the network probe's all-reduces, each after a barrier on idle ranks: DDP's
+    reducer, with one bucket a step on the debug models, runs it alone, and such a
+    collective pays what the probe's did (with latency added, about two trips a ring step
+    where the engine's stream pays one; ``docs/fidelity-history.md``, 2026-12-07). None for
+    the other systems: the lab's engine keeps collectives in flight together, and Horovod's
+    twins with it were 29-53 % slower than its runs (its collectives do not pay the probe's
+    lone time); none for a network without the probe's all-reduces. ``fidelity`` scores it
+    as ``mape_with``'s ``lone``: a reconstruction, labelled as such."""
+    if system not in LONE_SYSTEMS:
         return None
     point = network_point(testbed, nominal)
     if added_latency_us:  # the entry's own probe (``network_point`` would fall back on the
@@ -3155,7 +3157,7 @@ def format_report(result: dict[str, Any]) -> str:
     if "lone" in with_:
         rows = [c for c in result["configs"] if "sim_lone_s" in c]
         lines.append(
-            "the same real runs, the twins of ddp and horovod with their collectives at the "
+            "the same real runs, the twins of ddp with its collectives at the "
             "network probe's lone all-reduce times (cluster.lone_allreduce; a collective run "
             "alone pays more trips than one in a stream): "
             + _variant_score(with_, "lone")

@@ -200,10 +200,10 @@ class CommCluster:
     ring step (a send waits for its receiver's notice that the receive is posted) where
     collectives in a stream pay about one, and its bytes overlap its trips (on the 1 Gbit/s
     network with 2 ms a way, 11.1 ms at 256 KiB and 13.2 at 1 MiB where the stream's latency
-    and the bytes add to 4.4 and 10.0 ms): what PyTorch's DDP with one bucket a step and
-    Horovod's background thread, running one collective at a time, meet. ``fidelity`` scores
-    twins of ``ddp`` and ``horovod`` with it apart (``mape_with``'s ``lone``). A
-    reconstruction, labelled as such.
+    and the bytes add to 4.4 and 10.0 ms): what PyTorch's DDP, with one bucket a step on the
+    debug models, meets. ``fidelity`` scores twins of ``ddp`` with it apart (``mape_with``'s
+    ``lone``; Horovod's twins with it were 29-53 % too slow: its collectives do not pay it).
+    A reconstruction, labelled as such.
 
     ``overlap_model``: how ``overlap_slowdown`` (and the all-reduce arena's
     ``background_slowdown``) lengthen a compute op. ``start`` (the default): by the slow-down

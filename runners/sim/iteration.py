@@ -53,8 +53,8 @@ and the delay:
   idle ranks, and that times the busy network's alpha-beta time over the idle one's while a
   compute op runs; its bytes still take the bucket's tokens; a NIC straggler's collective
   keeps the alpha-beta time. A negotiation round (its own channel) takes the points' time
-  at 16 bytes, scaled alike. A reconstruction of collectives run one at a time (PyTorch's
-  DDP with one bucket, Horovod's background thread), labelled as such.
+  at 16 bytes, scaled alike. A reconstruction of a collective run alone (PyTorch's DDP with
+  one bucket a step), labelled as such.
 """
 
 from __future__ import annotations
