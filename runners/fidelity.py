@@ -1617,7 +1617,13 @@ def matched_specs(
     from the network's own: ``LATENCY_PS_METHOD``), not the network's own plus the latency
     (an all-reduce twin built that way missed eight such runs by 11.2 %,
     ``docs/fidelity-history.md``, 2026-12-06); the rest as without it.
-    ``CalibrationMissing`` where the calibration did not measure it."""
+    ``CalibrationMissing`` where the calibration did not measure it. There the ``ddp`` twin
+    (``LONE_SYSTEMS``) also takes the entry's network probe's all-reduces as a lone
+    collective's times (``cluster.lone_allreduce``: DDP's one bucket a step runs alone, and
+    with latency added a lone gloo all-reduce pays about two trips a ring step, a stream's
+    one; adopted after three sets, ``docs/fidelity-history.md``, 2026-12-07; without added
+    latency the points made it slower than its runs, and ``fidelity`` scores that apart:
+    ``mape_with``'s ``lone``; with it, the twin without them: ``stream``)."""
     arena_ps = registry.get(system).arena == "ps"
     point = network_point(testbed, nominal, added_latency_us, ps_transport if arena_ps else None)
     if latency not in LATENCIES:
@@ -1688,6 +1694,10 @@ def matched_specs(
     }
     if nominal is not None:  # the shaper's token bucket, in payload bytes
         sim["cluster"]["link_burst_bytes"] = _payload_burst(nominal, point["bandwidth_gbps"])
+    if system in LONE_SYSTEMS and added_latency_us:  # its collectives alone: the probe's times
+        sim["cluster"]["lone_allreduce"] = [
+            list(p) for p in _lone_points(testbed, nominal, added_latency_us)
+        ]
     if ps is not None:
         # The probe's layout: its server processes, as many server machines (PSLD, which may
         # scale out to every machine, then starts no more processes than the probe had).
@@ -1969,9 +1979,10 @@ def fidelity(
         else None
         for m, b, s in plan
     ]
-    # DDP's collectives, run alone, at the probe's lone all-reduce times (``mape_with``'s
-    # ``lone``; ``cluster.lone_allreduce``)
-    lone = [lone_twin(s, sim, testbed, b, added_latency_us) for (_, b, s), _, sim in checked]
+    # DDP's twins without added latency with the probe's lone all-reduce times (``mape_with``'s
+    # ``lone``), and with added latency without them (``stream``): ``cluster.lone_allreduce``
+    lone = [lone_twin(s, sim, testbed, b) for (_, b, s), _, sim in checked]
+    stream = [stream_twin(sim) for _, _, sim in checked]
     for _, real_spec, _ in checked:
         launch.preflight(real_spec)
     raw_reals = [r for _, (r, _) in pairs]
@@ -2111,6 +2122,8 @@ def fidelity(
                     row["sim_own_plus_added_s"] = twin.metrics["iteration_time_s"]
                 if lone[k] is not None:  # its collectives at the lone all-reduce's times
                     row["sim_lone_s"] = _twin(real_spec, lone[k]).metrics["iteration_time_s"]
+                if stream[k] is not None:  # ... or without them
+                    row["sim_stream_s"] = _twin(real_spec, stream[k]).metrics["iteration_time_s"]
                 configs.append(row)
                 if on_config is not None:
                     on_config(row)
@@ -2187,6 +2200,7 @@ def fidelity(
         ("handover", handover),
         ("own_plus_added", own_plus),
         ("lone", lone),
+        ("stream", stream),
     )
     for name, twins in variants:
         if not any(twin is not None for twin in twins):
@@ -2398,34 +2412,59 @@ def own_plus_added_twin(sim: RunSpec, added_latency_us: float) -> RunSpec:
     return dataclasses.replace(sim, cluster=cluster)
 
 
-def lone_twin(
-    system: str,
-    sim: RunSpec,
-    testbed: dict[str, Any],
-    nominal: float | None,
-    added_latency_us: float = 0.0,
-) -> RunSpec | None:
-    """``sim``, the twin of a ``ddp`` run, with ``cluster.lone_allreduce`` from its network's
-    entry in ``testbed`` (``network_point``, as the twin's: with the added latency, that
-    one's), the network probe's all-reduces, each after a barrier on idle ranks: DDP's
-    reducer, with one bucket a step on the debug models, runs it alone, and such a
-    collective pays what the probe's did (with latency added, about two trips a ring step
-    where the engine's stream pays one; ``docs/fidelity-history.md``, 2026-12-07). None for
-    the other systems: the lab's engine keeps collectives in flight together, and Horovod's
-    twins with it were 29-53 % slower than its runs (its collectives do not pay the probe's
-    lone time); none for a network without the probe's all-reduces. ``fidelity`` scores it
-    as ``mape_with``'s ``lone``: a reconstruction, labelled as such."""
-    if system not in LONE_SYSTEMS:
-        return None
+def _lone_points(
+    testbed: dict[str, Any], nominal: float | None, added_latency_us: float = 0.0
+) -> tuple[tuple[int, float], ...]:
+    """The network probe's all-reduces of the network at ``nominal`` (with
+    ``added_latency_us``, its entry's own, never the network's, measured without it), as
+    ``cluster.lone_allreduce`` points; ``CalibrationMissing`` where there are none."""
     point = network_point(testbed, nominal)
-    if added_latency_us:  # the entry's own probe (``network_point`` would fall back on the
-        # network's own values, measured without the latency, for a key it lacks)
+    if added_latency_us:
         point = point.get("added_latency", {}).get(latency_key(added_latency_us), {})
     rows = point.get("allreduce") or []
     if not rows:
+        label, where = testbed["label"], _where(nominal)
+        flag = ""
+        if added_latency_us:
+            flag = f" --latency-only --added-latency-us {added_latency_us:g}"
+            where += f" with {added_latency_us:g} us a way added"
+        raise CalibrationMissing(
+            f"calibration '{label}' has no network probe's all-reduces at {where}: run "
+            f"`python -m runners calibrate --label {label}{flag}`"
+        )
+    return tuple((int(r["bytes"]), float(r["seconds"])) for r in rows)
+
+
+def lone_twin(
+    system: str, sim: RunSpec, testbed: dict[str, Any], nominal: float | None
+) -> RunSpec | None:
+    """``sim``, the twin of a ``ddp`` run without added latency (``LONE_SYSTEMS``), with the
+    network probe's all-reduces of its network as a lone collective's times
+    (``cluster.lone_allreduce``), as the twins of runs with added latency have them: DDP's
+    reducer, with one bucket a step on the debug models, runs it alone. Not the default there:
+    it made the twin slower than its runs (9.2 against 6.7 % run-checked, 2026-12-07; the
+    probe's back-to-back all-reduces may find the token bucket short, not measured).
+    ``fidelity`` scores it as ``mape_with``'s ``lone``; None for the other systems (the lab's
+    engine keeps collectives in flight together; Horovod's twins with the points were 29-53
+    % slower than its runs), for twins that have the points already, and for a network
+    without the probe's all-reduces. A reconstruction, labelled as such."""
+    if system not in LONE_SYSTEMS or sim.cluster.lone_allreduce:
         return None
-    points = tuple((int(r["bytes"]), float(r["seconds"])) for r in rows)
+    try:
+        points = _lone_points(testbed, nominal)
+    except CalibrationMissing:
+        return None
     return dataclasses.replace(sim, cluster=dataclasses.replace(sim.cluster, lone_allreduce=points))
+
+
+def stream_twin(sim: RunSpec) -> RunSpec | None:
+    """``sim`` without ``cluster.lone_allreduce`` (the ``ddp`` twin of a run with added
+    latency as it was before it took the points: every collective at the alpha-beta time of
+    the engine's stream); ``fidelity`` scores it as ``mape_with``'s ``stream``. None for a
+    twin without the points."""
+    if not sim.cluster.lone_allreduce:
+        return None
+    return dataclasses.replace(sim, cluster=dataclasses.replace(sim.cluster, lone_allreduce=()))
 
 
 def handover_twin(sim: RunSpec) -> RunSpec | None:
@@ -3154,15 +3193,19 @@ def format_report(result: dict[str, Any]) -> str:
             + f" ({_per_system({**result, 'configs': rows}, 'sim_handover_s')}); "
             + _compute_error(rows)
         )
-    if "lone" in with_:
-        rows = [c for c in result["configs"] if "sim_lone_s" in c]
-        lines.append(
-            "the same real runs, the twins of ddp with its collectives at the "
-            "network probe's lone all-reduce times (cluster.lone_allreduce; a collective run "
-            "alone pays more trips than one in a stream): "
-            + _variant_score(with_, "lone")
-            + f" ({_per_system({**result, 'configs': rows}, 'sim_lone_s')})"
-        )
+    for name, what in (
+        ("lone", "with its collective at the network probe's lone all-reduce times "
+         "(cluster.lone_allreduce), as with added latency"),
+        ("stream", "without the probe's lone all-reduce times (every collective at the "
+         "engine stream's alpha-beta time, the twin before 2026-12-07)"),
+    ):  # fmt: skip
+        if name in with_:
+            rows = [c for c in result["configs"] if f"sim_{name}_s" in c]
+            lines.append(
+                f"the same real runs, the twins of ddp {what}: "
+                + _variant_score(with_, name)
+                + f" ({_per_system({**result, 'configs': rows}, f'sim_{name}_s')})"
+            )
     if "own_plus_added" in with_:
         lines.append(
             "the same real runs, the twins of the network's own values with the added latency "

@@ -201,9 +201,11 @@ class CommCluster:
     collectives in a stream pay about one, and its bytes overlap its trips (on the 1 Gbit/s
     network with 2 ms a way, 11.1 ms at 256 KiB and 13.2 at 1 MiB where the stream's latency
     and the bytes add to 4.4 and 10.0 ms): what PyTorch's DDP, with one bucket a step on the
-    debug models, meets. ``fidelity`` scores twins of ``ddp`` with it apart (``mape_with``'s
-    ``lone``; Horovod's twins with it were 29-53 % too slow: its collectives do not pay it).
-    A reconstruction, labelled as such.
+    debug models, meets. ``fidelity``'s twin of a ``ddp`` run with added latency takes the
+    latency entry's probe points (adopted after three sets, 2026-12-07); without added
+    latency it scores them apart (``mape_with``'s ``lone``: there they made the twin slower
+    than the runs). Horovod's twins with it were 29-53 % too slow: its collectives do not pay
+    it. A reconstruction, labelled as such.
 
     ``overlap_model``: how ``overlap_slowdown`` (and the all-reduce arena's
     ``background_slowdown``) lengthen a compute op. ``start`` (the default): by the slow-down

@@ -19,7 +19,8 @@ from .test_fidelity_transport import ps_set  # noqa: F401 (the fixture)
 
 def _entry(point: dict, latency_us: float) -> dict:
     """The network's values as if measured with ``latency_us`` added: its latencies plus it
-    and 300 us, its bandwidth 10 % lower."""
+    and 300 us, its bandwidth 10 % lower, the probe's all-reduces four trips and 300 us
+    (``ddp``'s twin takes them as a lone collective's times)."""
     entry = {"latency_added_us": latency_us, "date": "2026-12-06", "remeasured": False}
     entry["bandwidth_gbps"] = round(point["bandwidth_gbps"] * 0.9, 6)
     entry["latency_us"] = point["latency_us"] + latency_us + 300.0
@@ -28,6 +29,10 @@ def _entry(point: dict, latency_us: float) -> dict:
         entry[key] = {m: v + latency_us + 300.0 for m, v in point[key].items()}
     for key in ("overlap_slowdown", "comm_slowdown"):
         entry[key] = dict(point[key])
+    entry["allreduce"] = [
+        {"bytes": size, "seconds": 4 * latency_us * 1e-6 + 300e-6 + size / 1e8}
+        for size in (4096, 1 << 20)
+    ]
     return entry
 
 
@@ -94,6 +99,17 @@ def test_a_set_with_added_latency_runs_it_and_scores_twins_measured_with_it(
         }
     assert result["mape_with"]["own_plus_added"] == pytest.approx(10.0)
     assert "own_plus_added 10.0%" in fidelity.format_report(result)
+    # ddp's twin has the entry's probe points (a lone collective's times); the same runs
+    # are scored with its twin without them (``stream``), ``lone`` is for runs without latency
+    points = {tuple(t.cluster.lone_allreduce) for t in mine if t.system == "ddp"}
+    assert (
+        (4096, entry["allreduce"][0]["seconds"]),
+        (1 << 20, entry["allreduce"][1]["seconds"]),
+    ) in points
+    assert "stream" in result["mape_with"] and "lone" not in result["mape_with"]
+    assert "the twins of ddp without the probe's lone all-reduce times" in fidelity.format_report(
+        result
+    )
     assert result["added_latency_us"] == 2000.0 and result["mape_pct"] == pytest.approx(10.0)
     assert "added latency: 2000 us a way in every real run" in fidelity.format_report(result)
     # pooled with another set of it (``fidelity-pool``), the report says the latency too

@@ -137,25 +137,46 @@ def test_lone_points_round_trip_are_left_out_at_their_default_and_refused_in_the
                   "cluster": {"lone_allreduce": [[1, 1.0]]}})  # fmt: skip
 
 
-def test_the_lone_twin_is_ddp_s_with_the_probe_s_points_of_its_network():
-    """From the network's entry the twin uses: with added latency that entry's own probe,
-    never the network's own points (measured without the latency); none where the entry has
-    no probe, and none for the lab's engine's systems or Horovod (its twins with the points
-    were 29-53 % too slow)."""
+def test_ddp_s_twin_with_added_latency_takes_the_entry_s_probe_points_and_the_variants():
+    """``matched_specs``: the ``ddp`` twin of a run with added latency has the latency
+    entry's own probe points (never the network's, measured without the latency), the other
+    systems' none; a calibration whose entry has none refuses, naming the command. Without
+    added latency ``lone_twin`` (``mape_with``'s ``lone``) gives ddp's twin the network's
+    points, and with it ``stream_twin`` takes them away (``stream``)."""
     testbed = copy.deepcopy(TESTBED)
     shaped = testbed["network"][1]
     shaped["allreduce"] = [{"bytes": 4096, "seconds": 0.0004}, {"bytes": 1 << 20, "seconds": 0.01}]
-    sim = validate(fidelity.matched_specs("ddp", "vgg16-debug", 1.0, testbed)[1])
-    twin = fidelity.lone_twin("ddp", sim, testbed, 1.0)
-    assert twin is not None and twin.cluster.lone_allreduce == ((4096, 0.0004), (1 << 20, 0.01))
-    assert twin.cluster.latency_us == sim.cluster.latency_us  # the rest is the twin's
-    assert fidelity.lone_twin("wfbp", sim, testbed, 1.0) is None
-    assert fidelity.lone_twin("horovod", sim, testbed, 1.0) is None
-    entry = {"bandwidth_gbps": 0.9, "latency_us": 4000.0}
+    entry = {
+        "bandwidth_gbps": 0.9,
+        "latency_us": 4000.0,
+        **{k: {"vgg16-debug": 4400.0} for k in ("latency_busy_us", "latency_idle_us",
+                                                "latency_engine_us", "latency_engine_inline_us")},
+        "overlap_slowdown": {"vgg16-debug": 0.4},
+        "comm_slowdown": {"vgg16-debug": 0.0},
+    }  # fmt: skip
     shaped["added_latency"] = {"2000": entry}
-    assert fidelity.lone_twin("ddp", sim, testbed, 1.0, 2000.0) is None
+
+    def twin(system, latency=0.0):
+        return validate(fidelity.matched_specs(system, "vgg16-debug", 1.0, testbed,
+                                               added_latency_us=latency)[1])  # fmt: skip
+
+    with pytest.raises(fidelity.CalibrationMissing, match="--latency-only --added-latency-us 2000"):
+        twin("ddp", 2000.0)
+    assert twin("wfbp", 2000.0).cluster.lone_allreduce == ()  # the engine's: no points needed
     entry["allreduce"] = [{"bytes": 4096, "seconds": 0.009}, {"bytes": 1 << 20, "seconds": 0.013}]
-    twin = fidelity.lone_twin("ddp", sim, testbed, 1.0, 2000.0)
-    assert twin is not None and twin.cluster.lone_allreduce == ((4096, 0.009), (1 << 20, 0.013))
-    testbed["network"][0]["allreduce"] = []  # loopback without a probe: none
-    assert fidelity.lone_twin("ddp", sim, testbed, None) is None
+    with_latency = twin("ddp", 2000.0)
+    assert with_latency.cluster.lone_allreduce == ((4096, 0.009), (1 << 20, 0.013))
+    assert twin("horovod", 2000.0).cluster.lone_allreduce == ()
+    assert twin("wfbp", 2000.0).cluster.lone_allreduce == ()
+    stream = fidelity.stream_twin(with_latency)
+    assert stream is not None and stream.cluster.lone_allreduce == ()
+    assert fidelity.lone_twin("ddp", with_latency, testbed, 1.0) is None  # it has them
+    # without added latency: the default twin has none; the variant the network's own points
+    plain = twin("ddp")
+    assert plain.cluster.lone_allreduce == () and fidelity.stream_twin(plain) is None
+    lone = fidelity.lone_twin("ddp", plain, testbed, 1.0)
+    assert lone is not None and lone.cluster.lone_allreduce == ((4096, 0.0004), (1 << 20, 0.01))
+    assert lone.cluster.latency_us == plain.cluster.latency_us  # the rest is the twin's
+    assert fidelity.lone_twin("wfbp", twin("wfbp"), testbed, 1.0) is None
+    assert fidelity.lone_twin("horovod", twin("horovod"), testbed, 1.0) is None
+    assert fidelity.lone_twin("ddp", plain, testbed, None) is None  # loopback: no probe here
