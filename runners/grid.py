@@ -635,9 +635,17 @@ def _split(
 def _is_axis(path: str, value: Any, kind: str = COMM_GRID) -> bool:
     if not isinstance(value, list):
         return False
+    if kind == COMM_GRID and path in _POINT_LISTS:  # a list of pairs: an axis of such lists
+        return bool(value) and all(
+            isinstance(v, list) and all(isinstance(p, list) for p in v) for v in value
+        )
     if kind == COMM_GRID and path in _list_valued():  # a list itself: axis only as a list of lists
         return bool(value) and all(isinstance(v, list) for v in value)
     return True
+
+
+# Cluster fields whose value is a list of [x, y] lists: an axis is a list of such lists.
+_POINT_LISTS = frozenset({"cluster.lone_allreduce"})
 
 
 def _list_valued() -> set[str]:

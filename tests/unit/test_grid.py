@@ -589,3 +589,17 @@ def test_the_real_transports_example_expands_to_both_transports_per_system():
         (s, t) for s in ("ps-default", "tictac-tic") for t in ("blocking", "pipelined")
     }
     assert all(r.spec.mode == "real" and r.spec.real.network == "loopback" for r in g.runs)
+
+
+def test_lone_allreduce_points_are_one_value_and_a_list_of_them_an_axis():
+    """``cluster.lone_allreduce`` is itself a list of [bytes, seconds] pairs: as given, one
+    value (not an axis of pairs); a list of such lists, an axis."""
+    points = [[4096, 0.009], [1 << 20, 0.013]]
+    base = {"systems": ["ddp"], "workloads": ["vgg16-debug"], "cluster": {"workers": 2}}
+    one = grid.load_grid({**base, "cluster": {"workers": 2, "lone_allreduce": points}})
+    assert [r.spec.cluster.lone_allreduce for r in one.runs] == [((4096, 0.009), (1 << 20, 0.013))]
+    axis = grid.load_grid({**base, "cluster": {"workers": 2, "lone_allreduce": [[], points]}})
+    assert [r.spec.cluster.lone_allreduce for r in axis.runs] == [
+        (),
+        ((4096, 0.009), (1 << 20, 0.013)),
+    ]
