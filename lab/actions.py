@@ -355,12 +355,14 @@ def _launch_run(run_id: int, queued: Run | None) -> bool:
             executor=settings.EXECUTOR,
         ):
             return False
-    # Only the one actor that moved the run claims its GPUs (claims belong to the run, so a
-    # loser releasing "its" claims would release the winner's).
-    gpus = _claim_gpus(run)
-    if gpus is None:  # not enough free GPUs here now: back to waiting
-        _transition(run_id, (Run.RUNNING,), Run.QUEUED, started_at=None, host="")
-        return False
+        # Only the one actor that moved the run claims its GPUs (claims belong to the run, so
+        # a loser releasing "its" claims would release the winner's), in the same transaction:
+        # a host without them free never shows the run running on it, even for an instant (a
+        # member's page, or another host's check, would see it there).
+        gpus = _claim_gpus(run)
+        if gpus is None:  # not enough free GPUs here now: the run stays queued
+            transaction.set_rollback(True)
+            return False
     run.refresh_from_db()
     resources = _resources(run, gpus)
     nodes = _nodes_of(run)

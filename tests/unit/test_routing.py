@@ -104,6 +104,42 @@ def test_a_gpu_run_starts_only_where_gpus_are_free_and_gives_them_back(user, con
     assert not GpuClaim.objects.filter(released_at=None).exists(), "cancel releases the GPU"
 
 
+def test_a_host_without_the_gpus_never_shows_the_run_running_on_it(
+    user, config, settings, monkeypatch
+):
+    """The GPUs are claimed in the transaction that moves the run to running, so that a host
+    without them free rolls the move back unseen: before, the run was running on that host
+    (committed) until the claim failed and put it back, and a page or a second worker
+    looking then saw it there (the hosts stack test did, under load in CI)."""
+    from django.db import connection
+
+    host("cpu-box")
+    host("gpu-box", gpus=1)
+    run = actions.create_experiment(user, gpu_run(config)).runs.get()
+    seen = []
+    claim = actions._claim_gpus
+    depth = len(connection.savepoint_ids)  # the test's own transaction (pytest-django's)
+
+    def claim_inside(run):
+        inside = len(connection.savepoint_ids) > depth  # within the launch's atomic block
+        seen.append((inside, Run.objects.get(pk=run.pk).state))
+        return claim(run)
+
+    monkeypatch.setattr(actions, "_claim_gpus", claim_inside)
+    settings.HOST_NAME = "cpu-box"
+    assert not actions.launch_run(run.pk)
+    assert seen == [(True, Run.RUNNING)], "claimed inside the move, which is then undone"
+    run.refresh_from_db()
+    assert (run.state, run.host, run.started_at) == (Run.QUEUED, "", None)
+    assert not GpuClaim.objects.exists()
+    settings.HOST_NAME = "gpu-box"
+    assert actions.launch_run(run.pk)
+    run.refresh_from_db()
+    assert (run.state, run.host) == (Run.RUNNING, "gpu-box")
+    assert GpuClaim.objects.filter(run=run, released_at=None).count() == 1
+    assert actions.cancel_run(run)
+
+
 def test_a_run_without_gpus_sees_none_of_the_host_s(user, config, settings):
     """Only the ledger hands out GPUs: a run that asked for none gets an empty
     ``CUDA_VISIBLE_DEVICES`` (``real.device: auto`` would otherwise take any GPU it sees,
