@@ -1696,7 +1696,7 @@ def matched_specs(
         sim["cluster"]["link_burst_bytes"] = _payload_burst(nominal, point["bandwidth_gbps"])
     if system in LONE_SYSTEMS and added_latency_us:  # its collectives alone: the probe's times
         sim["cluster"]["lone_allreduce"] = [
-            list(p) for p in _lone_points(testbed, nominal, added_latency_us)
+            list(p) for p in _probe_points(testbed, nominal, added_latency_us)
         ]
     if ps is not None:
         # The probe's layout: its server processes, as many server machines (PSLD, which may
@@ -2412,7 +2412,7 @@ def own_plus_added_twin(sim: RunSpec, added_latency_us: float) -> RunSpec:
     return dataclasses.replace(sim, cluster=cluster)
 
 
-def _lone_points(
+def _probe_points(
     testbed: dict[str, Any], nominal: float | None, added_latency_us: float = 0.0
 ) -> tuple[tuple[int, float], ...]:
     """The network probe's all-reduces of the network at ``nominal`` (with
@@ -2451,7 +2451,7 @@ def lone_twin(
     if system not in LONE_SYSTEMS or sim.cluster.lone_allreduce:
         return None
     try:
-        points = _lone_points(testbed, nominal)
+        points = _probe_points(testbed, nominal)
     except CalibrationMissing:
         return None
     return dataclasses.replace(sim, cluster=dataclasses.replace(sim.cluster, lone_allreduce=points))

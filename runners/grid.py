@@ -93,6 +93,7 @@ from __future__ import annotations
 import copy
 import csv
 import dataclasses
+import functools
 import hashlib
 import io
 import itertools
@@ -109,6 +110,7 @@ import tempfile
 import threading
 import time
 import traceback
+import typing
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -184,6 +186,7 @@ _COMM_ONLY_COLUMNS = ("iterations", "warmup_iterations", "batch_size")
 # Columns of the resolved spec's sections (``real.``: real runs' training options, defaults
 # included; empty on simulated rows).
 _SPEC_PREFIXES = ("trace.", "cluster.", "params.", "real.")
+_REAL_DEFAULTS = dataclasses.asdict(RealOptions())  # a real row's ``real.`` columns' defaults
 TAIL_COLUMNS = ("sim_wall_s", "status", "error")
 PARTIAL_COLUMNS = ("run_key", "system", "workload", "seed", "sim_wall_s", "status", "error")
 _PARTIAL_METRICS = "metrics"
@@ -635,26 +638,27 @@ def _split(
 def _is_axis(path: str, value: Any, kind: str = COMM_GRID) -> bool:
     if not isinstance(value, list):
         return False
-    if kind == COMM_GRID and path in _POINT_LISTS:  # a list of pairs: an axis of such lists
+    items = _list_valued().get(path) if kind == COMM_GRID else None
+    if items is not None:  # a list itself: axis only as a list of such lists
         return bool(value) and all(
-            isinstance(v, list) and all(isinstance(p, list) for p in v) for v in value
+            isinstance(v, list) and (items is dict or all(isinstance(i, list) for i in v))
+            for v in value
         )
-    if kind == COMM_GRID and path in _list_valued():  # a list itself: axis only as a list of lists
-        return bool(value) and all(isinstance(v, list) for v in value)
     return True
 
 
-# Cluster fields whose value is a list of [x, y] lists: an axis is a list of such lists.
-_POINT_LISTS = frozenset({"cluster.lone_allreduce"})
-
-
-def _list_valued() -> set[str]:
-    """Cluster fields whose value is a list (``stragglers``): tuple defaults in CommCluster."""
-    return {
-        f"cluster.{f.name}"
-        for f in dataclasses.fields(CommCluster)
-        if isinstance(f.default, tuple) or f.default_factory in (tuple, list)
-    }
+@functools.cache
+def _list_valued() -> dict[str, type]:
+    """Cluster fields whose value is a list (tuple defaults in CommCluster), each with how its
+    items are given: a mapping for a dataclass (``stragglers``), a list for a tuple
+    (``lone_allreduce``'s [bytes, seconds] pairs)."""
+    hints = typing.get_type_hints(CommCluster)
+    out: dict[str, type] = {}
+    for f in dataclasses.fields(CommCluster):
+        if isinstance(f.default, tuple) or f.default_factory in (tuple, list):
+            item = typing.get_args(hints[f.name])[0]
+            out[f"cluster.{f.name}"] = list if typing.get_origin(item) is tuple else dict
+    return out
 
 
 def _spec_raw(
@@ -1050,7 +1054,7 @@ def _table(
         for prefix in _SPEC_PREFIXES:
             section = spec.get(prefix[:-1]) or {}
             if prefix == "real." and section:  # the spec's dict leaves later fields' defaults out
-                section = {**dataclasses.asdict(RealOptions()), **section}
+                section = {**_REAL_DEFAULTS, **section}
             row.update((f"{prefix}{k}", v) for k, v in section.items())
         rows.append((row, outcome))
     in_specs = {c for e in entries for c in _COMM_ONLY_COLUMNS if c in e["spec"]}

@@ -20,7 +20,6 @@ from lab.experiments.forms import (
     CLUSTER_KEYS,
     CLUSTER_SWEEP_KEYS,
     FIELD_ARENA,
-    REAL_KEY_ARENAS,
     REAL_KEYS,
     STRAGGLER_NAMES,
     TRACE_FILE_KEYS,
@@ -32,7 +31,7 @@ from lab.experiments.forms import (
 from lab.experiments.models import Experiment
 from lab.reports import figures, realsim
 from lab.runs.models import CONDITION_KEYS, Run
-from runners.spec import ARENA_NAMES
+from runners.spec import ARENA_NAMES, REAL_KEY_ARENAS
 
 FIELDS = {
     "name",

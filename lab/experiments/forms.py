@@ -49,9 +49,6 @@ REAL_KEYS = (
     "network", "dataset", "lr", "momentum", "implementation", "gpus", "gpu_model", "nodes",
     "comm_priority", "device", "dispatch", "ps_transport", "ddp_timeline",
 )  # fmt: skip
-# The real keys of one arena alone: the form hides them for the other arena's systems and
-# ignores them there (run_spec.REAL_KEY_ARENAS).
-REAL_KEY_ARENAS = run_spec.REAL_KEY_ARENAS
 # Spec cluster fields the portal does not offer, each with why (the API answers with it).
 CLI_ONLY_CLUSTER_KEYS = {
     "optimizer_update": "needs a measured profile (cluster.gpu measured:<label>), which the "
@@ -610,7 +607,7 @@ class ExperimentForm(_ClusterArenaFields):
     def real_fields(self) -> list[tuple[forms.BoundField, str]]:
         """Each real field with the arenas it applies to (``data-arenas``)."""
         return [
-            (self[f"real_{key}"], " ".join(REAL_KEY_ARENAS.get(key, ("allreduce", "ps"))))
+            (self[f"real_{key}"], " ".join(run_spec.REAL_KEY_ARENAS.get(key, ("allreduce", "ps"))))
             for key in REAL_KEYS
         ]
 
@@ -676,7 +673,8 @@ class ExperimentForm(_ClusterArenaFields):
         if data.get("mode") != "real" or arena == "cluster":
             ignored += [f"real_{key}" for key in REAL_KEYS]
         else:  # another arena's real field (hidden, its value posted as it was left)
-            ignored += [f"real_{k}" for k, on in REAL_KEY_ARENAS.items() if arena not in on]
+            one_arena = run_spec.REAL_KEY_ARENAS.items()
+            ignored += [f"real_{k}" for k, on in one_arena if arena not in on]
         for name in ignored:
             self.errors.pop(name, None)  # another arena's or mode's field: not checked or used
             data.pop(name, None)
