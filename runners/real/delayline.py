@@ -32,6 +32,13 @@ a killed launcher leaves it behind no more than the namespaces (``testbed`` swee
 ``python -m runners.real.delayline DELAY_US PARENT NS [NS ...]`` is the process; it prints
 ``ready`` once every queue is bound, and its counts as one JSON line on SIGUSR1 and when it
 ends (SIGTERM, or its parent gone).
+
+A diagnostic, off by default: with ``LAB_DELAYLINE_TRACE`` set to a file's path, the queues
+copy each packet's first ``TRACE_COPY`` bytes (its IPv4 and TCP headers) and the delay line
+writes, when it ends, one CSV row per packet a node received: when it arrived (seconds on the
+monotonic clock, before its delay), the node (its index in ``NS ...``), the TCP ports and the
+TCP payload's bytes (0: an acknowledgement alone; a GSO super-packet is one row). The run's
+timing is the same but for the copy (64 bytes a packet); the file is replaced by each run.
 """
 
 from __future__ import annotations
@@ -65,6 +72,10 @@ CLONE_NEWNET = 0x40000000
 QUEUE = 0  # the queue number in every node's namespace (each namespace has its own queues)
 MAXLEN = 1 << 16  # packets a queue may hold (beyond: dropped, and counted by the kernel)
 RCVBUF = 32 << 20
+NFQNL_COPY_PACKET, NFQA_PAYLOAD = 2, 10
+TRACE_ENV = "LAB_DELAYLINE_TRACE"  # a file's path: every packet's arrival, written at the end
+TRACE_COPY = 64  # bytes of each packet the queue copies when tracing: the IPv4 and TCP headers
+TRACE_HEADER = "t_s,node,src_port,dst_port,payload_bytes"
 
 
 class DelayLineError(RuntimeError):
@@ -99,9 +110,25 @@ def _setns(fd: int) -> None:
         raise DelayLineError(f"setns: {os.strerror(ctypes.get_errno())}")
 
 
-def open_queue(namespace: str | None) -> socket.socket:
+def tcp_fields(packet: bytes) -> tuple[int, int, int] | None:
+    """An IPv4 TCP packet's (source port, destination port, payload bytes) from its first
+    bytes (the IPv4 and TCP headers; the length from the IP header, a GSO super-packet's
+    whole); None for anything else."""
+    if len(packet) < 20 or packet[0] >> 4 != 4 or packet[9] != socket.IPPROTO_TCP:
+        return None
+    ihl = (packet[0] & 0x0F) * 4
+    if len(packet) < ihl + 13:
+        return None
+    (total,) = struct.unpack_from("!H", packet, 2)
+    src, dst = struct.unpack_from("!HH", packet, ihl)
+    offset = (packet[ihl + 12] >> 4) * 4
+    return src, dst, max(0, total - ihl - offset)
+
+
+def open_queue(namespace: str | None, copy: int = 0) -> socket.socket:
     """A netlink socket bound to queue ``QUEUE`` in ``namespace`` (None: this one), passing
-    packet ids only, GSO super-packets whole."""
+    packet ids only (``copy``: also each packet's first ``copy`` bytes), GSO super-packets
+    whole."""
     home = os.open("/proc/self/ns/net", os.O_RDONLY) if namespace else None
     try:
         if namespace:
@@ -121,9 +148,10 @@ def open_queue(namespace: str | None) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
     sock.bind((0, 0))
     flags = struct.pack("!I", NFQA_CFG_F_GSO)
+    mode = NFQNL_COPY_PACKET if copy else NFQNL_COPY_META
     steps = [
         _attr(NFQA_CFG_CMD, struct.pack("=BBH", NFQNL_CFG_CMD_BIND, 0, 0)),
-        _attr(NFQA_CFG_PARAMS, struct.pack("!IB", 0, NFQNL_COPY_META))
+        _attr(NFQA_CFG_PARAMS, struct.pack("!IB", copy, mode))
         + _attr(NFQA_CFG_QUEUE_MAXLEN, struct.pack("!I", MAXLEN))
         + _attr(NFQA_CFG_FLAGS, flags)
         + _attr(NFQA_CFG_MASK, flags),
@@ -151,6 +179,7 @@ class Queue:
     sock: socket.socket
     held: collections.deque[tuple[int, float]] = field(default_factory=collections.deque)
     packets: int = 0
+    trace: list[tuple[float, int, int, int]] | None = None  # (arrived, ports, payload)
 
     def receive(self, delay_s: float) -> None:
         while True:
@@ -169,7 +198,10 @@ class Queue:
                 if size < 16:
                     break
                 if kind == (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET:
-                    header = _attrs(data[at + 20 : at + size]).get(NFQA_PACKET_HDR)
+                    attrs = _attrs(data[at + 20 : at + size])
+                    header = attrs.get(NFQA_PACKET_HDR)
+                    if self.trace is not None and (tcp := tcp_fields(attrs.get(NFQA_PAYLOAD, b""))):
+                        self.trace.append((now, *tcp))
                     if header is not None:
                         (packet,) = struct.unpack_from("!I", header)
                         self.held.append((packet, now + delay_s))
@@ -194,8 +226,11 @@ class Queue:
 
 def serve(delay_us: float, parent: int, namespaces: list[str]) -> None:
     """Delay every packet the nodes of ``namespaces`` receive by ``delay_us`` until SIGTERM
-    or until ``parent`` exits; print the counts (one JSON line) on SIGUSR1 and at the end."""
-    queues = [Queue(open_queue(ns)) for ns in namespaces]
+    or until ``parent`` exits; print the counts (one JSON line) on SIGUSR1 and at the end
+    (with ``LAB_DELAYLINE_TRACE``, write the packets' trace then too: ``write_trace``)."""
+    trace_path = os.environ.get(TRACE_ENV) or None
+    copy = TRACE_COPY if trace_path else 0
+    queues = [Queue(open_queue(ns, copy), trace=[] if trace_path else None) for ns in namespaces]
     by_fd = {q.sock.fileno(): q for q in queues}
     signals, wake = os.pipe()
     signal.signal(signal.SIGTERM, lambda *_: os.write(wake, b"x"))
@@ -248,7 +283,24 @@ def serve(delay_us: float, parent: int, namespaces: list[str]) -> None:
                 released += len(late)
                 late_sum += sum(late)
                 late_max = max(late_max, max(late))
+    if trace_path:
+        write_trace(trace_path, queues)
     print(counts(), flush=True)
+
+
+def write_trace(path: str, queues: list[Queue]) -> None:
+    """The packets the queues saw, by arrival, as CSV (``TRACE_HEADER``); written whole to a
+    temporary file first, then renamed over ``path``."""
+    rows = sorted(
+        (t, node, src, dst, size)
+        for node, q in enumerate(queues)
+        for t, src, dst, size in (q.trace or ())
+    )
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w") as out:
+        out.write(TRACE_HEADER + "\n")
+        out.writelines(f"{t:.6f},{node},{src},{dst},{size}\n" for t, node, src, dst, size in rows)
+    os.replace(temporary, path)
 
 
 def main(argv: list[str]) -> int:

@@ -26,7 +26,7 @@ import torch
 
 import workloads
 from runners.execute import run_to_directory
-from runners.real import launch, testbed
+from runners.real import delayline, launch, testbed
 from runners.spec import SpecError, validate
 from tests.conftest import EXACT_SCHEDULERS, require_horovod, require_root, torchrun, wait_for
 from workloads import data
@@ -531,6 +531,30 @@ def test_the_testbed_adds_latency_without_netem():
     if counts is not None:  # the delay line: it held every packet, at real-time priority
         assert counts["packets"] >= 40 and counts["realtime"], counts
     assert not _ours() and not _delay_line_pids()
+
+
+def test_the_delay_line_traces_the_packets_it_holds(tmp_path, monkeypatch):
+    """With ``LAB_DELAYLINE_TRACE`` the delay line writes every TCP packet a node received
+    when it ends: each of 20 one-byte pings and its echo, on the echo's port, and an echo
+    reaching node 0 at least the added 2 ms after its ping reached node 1 (a row's time is
+    the packet's arrival, before it is held)."""
+    require_root("the emulated network")
+    trace = tmp_path / "trace.csv"
+    monkeypatch.setenv(delayline.TRACE_ENV, str(trace))
+    with testbed.testbed([0.25, 0.25], latency_us=2000) as bed:
+        if not bed.delayed:
+            pytest.skip("netem adds the latency here: no delay line")
+        _round_trip_s(bed)
+    with trace.open() as f:
+        rows = list(csv.DictReader(f))
+    assert rows and list(rows[0]) == delayline.TRACE_HEADER.split(","), rows[:1]
+    ones = [r for r in rows if r["payload_bytes"] == "1"]
+    pings = [float(r["t_s"]) for r in ones if r["node"] == "1" and r["dst_port"] == "5204"]
+    echoes = [float(r["t_s"]) for r in ones if r["node"] == "0" and r["src_port"] == "5204"]
+    assert len(pings) == len(echoes) == 20, (len(pings), len(echoes))
+    gaps = [echo - ping for ping, echo in zip(pings, echoes, strict=True)]
+    assert min(gaps) >= 2e-3, f"an echo came {min(gaps) * 1e3:.2f} ms after its ping"
+    assert not list(tmp_path.glob("*.tmp")) and not _delay_line_pids()
 
 
 def test_the_calibration_s_network_probe_pays_the_added_latency(tmp_path):
