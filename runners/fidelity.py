@@ -110,7 +110,13 @@ DEFAULT_BANDWIDTHS = (0.25, 1.0)
 # theirs. Horovod's own per cycle is measured where the calibration has it (``horovod`` of a
 # network: ``calibrate --horovod-only``); DDP's is not (0).
 OWN_FRAMEWORKS = ("ddp", "horovod")
-LONE_SYSTEMS = ("ddp",)  # ``lone_twin``'s (Horovod's was 29-53 % too slow, 2026-12-07)
+# The twins of runs with added latency that take the probe's lone all-reduce times (DDP's:
+# adopted 2026-12-07), and the systems ``lone_twin`` scores with them otherwise (a variant)
+LONE_SYSTEMS = ("ddp",)
+LONE_VARIANT_SYSTEMS = ("ddp", "horovod")
+# The twins of runs with added latency whose all-reduces pay two trips a ring step and whose
+# negotiation rounds pay one (``cluster.round_latency_us``; Horovod's: adopted 2026-12-07)
+TRIPS_SYSTEMS = ("horovod",)
 # The twins' ``cluster.overlap_model``: the calibrated compute slow-down as a rate while a
 # collective (PS arena: a transfer on the worker's links) overlaps an op
 # (``runners.sim.engine``), not in full for every op that starts during one. Chosen for its
@@ -1623,7 +1629,13 @@ def matched_specs(
     with latency added a lone gloo all-reduce pays about two trips a ring step, a stream's
     one; adopted after three sets, ``docs/fidelity-history.md``, 2026-12-07; without added
     latency the points made it slower than its runs, and ``fidelity`` scores that apart:
-    ``mape_with``'s ``lone``; with it, the twin without them: ``stream``)."""
+    ``mape_with``'s ``lone``; with it, the twin without them: ``stream``), and, with
+    ``latency`` ``engine``, the ``horovod`` twin (``TRIPS_SYSTEMS``) its all-reduces at the
+    entry's back-to-back plain all-reduces' latency (``latency_idle_us``: two trips a ring
+    step) and its negotiation rounds at the engine stream's (``latency_engine_us``: one
+    trip, busy or idle, ``cluster.round_latency_us``), as delay-line traces of Horovod show
+    them (adopted after two sets, ``docs/fidelity-history.md``, 2026-12-07; the twin before,
+    every collective and round at the engine stream's: ``stream``)."""
     arena_ps = registry.get(system).arena == "ps"
     point = network_point(testbed, nominal, added_latency_us, ps_transport if arena_ps else None)
     if latency not in LATENCIES:
@@ -1656,6 +1668,10 @@ def matched_specs(
                     "busy_latency_us": busy_us,
                     "overlap_comm_slowdown": _measured(point, "comm_slowdown", model, label),
                 }
+                if system in TRIPS_SYSTEMS and added_latency_us and latency == "engine":
+                    # its all-reduces two trips a ring step, its rounds one (its traces)
+                    interference["round_latency_us"] = latency_us
+                    latency_us = _measured(point, "latency_idle_us", model, label)
     workers = int(testbed["workers"])
     real_cluster: dict[str, Any] = {"workers": workers}
     if nominal is not None:
@@ -1979,9 +1995,10 @@ def fidelity(
         else None
         for m, b, s in plan
     ]
-    # DDP's twins without added latency with the probe's lone all-reduce times (``mape_with``'s
-    # ``lone``), and with added latency without them (``stream``): ``cluster.lone_allreduce``
-    lone = [lone_twin(s, sim, testbed, b) for (_, b, s), _, sim in checked]
+    # DDP's and Horovod's twins with the probe's lone all-reduce times where they lack them
+    # (``mape_with``'s ``lone``), and without them where they have them (``stream``):
+    # ``cluster.lone_allreduce``
+    lone = [lone_twin(s, sim, testbed, b, added_latency_us) for (_, b, s), _, sim in checked]
     stream = [stream_twin(sim) for _, _, sim in checked]
     for _, real_spec, _ in checked:
         launch.preflight(real_spec)
@@ -2436,35 +2453,45 @@ def _probe_points(
 
 
 def lone_twin(
-    system: str, sim: RunSpec, testbed: dict[str, Any], nominal: float | None
+    system: str,
+    sim: RunSpec,
+    testbed: dict[str, Any],
+    nominal: float | None,
+    added_latency_us: float = 0.0,
 ) -> RunSpec | None:
-    """``sim``, the twin of a ``ddp`` run without added latency (``LONE_SYSTEMS``), with the
-    network probe's all-reduces of its network as a lone collective's times
-    (``cluster.lone_allreduce``), as the twins of runs with added latency have them: DDP's
-    reducer, with one bucket a step on the debug models, runs it alone. Not the default there:
-    it made the twin slower than its runs (9.2 against 6.7 % run-checked, 2026-12-07; the
-    probe's back-to-back all-reduces may find the token bucket short, not measured).
-    ``fidelity`` scores it as ``mape_with``'s ``lone``; None for the other systems (the lab's
-    engine keeps collectives in flight together; Horovod's twins with the points were 29-53
-    % slower than its runs), for twins that have the points already, and for a network
-    without the probe's all-reduces. A reconstruction, labelled as such."""
-    if system not in LONE_SYSTEMS or sim.cluster.lone_allreduce:
+    """``sim``, the twin of a ``ddp`` or ``horovod`` run (``LONE_VARIANT_SYSTEMS``), with the
+    network probe's all-reduces of its network (with ``added_latency_us``, its entry's) as a
+    lone collective's times (``cluster.lone_allreduce``), as the ``ddp`` twins of runs with
+    added latency have them: DDP's reducer, with one bucket a step on the debug models, runs
+    it alone; Horovod's background thread runs each cycle's fused all-reduce alone after the
+    cycle's round (delay-line traces with 2 ms a way: four messages, each waiting a trip for
+    the one before, 2026-12-07). Not the default for ``ddp`` without added latency: it made
+    the twin slower than its runs (9.2 against 6.7 % run-checked, 2026-12-07; the probe's
+    back-to-back all-reduces may find the token bucket short, not measured). ``fidelity``
+    scores it as ``mape_with``'s ``lone``; None for the other systems (the lab's engine keeps
+    collectives in flight together), for twins that have the points already, and for a
+    network without the probe's all-reduces. A reconstruction, labelled as such."""
+    if system not in LONE_VARIANT_SYSTEMS or sim.cluster.lone_allreduce:
         return None
     try:
-        points = _probe_points(testbed, nominal)
+        points = _probe_points(testbed, nominal, added_latency_us)
     except CalibrationMissing:
         return None
     return dataclasses.replace(sim, cluster=dataclasses.replace(sim.cluster, lone_allreduce=points))
 
 
 def stream_twin(sim: RunSpec) -> RunSpec | None:
-    """``sim`` without ``cluster.lone_allreduce`` (the ``ddp`` twin of a run with added
-    latency as it was before it took the points: every collective at the alpha-beta time of
-    the engine's stream); ``fidelity`` scores it as ``mape_with``'s ``stream``. None for a
-    twin without the points."""
-    if not sim.cluster.lone_allreduce:
+    """``sim`` with every collective and negotiation round at the alpha-beta time of the
+    engine's stream, as the twins of runs with added latency were before 2026-12-07: without
+    ``cluster.lone_allreduce`` (the ``ddp`` twin's points), and with a ``horovod`` twin's
+    ``cluster.round_latency_us`` (the engine stream's latency) as its latency too;
+    ``fidelity`` scores it as ``mape_with``'s ``stream``. None for a twin with neither."""
+    c = sim.cluster
+    if not c.lone_allreduce and c.round_latency_us is None:
         return None
-    return dataclasses.replace(sim, cluster=dataclasses.replace(sim.cluster, lone_allreduce=()))
+    latency = c.latency_us if c.round_latency_us is None else c.round_latency_us
+    cluster = dataclasses.replace(c, lone_allreduce=(), latency_us=latency, round_latency_us=None)
+    return dataclasses.replace(sim, cluster=cluster)
 
 
 def handover_twin(sim: RunSpec) -> RunSpec | None:
@@ -3194,15 +3221,16 @@ def format_report(result: dict[str, Any]) -> str:
             + _compute_error(rows)
         )
     for name, what in (
-        ("lone", "with its collective at the network probe's lone all-reduce times "
-         "(cluster.lone_allreduce), as with added latency"),
-        ("stream", "without the probe's lone all-reduce times (every collective at the "
-         "engine stream's alpha-beta time, the twin before 2026-12-07)"),
+        ("lone", "ddp and horovod with their collectives at the network probe's lone "
+         "all-reduce times (cluster.lone_allreduce), as ddp's with added latency"),
+        ("stream", "ddp and horovod with every collective and round at the engine stream's "
+         "alpha-beta time (ddp's without the probe's lone all-reduce times, horovod's "
+         "all-reduces at one trip a ring step: the twins before 2026-12-07)"),
     ):  # fmt: skip
         if name in with_:
             rows = [c for c in result["configs"] if f"sim_{name}_s" in c]
             lines.append(
-                f"the same real runs, the twins of ddp {what}: "
+                f"the same real runs, the twins of {what}: "
                 + _variant_score(with_, name)
                 + f" ({_per_system({**result, 'configs': rows}, f'sim_{name}_s')})"
             )

@@ -185,6 +185,14 @@ class CommCluster:
     without); ``fidelity`` leaves it out of the ``horovod`` twin and scores the same real
     runs with it apart (``mape_with``). A reconstruction, labelled as such.
 
+    ``round_latency_us`` (all-reduce arena, with ``negotiation``): the latency a ring step of
+    a negotiation round pays, the ranks busy or idle (None, the default: a collective's, the
+    busy network's while a compute op runs). Why: Horovod's rounds run back to back, two
+    messages a round each waiting a trip for the other, computing or not, where its fused
+    all-reduces pay two trips a ring step (delay-line traces with 2 ms a way, 2026-12-07).
+    ``fidelity`` scores Horovod's twins of runs with added latency with it (``trips``). A
+    reconstruction, labelled as such.
+
     ``lone_allreduce`` (all-reduce arena): ``[bytes, seconds]`` points, a lone all-reduce's
     time by its size, as ``python -m runners calibrate``'s network probe measures them (the
     testbed's ``allreduce`` points: one all-reduce after a barrier, on idle ranks, none other
@@ -194,9 +202,10 @@ class CommCluster:
     idle ranks, in place of the alpha-beta time less the token bucket's burst (the bucket
     still gives its tokens up); while a compute op runs, that time scaled by the busy
     network's alpha-beta time over the idle one's; a NIC straggler's collective keeps the
-    alpha-beta time. With ``negotiation``, a round (its own channel's 16-byte all-reduce)
-    takes the points' time at 16 bytes, scaled alike. Empty (the default): the alpha-beta
-    time throughout. Why: with latency added, gloo's lone all-reduce pays about two trips a
+    alpha-beta time. A negotiation round (``negotiation``) keeps the alpha-beta time: Horovod's
+    rounds run back to back, each two messages that wait a trip each, not a lone all-reduce's
+    four (delay-line traces, 2026-12-07). Empty (the default): the alpha-beta time
+    throughout. Why: with latency added, gloo's lone all-reduce pays about two trips a
     ring step (a send waits for its receiver's notice that the receive is posted) where
     collectives in a stream pay about one, and its bytes overlap its trips (on the 1 Gbit/s
     network with 2 ms a way, 11.1 ms at 256 KiB and 13.2 at 1 MiB where the stream's latency
@@ -204,8 +213,9 @@ class CommCluster:
     debug models, meets. ``fidelity``'s twin of a ``ddp`` run with added latency takes the
     latency entry's probe points (adopted after three sets, 2026-12-07); without added
     latency it scores them apart (``mape_with``'s ``lone``: there they made the twin slower
-    than the runs). Horovod's twins with it were 29-53 % too slow: its collectives do not pay
-    it. A reconstruction, labelled as such.
+    than the runs). Horovod's twins with it and the rounds at the 16-byte time were 29-53 %
+    too slow; ``fidelity`` scores Horovod's twins with it and the rounds as they are
+    (``lone``). A reconstruction, labelled as such.
 
     ``overlap_model``: how ``overlap_slowdown`` (and the all-reduce arena's
     ``background_slowdown``) lengthen a compute op. ``start`` (the default): by the slow-down
@@ -339,6 +349,8 @@ class CommCluster:
     link_burst_bytes: int = 0  # the NICs' token bucket (the testbed's tc htb), 0 = none
     collective_cpu_us: float = 0.0  # all-reduce arena: CPU a collective takes from compute
     negotiation_cpu_us: float | None = None  # all-reduce arena: a round's (None: a collective's)
+    round_latency_us: float | None = None  # all-reduce arena: a round's, busy or idle (None: as
+    # a collective's)
     optimizer_update: bool = False  # all-reduce arena: a measured profile's update times
     step_jitter_cv: float = 0.0  # per-worker, per-step compute noise
     background_slowdown: float = 0.0  # all-reduce arena: a framework's background work
@@ -542,6 +554,7 @@ ALLREDUCE_ONLY_FIELDS = (
     "optimizer_update",
     "background_slowdown",
     "lone_allreduce",
+    "round_latency_us",
 )
 
 # Cluster fields the PS arena alone uses (other arenas refuse them unless default; the ``ps`` /
@@ -596,6 +609,7 @@ _OMITTED_AT_DEFAULT = {
     "compute_scale": CommCluster.compute_scale,
     "overlap_model": CommCluster.overlap_model,
     "lone_allreduce": CommCluster.lone_allreduce,
+    "round_latency_us": CommCluster.round_latency_us,
 }
 _TOP_OMITTED_AT_DEFAULT = {"timeline_iterations": 2}
 
@@ -717,6 +731,12 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         lambda v: 0 <= v <= 1e6,
         "a number >= 0 (microseconds of CPU each negotiation round takes from the compute it "
         "overlaps; left out: collective_cpu_us)",
+    ),
+    "round_latency_us": (
+        float,
+        lambda v: 0 <= v <= 1e6,
+        "a number >= 0 (microseconds per ring step of a negotiation round, the ranks busy or "
+        "idle; left out: a collective's latency, latency_us or busy_latency_us)",
     ),
     "optimizer_update": (
         bool,
@@ -1110,6 +1130,12 @@ def _cluster(raw: Any) -> CommCluster:
                     "needs cluster.host_cores (the host's cores the CPU time is spread over; "
                     f"0 = every process on a machine of its own, no host CPU) (got {raw[key]!r})",
                 )
+    if values.get("round_latency_us") is not None and not values.get("negotiation"):
+        raise SpecError(
+            "cluster.round_latency_us",
+            "needs cluster.negotiation (without it no collective negotiates: there are no "
+            f"rounds for the latency) (got {raw['round_latency_us']!r})",
+        )
     if values.get("push_buffered") and not values.get("push_rendezvous"):
         raise SpecError(
             "cluster.push_buffered",

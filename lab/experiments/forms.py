@@ -305,6 +305,14 @@ class ExperimentForm(_ClusterArenaFields):
         help_text="compute time each negotiation round takes from the op it overlaps; empty = "
         "the CPU per collective above (python -m runners calibrate measures it on CPU testbeds)",
     )
+    cluster_round_latency_us = forms.FloatField(
+        label="latency of a negotiation round (µs)",
+        required=False,
+        min_value=0,
+        help_text="per ring step of a negotiation round, the ranks busy or idle; empty = a "
+        "collective's latency (Horovod's rounds pay one trip a step where its all-reduces pay "
+        "two, with added latency)",
+    )
     cluster_step_jitter_cv = forms.FloatField(
         label="per-step compute jitter (CV)",
         required=False,

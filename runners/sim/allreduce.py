@@ -112,6 +112,17 @@ def busy_network_for(spec: RunSpec) -> RingAllReduce | None:
     )
 
 
+def round_network_for(spec: RunSpec) -> RingAllReduce | None:
+    """A negotiation round's network, busy or idle (``cluster.round_latency_us``), or None
+    when the spec leaves it out (a round costs what a collective does)."""
+    c = spec.cluster
+    if c.round_latency_us is None:
+        return None
+    return RingAllReduce.from_gbps(
+        c.workers, c.bandwidth_gbps, c.round_latency_us, c.reduce_scatter_cost, c.all_gather_cost
+    )
+
+
 def oracle_setup(setup: ComputeSetup) -> ComputeSetup:
     """The conditions a planning policy evaluates candidates under: no jitter (per op or per
     step), one warm-up and one measured iteration, the straggler factors of the first
@@ -198,6 +209,7 @@ def run(
         negotiate=spec.cluster.negotiation,
         burst_bytes=spec.cluster.link_burst_bytes,
         lone=spec.cluster.lone_allreduce,
+        round_network=round_network_for(spec),
     )
     for key, value in plan_info(plan).items():
         result.metrics[f"plan.{key}"] = value

@@ -52,9 +52,11 @@ and the delay:
   handed over behind it) takes the points' time for its size (``network.lone_time``) on
   idle ranks, and that times the busy network's alpha-beta time over the idle one's while a
   compute op runs; its bytes still take the bucket's tokens; a NIC straggler's collective
-  keeps the alpha-beta time. A negotiation round (its own channel) takes the points' time
-  at 16 bytes, scaled alike. A reconstruction of a collective run alone (PyTorch's DDP with
-  one bucket a step), labelled as such.
+  keeps the alpha-beta time. A negotiation round (its own channel) keeps the alpha-beta
+  time: Horovod's rounds run back to back, two messages each, one trip a message, where a
+  lone all-reduce's four messages wait a trip each (delay-line traces with 2 ms a way,
+  2026-12-07). A reconstruction of a collective run alone (PyTorch's DDP with one bucket a
+  step; Horovod's fused all-reduce after its round), labelled as such.
 """
 
 from __future__ import annotations
@@ -81,13 +83,17 @@ def simulate(
     negotiate: bool = False,
     burst_bytes: int = 0,
     lone: tuple[tuple[int, float], ...] = (),
+    round_network: RingAllReduce | None = None,
 ) -> SimResult:
     """Run the job for warm-up + measured iterations (+1 to time the last interval).
     ``busy_network``: the collectives' cost while the ranks compute (None: ``network``'s);
     ``negotiate``: dispatch decisions of non-FIFO plans cost a negotiation round;
     ``burst_bytes``: the NICs' token bucket (0: none); ``lone``: a lone all-reduce's
-    measured ``(bytes, seconds)`` (empty: the alpha-beta time throughout)."""
-    job = _AllReduceJob(setup, network, plan, busy_network, negotiate, burst_bytes, lone)
+    measured ``(bytes, seconds)`` (empty: the alpha-beta time throughout);
+    ``round_network``: a negotiation round's cost, busy or idle (None: a collective's)."""
+    job = _AllReduceJob(
+        setup, network, plan, busy_network, negotiate, burst_bytes, lone, round_network
+    )
     job.start()
     job.loop.run()
     return job.result()
@@ -125,6 +131,7 @@ class _AllReduceJob(ComputeJob):
         negotiate: bool = False,
         burst_bytes: int = 0,
         lone: tuple[tuple[int, float], ...] = (),
+        round_network: RingAllReduce | None = None,
     ) -> None:
         if busy_network is not None:
             self.compute_watch = self._compute_changed
@@ -196,6 +203,7 @@ class _AllReduceJob(ComputeJob):
         # and when.
         self.burst = float(burst_bytes)
         self.lone = lone
+        self.round_network = round_network
         self.tokens = self.burst
         self.tokens_at = 0.0
         self.sending_s = 0.0  # of the collective on the channel: its bytes at the shaped rate
@@ -370,14 +378,14 @@ class _AllReduceJob(ComputeJob):
         self._negotiated_dispatch()
 
     def _round_s(self) -> float:
-        """A negotiation round's time: one small collective, on the busy network when a
-        compute op runs or can start now."""
+        """A negotiation round's time: one small collective, on ``round_network`` where
+        given, else on the busy network when a compute op runs or can start now (the
+        alpha-beta time, with ``lone`` too)."""
+        if self.round_network is not None:
+            return self.round_network.time_s(16)
         busy = self.busy_network
         computing = busy is not None and self._computing()
-        network = busy if computing else self.network
-        if self.lone:
-            return lone_time(self.lone, 16) * self._busy_ratio(network, 16)
-        return network.time_s(16)
+        return (busy if computing else self.network).time_s(16)
 
     def _busy_ratio(self, network: RingAllReduce, size: int) -> float:
         """``network``'s alpha-beta time of an all-reduce of ``size`` over the idle one's (1

@@ -107,8 +107,8 @@ def test_a_set_with_added_latency_runs_it_and_scores_twins_measured_with_it(
         (1 << 20, entry["allreduce"][1]["seconds"]),
     ) in points
     assert "stream" in result["mape_with"] and "lone" not in result["mape_with"]
-    assert "the twins of ddp without the probe's lone all-reduce times" in fidelity.format_report(
-        result
+    assert "the twins of ddp and horovod with every collective and round at the engine" in (
+        fidelity.format_report(result)
     )
     assert result["added_latency_us"] == 2000.0 and result["mape_pct"] == pytest.approx(10.0)
     assert "added latency: 2000 us a way in every real run" in fidelity.format_report(result)

@@ -1,6 +1,6 @@
 """``cluster.lone_allreduce``: an all-reduce that starts alone on the channel (nothing else
 waiting for it) takes a lone all-reduce's measured time for its size, as the network probe
-measured it, and a negotiation round that time at 16 bytes; ``fidelity`` scores twins of
+measured it (a negotiation round keeps the alpha-beta time); ``fidelity`` scores twins of
 DDP and Horovod with it (``mape_with``'s ``lone``). A reconstruction (docstring of
 ``runners.sim.iteration``); what is tested is that the simulator does what it says."""
 
@@ -88,19 +88,18 @@ def test_a_lone_collective_takes_the_bucket_s_tokens_and_scales_on_the_busy_netw
     assert busy == pytest.approx([measured * ratio] * 3 + [measured], rel=1e-9)
 
 
-def test_a_negotiation_round_takes_the_lone_time_of_sixteen_bytes():
-    """Horovod's twin negotiates each cycle with tensors to fuse: a round of the points'
-    time at 16 bytes (the first point's) holds the cycle's fused collective back by it (to
-    within a cycle: the cycles tick every millisecond)."""
+def test_a_negotiation_round_keeps_the_alpha_beta_time_and_the_fused_collective_is_lone():
+    """Horovod's twin negotiates each cycle with tensors to fuse: the round keeps the
+    network's 16-byte time (Horovod's back-to-back rounds pay a trip a message, not a lone
+    all-reduce's), and the cycle's fused collective, alone on the channel, takes the
+    points' time; the iteration gains that collective's difference alone (to within a cycle:
+    the cycles tick every millisecond)."""
     layers = (LayerTimes("l0", fwd_s=0.002, bwd_s=0.002, grad_bytes=4096),)
     kw = {"workers": 2, "bandwidth_gbps": 1.0, "latency_us": 100.0, "iterations": 3,
           "negotiation": True}  # fmt: skip
     _, plain = run_layers("horovod", layers, **kw)
     _, lone = run_layers("horovod", layers, **kw, lone_allreduce=POINTS)
-    round_plain = RingAllReduce.from_gbps(2, 1.0, 100.0).time_s(16)
-    extra = (lone_time(POINTS, 16) - round_plain) + (
-        lone_time(POINTS, 4096) - RingAllReduce.from_gbps(2, 1.0, 100.0).time_s(4096)
-    )
+    extra = lone_time(POINTS, 4096) - RingAllReduce.from_gbps(2, 1.0, 100.0).time_s(4096)
     gained = lone.metrics["iteration_time_s"] - plain.metrics["iteration_time_s"]
     assert abs(gained - extra) <= 1e-3
     rows = [r for r in lone.timeline if r[1] == "network" and r[0] == 2]
@@ -178,5 +177,12 @@ def test_ddp_s_twin_with_added_latency_takes_the_entry_s_probe_points_and_the_va
     assert lone is not None and lone.cluster.lone_allreduce == ((4096, 0.0004), (1 << 20, 0.01))
     assert lone.cluster.latency_us == plain.cluster.latency_us  # the rest is the twin's
     assert fidelity.lone_twin("wfbp", twin("wfbp"), testbed, 1.0) is None
-    assert fidelity.lone_twin("horovod", twin("horovod"), testbed, 1.0) is None
     assert fidelity.lone_twin("ddp", plain, testbed, None) is None  # loopback: no probe here
+    # Horovod's twins: the variant has the points of the twin's network, with added latency
+    # the entry's (never the network's own)
+    hvd = fidelity.lone_twin("horovod", twin("horovod"), testbed, 1.0)
+    assert hvd is not None and hvd.cluster.lone_allreduce == ((4096, 0.0004), (1 << 20, 0.01))
+    hvd = fidelity.lone_twin("horovod", twin("horovod", 2000.0), testbed, 1.0, 2000.0)
+    assert hvd is not None and hvd.cluster.lone_allreduce == ((4096, 0.009), (1 << 20, 0.013))
+    del entry["allreduce"]
+    assert fidelity.lone_twin("horovod", twin("horovod", 2000.0), testbed, 1.0, 2000.0) is None
