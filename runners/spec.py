@@ -190,8 +190,9 @@ class CommCluster:
     busy network's while a compute op runs). Why: Horovod's rounds run back to back, two
     messages a round each waiting a trip for the other, computing or not, where its fused
     all-reduces pay two trips a ring step (delay-line traces with 2 ms a way, 2026-12-07).
-    ``fidelity`` scores Horovod's twins of runs with added latency with it (``trips``). A
-    reconstruction, labelled as such.
+    ``fidelity``'s twin of a ``horovod`` run with added latency sets it to the engine
+    stream's latency, its ``latency_us`` to the back-to-back all-reduces' (adopted after two
+    sets, 2026-12-07). A reconstruction, labelled as such.
 
     ``lone_allreduce`` (all-reduce arena): ``[bytes, seconds]`` points, a lone all-reduce's
     time by its size, as ``python -m runners calibrate``'s network probe measures them (the

@@ -11,32 +11,20 @@ import copy
 import pytest
 
 from runners import fidelity
-from runners.policies.allreduce import CommPlan, CommTask
-from runners.sim.engine import ComputeSetup, LayerTimes, WorkerGroup
+from runners.sim.engine import LayerTimes
 from runners.sim.iteration import simulate
 from runners.sim.network import RingAllReduce
 from runners.spec import SpecError, validate
 from tests.unit.simruns import run_layers
 
 from .test_fidelity import TESTBED
+from .test_sim import horovod_cycles
 
 
 def _horovod(round_network=None, busy=None, negotiate=True):
-    """Three layers under Horovod's 1 ms cycles on CPU collectives, gradients 4 ms apart (a
-    cycle each); the measured iteration's all-reduces (start, end), and the result."""
-    layers = tuple(LayerTimes(f"l{i}", fwd_s=0.001, bwd_s=0.004, grad_bytes=1000) for i in range(3))
-    setup = ComputeSetup(
-        layers=layers, groups=(WorkerGroup((0, 1)),), iterations=2, warmup_iterations=1,
-        batch_size=1,
-    )  # fmt: skip
-    plan = CommPlan(
-        tasks=tuple(CommTask((i,), 1000, priority=0) for i in range(3)),
-        credit_bytes=float("inf"),
-        cross_barrier=False,
-        fusion_threshold_bytes=64 << 20,
-        fusion_cycle_s=0.001,
-        fusion_cycle_blocks=True,
-    )
+    """``test_sim.horovod_cycles`` with gradients 4 ms apart (a cycle each); the measured
+    iteration's all-reduces (start, end), and the result."""
+    setup, plan = horovod_cycles(0.004)
     network = RingAllReduce(2, 1e9 / 8, 100e-6)
     result = simulate(setup, network, plan, busy, negotiate=negotiate, round_network=round_network)
     rows = sorted((r[4], r[5]) for r in result.timeline if r[1] == "network" and r[0] == 1)

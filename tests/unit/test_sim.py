@@ -681,9 +681,9 @@ def test_negotiation_makes_each_decision_of_a_reordering_plan_wait_a_small_colle
     assert same.metrics == wfbp.metrics, "a FIFO plan needs no negotiation"
 
 
-def _cycle_job(bwd_s: float, latency_s: float, negotiate: bool):
+def horovod_cycles(bwd_s: float) -> tuple[ComputeSetup, CommPlan]:
     """Three layers (forward 1 ms, backward ``bwd_s`` each) under Horovod-style 1 ms cycles
-    on CPU collectives; the measured iteration's all-reduces (start, end) and the result."""
+    on CPU collectives, two iterations (one warm-up)."""
     layers = tuple(LayerTimes(f"l{i}", fwd_s=0.001, bwd_s=bwd_s, grad_bytes=1000) for i in range(3))
     setup = ComputeSetup(
         layers=layers, groups=(WorkerGroup((0, 1)),), iterations=2, warmup_iterations=1,
@@ -697,6 +697,12 @@ def _cycle_job(bwd_s: float, latency_s: float, negotiate: bool):
         fusion_cycle_s=0.001,
         fusion_cycle_blocks=True,
     )
+    return setup, plan
+
+
+def _cycle_job(bwd_s: float, latency_s: float, negotiate: bool):
+    """``horovod_cycles``; the measured iteration's all-reduces (start, end) and the result."""
+    setup, plan = horovod_cycles(bwd_s)
     network = RingAllReduce(2, 1e9 / 8, latency_s)
     result = iteration_simulate(setup, network, plan, negotiate=negotiate)
     rows = sorted((r[4], r[5]) for r in result.timeline if r[1] == "network" and r[0] == 1)
