@@ -17,6 +17,7 @@ from runners.spec import SpecError, validate
 from tests.unit.simruns import run_layers
 
 from .test_fidelity import TESTBED
+from .test_fidelity_latency import _entry
 
 POINTS = ((4096, 0.009), (262_144, 0.011), (1_048_576, 0.013))
 
@@ -145,14 +146,8 @@ def test_ddp_s_twin_with_added_latency_takes_the_entry_s_probe_points_and_the_va
     testbed = copy.deepcopy(TESTBED)
     shaped = testbed["network"][1]
     shaped["allreduce"] = [{"bytes": 4096, "seconds": 0.0004}, {"bytes": 1 << 20, "seconds": 0.01}]
-    entry = {
-        "bandwidth_gbps": 0.9,
-        "latency_us": 4000.0,
-        **{k: {"vgg16-debug": 4400.0} for k in ("latency_busy_us", "latency_idle_us",
-                                                "latency_engine_us", "latency_engine_inline_us")},
-        "overlap_slowdown": {"vgg16-debug": 0.4},
-        "comm_slowdown": {"vgg16-debug": 0.0},
-    }  # fmt: skip
+    entry = _entry(copy.deepcopy(shaped), 2000.0)
+    del entry["allreduce"]  # the probe's points: none yet
     shaped["added_latency"] = {"2000": entry}
 
     def twin(system, latency=0.0):

@@ -18,6 +18,7 @@ from runners.spec import SpecError, validate
 from tests.unit.simruns import run_layers
 
 from .test_fidelity import TESTBED
+from .test_fidelity_latency import _entry
 from .test_sim import horovod_cycles
 
 
@@ -96,18 +97,11 @@ def test_horovod_s_twin_with_added_latency_pays_two_trips_a_step_and_one_a_round
     the twin before (the engine stream's for both)."""
     testbed = copy.deepcopy(TESTBED)
     shaped = testbed["network"][1]
-    entry = {
-        "bandwidth_gbps": 0.9,
-        "latency_us": 4000.0,
-        "latency_busy_us": {"vgg16-debug": 4400.0},
-        "latency_idle_us": {"vgg16-debug": 4300.0},
-        "latency_engine_us": {"vgg16-debug": 2200.0},
-        "latency_engine_inline_us": {"vgg16-debug": 2250.0},
-        "overlap_slowdown": {"vgg16-debug": 0.4},
-        "comm_slowdown": {"vgg16-debug": 0.0},
-        "allreduce": [{"bytes": 4096, "seconds": 0.009}, {"bytes": 1 << 20, "seconds": 0.013}],
-    }
+    entry = _entry(copy.deepcopy(shaped), 2000.0)
     shaped["added_latency"] = {"2000": entry}
+    idle, busy, engine, inline = (
+        entry[f"latency_{k}_us"]["vgg16-debug"] for k in ("idle", "busy", "engine", "engine_inline")
+    )
 
     def twin(system, latency_us=2000.0, latency="engine"):
         raw = fidelity.matched_specs(system, "vgg16-debug", 1.0, testbed, latency=latency,
@@ -115,16 +109,16 @@ def test_horovod_s_twin_with_added_latency_pays_two_trips_a_step_and_one_a_round
         return validate(raw[1])
 
     c = twin("horovod").cluster
-    assert (c.latency_us, c.round_latency_us, c.busy_latency_us) == (4300.0, 2200.0, 4400.0)
+    assert (c.latency_us, c.round_latency_us, c.busy_latency_us) == (idle, engine, busy)
     assert c.negotiation and c.lone_allreduce == ()
     stream = fidelity.stream_twin(twin("horovod"))
     assert stream is not None
-    assert (stream.cluster.latency_us, stream.cluster.round_latency_us) == (2200.0, None)
-    assert stream.cluster.busy_latency_us == 4400.0
+    assert (stream.cluster.latency_us, stream.cluster.round_latency_us) == (engine, None)
+    assert stream.cluster.busy_latency_us == busy
     for other in (twin("wfbp"), twin("ddp"), twin("horovod", latency="split")):
         assert other.cluster.round_latency_us is None
-    assert twin("wfbp").cluster.latency_us in (2200.0, 2250.0)  # the engine stream's
-    assert twin("horovod", latency="split").cluster.latency_us == 4300.0
+    assert twin("wfbp").cluster.latency_us in (engine, inline)  # the engine stream's
+    assert twin("horovod", latency="split").cluster.latency_us == idle
     assert twin("horovod", 0.0).cluster.round_latency_us is None  # the network's own
     assert fidelity.stream_twin(twin("horovod", 0.0)) is None
     assert fidelity.stream_twin(twin("wfbp")) is None
