@@ -2000,6 +2000,8 @@ def fidelity(
     # ``cluster.lone_allreduce``
     lone = [lone_twin(s, sim, testbed, b, added_latency_us) for (_, b, s), _, sim in checked]
     stream = [stream_twin(sim) for _, _, sim in checked]
+    # Horovod's twins with its background loop's rounds free-running (``free_rounds``)
+    rounds = [round_loop_twin(sim) for _, _, sim in checked]
     for _, real_spec, _ in checked:
         launch.preflight(real_spec)
     raw_reals = [r for _, (r, _) in pairs]
@@ -2141,6 +2143,9 @@ def fidelity(
                     row["sim_lone_s"] = _twin(real_spec, lone[k]).metrics["iteration_time_s"]
                 if stream[k] is not None:  # ... or without them
                     row["sim_stream_s"] = _twin(real_spec, stream[k]).metrics["iteration_time_s"]
+                if rounds[k] is not None:  # Horovod's rounds free-running
+                    twin = _twin(real_spec, rounds[k])
+                    row["sim_free_rounds_s"] = twin.metrics["iteration_time_s"]
                 configs.append(row)
                 if on_config is not None:
                     on_config(row)
@@ -2218,6 +2223,7 @@ def fidelity(
         ("own_plus_added", own_plus),
         ("lone", lone),
         ("stream", stream),
+        ("free_rounds", rounds),
     )
     for name, twins in variants:
         if not any(twin is not None for twin in twins):
@@ -2492,6 +2498,17 @@ def stream_twin(sim: RunSpec) -> RunSpec | None:
     latency = c.latency_us if c.round_latency_us is None else c.round_latency_us
     cluster = dataclasses.replace(c, lone_allreduce=(), latency_us=latency, round_latency_us=None)
     return dataclasses.replace(sim, cluster=cluster)
+
+
+def round_loop_twin(sim: RunSpec) -> RunSpec | None:
+    """``sim``, a twin whose cycles negotiate (``horovod``'s), with its fusion cycles' rounds
+    free-running as Horovod's background loop runs them (``cluster.round_loop`` ``free``)
+    instead of on cycle ticks; ``fidelity`` scores it as ``mape_with``'s ``free_rounds``.
+    None for other twins and for one that has them so already."""
+    c = sim.cluster
+    if sim.system != "horovod" or not c.negotiation or c.round_loop == "free":
+        return None
+    return dataclasses.replace(sim, cluster=dataclasses.replace(c, round_loop="free"))
 
 
 def handover_twin(sim: RunSpec) -> RunSpec | None:
@@ -3226,6 +3243,9 @@ def format_report(result: dict[str, Any]) -> str:
         ("stream", "ddp and horovod with every collective and round at the engine stream's "
          "alpha-beta time (ddp's without the probe's lone all-reduce times, horovod's "
          "all-reduces at one trip a ring step: the twins before 2026-12-07)"),
+        ("free_rounds", "horovod with its background loop's rounds free-running, a gradient "
+         "ready during a round waiting for the next (cluster.round_loop free), not on cycle "
+         "ticks"),
     ):  # fmt: skip
         if name in with_:
             rows = [c for c in result["configs"] if f"sim_{name}_s" in c]

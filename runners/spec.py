@@ -194,6 +194,16 @@ class CommCluster:
     stream's latency, its ``latency_us`` to the back-to-back all-reduces' (adopted after two
     sets, 2026-12-07). A reconstruction, labelled as such.
 
+    ``round_loop`` (all-reduce arena, with ``negotiation``; plans with fusion cycles,
+    Horovod's): when a cycle's negotiation round starts. ``tick`` (the default): at the next
+    multiple of the cycle time after a gradient becomes ready. ``free``: as Horovod's
+    background loop runs (``RunLoopOnce``: it sleeps until a cycle time after the last round
+    started, takes the tensors queued then, negotiates, runs the collectives, and loops,
+    whether or not anything is queued), rounds follow one another every cycle time or round
+    time, whichever is longer, from the last round the loop started after a busy cycle; a
+    gradient ready during a round waits for the next. Idle rounds take no CPU here (a
+    framework's idle loop: ``background_slowdown``). A reconstruction, labelled as such.
+
     ``lone_allreduce`` (all-reduce arena): ``[bytes, seconds]`` points, a lone all-reduce's
     time by its size, as ``python -m runners calibrate``'s network probe measures them (the
     testbed's ``allreduce`` points: one all-reduce after a barrier, on idle ranks, none other
@@ -352,6 +362,7 @@ class CommCluster:
     negotiation_cpu_us: float | None = None  # all-reduce arena: a round's (None: a collective's)
     round_latency_us: float | None = None  # all-reduce arena: a round's, busy or idle (None: as
     # a collective's)
+    round_loop: str = "tick"  # all-reduce arena: fusion cycles' rounds on ticks or free-running
     optimizer_update: bool = False  # all-reduce arena: a measured profile's update times
     step_jitter_cv: float = 0.0  # per-worker, per-step compute noise
     background_slowdown: float = 0.0  # all-reduce arena: a framework's background work
@@ -539,6 +550,7 @@ SPLIT_COST_MAX = 4.0  # reduce_scatter_cost / all_gather_cost: of an all-reduce,
 SLOWDOWN_MAX = 100.0
 COMPUTE_SCALE_MAX = 1000.0  # ``cluster.compute_scale``: the bound only stops typos
 OVERLAP_MODELS = ("start", "integrated")  # ``cluster.overlap_model``
+ROUND_LOOPS = ("tick", "free")  # ``cluster.round_loop``
 HOST_CPU_MODELS = ("floor", "fair", "messages-first")  # ``cluster.host_cpu_model``
 MESSAGE_CPU_AT = ("transfer", "handover")  # ``cluster.message_cpu_at``
 
@@ -556,6 +568,7 @@ ALLREDUCE_ONLY_FIELDS = (
     "background_slowdown",
     "lone_allreduce",
     "round_latency_us",
+    "round_loop",
 )
 
 # Cluster fields the PS arena alone uses (other arenas refuse them unless default; the ``ps`` /
@@ -611,6 +624,7 @@ _OMITTED_AT_DEFAULT = {
     "overlap_model": CommCluster.overlap_model,
     "lone_allreduce": CommCluster.lone_allreduce,
     "round_latency_us": CommCluster.round_latency_us,
+    "round_loop": CommCluster.round_loop,
 }
 _TOP_OMITTED_AT_DEFAULT = {"timeline_iterations": 2}
 
@@ -738,6 +752,12 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         lambda v: 0 <= v <= 1e6,
         "a number >= 0 (microseconds per ring step of a negotiation round, the ranks busy or "
         "idle; left out: a collective's latency, latency_us or busy_latency_us)",
+    ),
+    "round_loop": (
+        str,
+        lambda v: v in ROUND_LOOPS,
+        f"{' or '.join(ROUND_LOOPS)} (when a fusion cycle's negotiation round starts: at the "
+        "next cycle tick, or as Horovod's free-running background loop)",
     ),
     "optimizer_update": (
         bool,
@@ -1136,6 +1156,12 @@ def _cluster(raw: Any) -> CommCluster:
             "cluster.round_latency_us",
             "needs cluster.negotiation (without it no collective negotiates: there are no "
             f"rounds for the latency) (got {raw['round_latency_us']!r})",
+        )
+    if values.get("round_loop", "tick") != "tick" and not values.get("negotiation"):
+        raise SpecError(
+            "cluster.round_loop",
+            "needs cluster.negotiation (without it no cycle negotiates: there is no round loop) "
+            f"(got {raw['round_loop']!r})",
         )
     if values.get("push_buffered") and not values.get("push_rendezvous"):
         raise SpecError(

@@ -44,6 +44,10 @@ _MESSAGE_CPU_AT_LABELS = {  # ``cluster.message_cpu_at``'s choices, as the form 
     "transfer": "as its transfer starts on the link",
     "handover": "as the backward hands its gradient to the transport",
 }
+_ROUND_LOOP_LABELS = {  # ``cluster.round_loop``'s choices, as the form says them
+    "tick": "at the next cycle tick after a gradient is ready",
+    "free": "free-running, back to back (Horovod's background loop)",
+}
 _REAL = run_spec.RealOptions()
 REAL_KEYS = (
     "network", "dataset", "lr", "momentum", "implementation", "gpus", "gpu_model", "nodes",
@@ -312,6 +316,14 @@ class ExperimentForm(_ClusterArenaFields):
         help_text="per ring step of a negotiation round, the ranks busy or idle; empty = a "
         "collective's latency (Horovod's rounds pay one trip a step where its all-reduces pay "
         "two, with added latency)",
+    )
+    cluster_round_loop = forms.ChoiceField(
+        label="fusion cycles' rounds start",
+        required=False,
+        choices=[(loop, _ROUND_LOOP_LABELS[loop]) for loop in run_spec.ROUND_LOOPS],
+        initial=_DEFAULTS.round_loop,
+        help_text="with negotiation, Horovod's cycles: free-running, a gradient ready during a "
+        "round waits for the next round, every cycle time or round time, whichever is longer",
     )
     cluster_step_jitter_cv = forms.FloatField(
         label="per-step compute jitter (CV)",
@@ -646,6 +658,9 @@ class ExperimentForm(_ClusterArenaFields):
 
     def clean_cluster_overlap_model(self) -> str | None:
         return self.cleaned_data.get("cluster_overlap_model") or None  # empty: the default
+
+    def clean_cluster_round_loop(self) -> str | None:
+        return self.cleaned_data.get("cluster_round_loop") or None  # empty: the default
 
     def clean_cluster_message_cpu_at(self) -> str | None:
         return self.cleaned_data.get("cluster_message_cpu_at") or None  # empty: the default

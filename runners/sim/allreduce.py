@@ -210,6 +210,7 @@ def run(
         burst_bytes=spec.cluster.link_burst_bytes,
         lone=spec.cluster.lone_allreduce,
         round_network=round_network_for(spec),
+        free_rounds=spec.cluster.round_loop == "free",
     )
     for key, value in plan_info(plan).items():
         result.metrics[f"plan.{key}"] = value

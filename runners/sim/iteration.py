@@ -56,7 +56,16 @@ and the delay:
   time: Horovod's rounds run back to back, two messages each, one trip a message, where a
   lone all-reduce's four messages wait a trip each (delay-line traces with 2 ms a way,
   2026-12-07). A reconstruction of a collective run alone (PyTorch's DDP with one bucket a
-  step; Horovod's fused all-reduce after its round), labelled as such.
+  step; Horovod's fused all-reduce after its round), labelled as such;
+* with ``free_rounds`` (``cluster.round_loop: free``; fusion cycles that negotiate) the cycle's
+  rounds run as Horovod's background loop runs them (``RunLoopOnce``), free, not on ticks:
+  after a cycle whose collectives the loop ran (``fusion_cycle_blocks``) the next round
+  starts when they are done or a cycle time after the last round started, whichever is
+  later; otherwise every cycle time or round time, whichever is longer, after the last round
+  started; and idle rounds (nothing queued) go on so, unseen. A gradient ready during a round
+  waits for the next round, which negotiates it. The idle rounds' period is the round's time
+  when the gradient becomes ready (busy or idle network); their CPU is not charged (a
+  framework's idle loop: ``background_slowdown``). A reconstruction, labelled as such.
 """
 
 from __future__ import annotations
@@ -84,16 +93,20 @@ def simulate(
     burst_bytes: int = 0,
     lone: tuple[tuple[int, float], ...] = (),
     round_network: RingAllReduce | None = None,
+    free_rounds: bool = False,
 ) -> SimResult:
     """Run the job for warm-up + measured iterations (+1 to time the last interval).
     ``busy_network``: the collectives' cost while the ranks compute (None: ``network``'s);
     ``negotiate``: dispatch decisions of non-FIFO plans cost a negotiation round;
     ``burst_bytes``: the NICs' token bucket (0: none); ``lone``: a lone all-reduce's
     measured ``(bytes, seconds)`` (empty: the alpha-beta time throughout);
-    ``round_network``: a negotiation round's cost, busy or idle (None: a collective's)."""
+    ``round_network``: a negotiation round's cost, busy or idle (None: a collective's);
+    ``free_rounds``: fusion cycles' rounds run free, as Horovod's loop runs them (not on
+    cycle ticks; with ``negotiate``)."""
     job = _AllReduceJob(
-        setup, network, plan, busy_network, negotiate, burst_bytes, lone, round_network
-    )
+        setup, network, plan, busy_network, negotiate, burst_bytes, lone, round_network,
+        free_rounds,
+    )  # fmt: skip
     job.start()
     job.loop.run()
     return job.result()
@@ -132,6 +145,7 @@ class _AllReduceJob(ComputeJob):
         burst_bytes: int = 0,
         lone: tuple[tuple[int, float], ...] = (),
         round_network: RingAllReduce | None = None,
+        free_rounds: bool = False,
     ) -> None:
         if busy_network is not None:
             self.compute_watch = self._compute_changed
@@ -148,6 +162,11 @@ class _AllReduceJob(ComputeJob):
         # Horovod's cycles: each one with tensors to fuse negotiates first (its coordinator).
         self.negotiate_cycles = negotiate and plan.fusion_cycle_s > 0
         self.cycle_negotiating = False
+        # ``free_rounds``: the loop's rounds free-running from ``round_anchor`` (a round's
+        # start, from which idle rounds follow one another); when the last round started.
+        self.free_rounds = free_rounds and self.negotiate_cycles
+        self.round_anchor = 0.0
+        self.round_started = -math.inf
         if self.negotiate:  # the instance's dispatch (the default path stays a plain call)
             self._dispatch = self._negotiated_dispatch  # type: ignore[method-assign]
         self.unadmitted: list[tuple[int, int, int, int, tuple[int, ...]]] = []
@@ -286,10 +305,11 @@ class _AllReduceJob(ComputeJob):
         if self.plan.fusion_cycle_s > 0:
             self.pending.append((it, task_id))
             if not self.tick_scheduled:
-                cycle = self.plan.fusion_cycle_s
-                tick = math.ceil(self.loop.now / cycle - 1e-9) * cycle
                 self.tick_scheduled = True
-                self.loop.at(max(tick, self.loop.now), self._fusion_tick)
+                if self.free_rounds and self._cycle_busy():
+                    self.tick_waits = True  # the loop's next round: once this cycle is done
+                    return
+                self.loop.at(self._next_round(), self._fusion_tick)
             return
         prio = self.tasks[task_id].priority
         entry = (it, prio, self.seq, it, (task_id,))
@@ -300,13 +320,40 @@ class _AllReduceJob(ComputeJob):
         else:
             heapq.heappush(self.ready, entry)
 
+    def _next_round(self) -> float:
+        """When the cycle that takes a tensor ready now starts: the next cycle tick, or with
+        ``free_rounds`` the loop's first round starting from now on (idle rounds every cycle
+        time or round time, whichever is longer, from ``round_anchor``)."""
+        now = self.loop.now
+        cycle = self.plan.fusion_cycle_s
+        if not self.free_rounds:
+            return max(now, math.ceil(now / cycle - 1e-9) * cycle)
+        anchor = self.round_anchor
+        if now <= anchor:
+            return anchor
+        period = max(cycle, self._round_s())
+        return max(now, anchor + math.ceil((now - anchor) / period - 1e-9) * period)
+
+    def _cycle_busy(self) -> bool:
+        """Whether the loop is in a cycle: negotiating, or (``fusion_cycle_blocks``) running
+        its collectives."""
+        return self.cycle_negotiating or (self.plan.fusion_cycle_blocks and self._cycle_running())
+
+    def _loop_free(self) -> None:
+        """(``free_rounds``.) The loop's cycle is done: its next round starts a cycle time
+        after the last one started, or now, whichever is later; idle rounds follow it."""
+        self.round_anchor = max(self.loop.now, self.round_started + self.plan.fusion_cycle_s)
+        if self.tick_waits:
+            self.tick_waits = False
+            self.loop.at(self.round_anchor, self._fusion_tick)
+
     def _fusion_tick(self) -> None:
         """Horovod's cycle: fuse what became ready, in ready order, up to the threshold. With
         ``fusion_cycle_blocks`` a cycle waits until the previous cycle's all-reduces are done
         (then starts at once: its cycle time has passed). With ``negotiate_cycles`` the cycle
         first agrees on the tensors ready at its start (one small collective, Horovod's
         coordinator), which the next cycle waits for too."""
-        if self.cycle_negotiating or (self.plan.fusion_cycle_blocks and self._cycle_running()):
+        if self._cycle_busy():
             self.tick_waits = True
             return
         self.tick_scheduled = False
@@ -315,6 +362,7 @@ class _AllReduceJob(ComputeJob):
             return
         if self.negotiate_cycles:
             self.cycle_negotiating = True
+            self.round_started = self.round_anchor = self.loop.now
             self.charge_cpu(negotiation=True)  # the coordinator's collective
             self.loop.after(self._round_s(), self._cycle_negotiated, entries)
             return
@@ -324,6 +372,10 @@ class _AllReduceJob(ComputeJob):
         self.cycle_negotiating = False
         self.rounds[entries[-1][0]] += 1
         self._fuse(entries)
+        if self.free_rounds:
+            if not (self.plan.fusion_cycle_blocks and self._cycle_running()):
+                self._loop_free()
+            return
         if self.tick_waits and not (self.plan.fusion_cycle_blocks and self._cycle_running()):
             self.tick_waits = False  # a cycle due during the negotiation starts now
             self.loop.after(0.0, self._fusion_tick)
@@ -586,7 +638,10 @@ class _AllReduceJob(ComputeJob):
         # Choose the next task after everything else due now has happened: a gradient that
         # becomes ready at this very instant competes on priority (slot semantics).
         self.loop.after(0.0, self._dispatch)
-        if self.tick_waits and not self._cycle_running():
+        if self.free_rounds:
+            if self.plan.fusion_cycle_blocks and not self._cycle_running():
+                self._loop_free()
+        elif self.tick_waits and not self._cycle_running():
             self.tick_waits = False  # the blocked cycle starts now (its time has passed)
             self.loop.after(0.0, self._fusion_tick)
         self.network_changed()  # after the next collective's start, if one starts now

@@ -237,6 +237,7 @@ def test_the_collective_fields_reach_all_reduce_runs_and_are_dropped_elsewhere(b
         "cluster_collective_cpu_us": "450",
         "cluster_negotiation_cpu_us": "150",
         "cluster_round_latency_us": "2200",
+        "cluster_round_loop": "free",
         "cluster_step_jitter_cv": "0.03",
         "cluster_background_slowdown": "0.4",
         "cluster_compute_scale": "1.3",
@@ -249,7 +250,7 @@ def test_the_collective_fields_reach_all_reduce_runs_and_are_dropped_elsewhere(b
     assert cluster["negotiation"] is True and cluster["link_burst_bytes"] == 262144
     assert cluster["collective_cpu_us"] == 450.0 and cluster["step_jitter_cv"] == 0.03
     assert cluster["negotiation_cpu_us"] == 150.0 and cluster["background_slowdown"] == 0.4
-    assert cluster["round_latency_us"] == 2200.0
+    assert cluster["round_latency_us"] == 2200.0 and cluster["round_loop"] == "free"
     assert cluster["compute_scale"] == 1.3 and cluster["overlap_model"] == "integrated"
     ps = {**form, "system": "ps-default", "baselines": ["byteps"], "params": "{}"}
     assert browser.post(reverse("experiment-new"), ps).status_code == 302
@@ -257,7 +258,7 @@ def test_the_collective_fields_reach_all_reduce_runs_and_are_dropped_elsewhere(b
     assert "cpu_collectives" not in run.spec["cluster"]
     assert "reduce_scatter_cost" not in run.spec["cluster"]
     assert "busy_latency_us" not in run.spec["cluster"] and "negotiation" not in run.spec["cluster"]
-    assert "round_latency_us" not in run.spec["cluster"]
+    assert "round_latency_us" not in run.spec["cluster"] and "round_loop" not in run.spec["cluster"]
     assert run.spec["cluster"]["step_jitter_cv"] == 0.03, "both arenas' (a PS round waits too)"
     assert run.spec["cluster"]["compute_scale"] == 1.3, "both arenas'"
     assert run.spec["cluster"]["overlap_model"] == "integrated", "both arenas'"
