@@ -2215,6 +2215,8 @@ def fidelity(
             _run_checked(row, real_spec, sim, run_checks[k], steps[row["workload"]][0])
         if all("sim_run_checked_s" in row for row in configs):  # else the text says why
             with_["run_checked"] = _mape_of(configs, "sim_run_checked_s")
+        if "background_slowdown" in with_ and "run_checked" in with_:  # Horovod's idle loop
+            _idle_loop_checked(configs, real_specs, idle_twins, run_checks, steps, with_)
     # PS twins with the floor over their host's cores (``floor``), and those charging a
     # push's CPU as it is handed over (``handover``); both simulated with the rows
     variants = (
@@ -2314,6 +2316,36 @@ def _run_checked(
         return
     row["sim_run_checked_runs_s"] = twins
     row["sim_run_checked_s"] = statistics.median(twins)
+
+
+def _idle_loop_checked(
+    configs: list[dict[str, Any]],
+    real_specs: list[RunSpec],
+    idle_twins: list[RunSpec],
+    run_checks: list[list[list[float | None] | None]],
+    steps: dict[str, tuple[float, ...]],
+    with_: dict[str, float],
+) -> None:
+    """(``check_runs``.) ``mape_with``'s ``background_slowdown_run_checked``: the rows with
+    Horovod's idle loop (``sim_idle_loop_s``) scored with it at each run's speed, as
+    ``run_checked`` scores the twins (the others with their ``run_checked``), where every
+    such row's runs have both checks."""
+    rows = []
+    together = zip(real_specs, idle_twins, configs, run_checks, strict=True)
+    for real_spec, twin, row, checks in together:
+        if "sim_idle_loop_s" not in row:
+            continue
+        times = _run_checked_times(real_spec, twin, checks, steps[row["workload"]][0])
+        if times is None:
+            return
+        row["sim_idle_loop_run_checked_s"] = statistics.median(times)
+        rows.append(row)
+    if rows:
+        with_["background_slowdown_run_checked"] = statistics.fmean(
+            _ape(row.get("sim_idle_loop_run_checked_s", row["sim_run_checked_s"]),
+                 row["real_iteration_s"])
+            for row in configs
+        )  # fmt: skip
 
 
 def _run_checked_times(
@@ -2986,6 +3018,17 @@ def drift_line(result: dict[str, Any]) -> str:
     return line
 
 
+def _idle_checked_words(with_: dict[str, float], idle: list[dict[str, Any]]) -> str:
+    """The idle loop's ``run_checked`` score, where there is one, in words."""
+    if "background_slowdown_run_checked" not in with_:
+        return ""
+    return (
+        f"; at each run's speed (run_checked) {with_['background_slowdown_run_checked']:.1f}% "
+        f"(on the Horovod configurations {_mape_of(idle, 'sim_idle_loop_run_checked_s'):.1f}% "
+        f"with it, {_mape_of(idle, 'sim_run_checked_s'):.1f}% without)"
+    )
+
+
 def _variant_score(with_: dict[str, float], name: str) -> str:
     """A twin variant's score in ``mape_with`` (``_score_variant``), with its ``run_checked``
     where it has one: ``"floor 8.1%, run_checked 7.5%"``."""
@@ -3182,6 +3225,7 @@ def format_report(result: dict[str, Any]) -> str:
             f"idle loop: background_slowdown {with_['background_slowdown']:.1f}% (on the "
             f"Horovod configurations {alone:.1f}% with it, "
             f"{statistics.fmean(c['ape_pct'] for c in idle):.1f}% without)"
+            + _idle_checked_words(with_, idle)
         )
     if "compute_checked" in with_:
         systems = _per_system(result, "sim_compute_checked_s")
