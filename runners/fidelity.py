@@ -1544,7 +1544,7 @@ def matched_specs(
     testbed: dict[str, Any],
     iterations: int = 20,
     latency: str = DEFAULT_LATENCY,
-    idle_loop: bool = False,
+    idle_loop: bool | None = None,
     host_cpu: str = "shared",
     engine_dispatch: str | None = None,
     ps_transport: str = "blocking",
@@ -1589,12 +1589,15 @@ def matched_specs(
     step_jitter_cv`` (a synchronous step waits for the slowest rank). The ``horovod`` twin
     gets Horovod's own measured CPU per cycle, where the calibration has it (``horovod`` of
     the network): charged once per cycle that has tensors to fuse, at its negotiation round
-    (``cluster.negotiation_cpu_us``; its fused collectives then cost nothing more), and with
-    ``idle_loop`` also its idle
-    loop's measured slow-down (``cluster.background_slowdown``): left out by default, as on
-    our second machine it helped only where the machine ran slower than calibrated, and its
-    first version made the twin about twice as slow as the real runs
-    (``docs/fidelity-history.md``, 2026-11-24); ``fidelity`` scores it as ``mape_with``. The
+    (``cluster.negotiation_cpu_us``; its fused collectives then cost nothing more), and its
+    idle loop's measured slow-down (``cluster.background_slowdown``) with ``idle_loop``, by
+    default (None) on a run without added latency, where the probe measured it (the loop
+    wakes every cycle; with a trip added it wakes once a round, not measured): adopted after
+    two sets on 2026-12-07 (13.1 and 18.2 % against 23.1 and 27.4 %, at each run's speed
+    15.5 and 20.3 against 24.3 and 28.8 %; ``docs/fidelity-history.md``), where on our second
+    machine it had helped only where the machine ran slower than calibrated (2026-11-24);
+    ``fidelity`` scores the twin without it as ``mape_without``'s ``background_slowdown``,
+    and the twins of runs with added latency with it as ``mape_with``'s. The
     real run gets the
     calibration's communication-thread priority (``real.comm_priority``; calibrations from
     before it: normal). Where the lab's engine runs the system and issues its collectives
@@ -1672,6 +1675,8 @@ def matched_specs(
                     # its all-reduces two trips a ring step, its rounds one (its traces)
                     interference["round_latency_us"] = latency_us
                     latency_us = _measured(point, "latency_idle_us", model, label)
+    if idle_loop is None:  # the measured idle loop where the probe measured it
+        idle_loop = not added_latency_us
     workers = int(testbed["workers"])
     real_cluster: dict[str, Any] = {"workers": workers}
     if nominal is not None:
@@ -2606,6 +2611,7 @@ ABLATIONS = (
     "push_buffered",
     "server_agg_fixed_us",
     "host_cores",
+    "background_slowdown",  # Horovod's idle loop (its twins without added latency)
 )
 ABLATION_NAMES = {"overlap_model": "overlap_model (slow-down at op start)"}  # in the text
 

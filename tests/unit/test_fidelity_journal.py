@@ -15,6 +15,7 @@ from runners import cli, fidelity, fidelity_journal
 from runners.real import launch
 
 from .test_fidelity import TESTBED
+from .test_fidelity_latency import _entry
 
 SYSTEMS = ("wfbp", "horovod")
 MODEL = ("vgg16-debug",)
@@ -380,6 +381,47 @@ def test_each_run_checked_gets_a_twin_at_the_speed_timed_beside_it(fakes, tmp_pa
     )
     assert len(calls) == 9, "nothing timed again"
     assert again["mape_with"]["run_checked"] == pytest.approx(expected)
+
+
+def test_horovod_s_idle_loop_is_scored_at_each_run_s_speed_too(fakes, tmp_path, monkeypatch):
+    """``check_runs`` with Horovod's idle loop measured, a set with added latency (whose
+    twins leave the loop out): its twins with the loop scored at each run's speed
+    (``background_slowdown_run_checked``), the other rows with their own ``run_checked``;
+    the report says both."""
+    testbed = json.loads(json.dumps(TESTBED))
+    shaped = testbed["network"][1]
+    shaped["horovod"] = {"cycle_cpu_us": 900.0, "idle_slowdown": {"vgg16-debug": 0.5}}
+    shaped["added_latency"] = {"2000": _entry(json.loads(json.dumps(shaped)), 2000.0)}
+    monkeypatch.setattr(fidelity, "load_testbed", lambda label: testbed)
+
+    def fake_twin(real, sim):  # 33 ms at the calibration's speed, 1.5 times with the loop
+        loop = 1.5 if sim.cluster.background_slowdown else 1.0
+        t = 0.033 * sim.cluster.compute_scale * loop
+        return SimpleNamespace(metrics={"iteration_time_s": t, "compute_time_s": 0.01})
+
+    monkeypatch.setattr(fidelity, "_twin", fake_twin)
+    _stepping(monkeypatch, [])
+    fakes.use(FakeRuns())
+    result = fidelity.fidelity("cpu", SYSTEMS, MODEL, (1.0,), 5, repeats=2, check_runs=True,
+                               journal=tmp_path / "j.jsonl", added_latency_us=2000.0)  # fmt: skip
+    wfbp, horovod = result["configs"]
+    assert "sim_idle_loop_run_checked_s" not in wfbp
+    assert horovod["sim_idle_loop_run_checked_s"] == pytest.approx(
+        1.5 * horovod["sim_run_checked_s"]
+    )
+    ape = fidelity._ape
+    expected = (
+        ape(wfbp["sim_run_checked_s"], wfbp["real_iteration_s"])
+        + ape(horovod["sim_idle_loop_run_checked_s"], horovod["real_iteration_s"])
+    ) / 2
+    with_ = result["mape_with"]
+    assert with_["background_slowdown_run_checked"] == pytest.approx(expected)
+    assert with_["background_slowdown_run_checked"] != pytest.approx(with_["run_checked"])
+    horovod_alone = ape(horovod["sim_idle_loop_run_checked_s"], horovod["real_iteration_s"])
+    assert (
+        f"; at each run's speed (run_checked) {expected:.1f}% (on the Horovod configurations "
+        f"{horovod_alone:.1f}% with it"
+    ) in fidelity.format_report(result)
 
 
 def test_runs_without_their_checks_are_not_scored_as_checked(fakes, tmp_path, monkeypatch):
