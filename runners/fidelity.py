@@ -33,8 +33,9 @@ them (``python -m runners calibrate`` / ``python -m runners fidelity``).
   installed; ``calibrate --horovod-only`` measures it again): the compute time one of its
   cycles with a collective takes from a backward it overlaps, and per model how much slower
   a step is while Horovod runs idle (its background thread negotiates every cycle), under
-  ``horovod`` of each network: the ``horovod`` twin's ``negotiation_cpu_us`` (a cycle's) and,
-  scored apart, ``background_slowdown``; a Horovod that fails here is left out with a
+  ``horovod`` of each network: the ``horovod`` twin's ``negotiation_cpu_us`` (a cycle's) and
+  ``background_slowdown`` (its twins of runs without added latency; scored apart with it);
+  a Horovod that fails here is left out with a
   warning, the rest of the calibration kept;
 
 all written to ``workloads/profiles/testbeds/<label>.json``.

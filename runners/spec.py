@@ -182,8 +182,9 @@ class CommCluster:
     collective runs the loop is busy with it, and its cost is the cycle's
     (``negotiation_cpu_us``). 0 (the default): none. ``python -m runners calibrate`` measures
     it for Horovod (``runners.real.probe.horovod_cpu``: a step with Horovod idle over a step
-    without); ``fidelity`` leaves it out of the ``horovod`` twin and scores the same real
-    runs with it apart (``mape_with``). A reconstruction, labelled as such.
+    without); ``fidelity``'s ``horovod`` twin of a run without added latency has it (adopted
+    after two sets, 2026-12-07; with added latency the loop wakes once a round, not measured:
+    left out, and scored apart, ``mape_with``). A reconstruction, labelled as such.
 
     ``round_latency_us`` (all-reduce arena, with ``negotiation``): the latency a ring step of
     a negotiation round pays, the ranks busy or idle (None, the default: a collective's, the
