@@ -2336,7 +2336,7 @@ def _idle_loop_checked(
     Horovod's idle loop (``sim_idle_loop_s``) scored with it at each run's speed, as
     ``run_checked`` scores the twins (the others with their ``run_checked``), where every
     such row's runs have both checks."""
-    rows = []
+    scored = False
     together = zip(real_specs, idle_twins, configs, run_checks, strict=True)
     for real_spec, twin, row, checks in together:
         if "sim_idle_loop_s" not in row:
@@ -2345,8 +2345,8 @@ def _idle_loop_checked(
         if times is None:
             return
         row["sim_idle_loop_run_checked_s"] = statistics.median(times)
-        rows.append(row)
-    if rows:
+        scored = True
+    if scored:
         with_["background_slowdown_run_checked"] = statistics.fmean(
             _ape(row.get("sim_idle_loop_run_checked_s", row["sim_run_checked_s"]),
                  row["real_iteration_s"])
@@ -2839,12 +2839,15 @@ def report(
     each latency model's twins; ``comm_priority``: the real runs' communication threads';
     ``mape_without``: the same real runs scored with twins without one modelled effect each
     (``ABLATIONS``); ``mape_with``: the same with twins that have a measured effect the
-    default twins leave out (``background_slowdown``: Horovod's idle loop, ``matched_specs``)
+    default twins leave out (``background_slowdown``: Horovod's idle loop in its twins of
+    runs with added latency, ``matched_specs``; with ``_run_checked``)
     or a measurement they do not take (``compute_checked``: the compute check's speed;
     ``run_checked``: each run's own checks, ``fidelity``'s ``check_runs``), or another
     model of the same effect (``floor``: the PS twins with the floor over their host's cores
     instead of sharing them op by op, ``_floor_twin``; ``handover``: those floor twins with
-    their pushes' CPU charged as it is handed over, ``handover_twin``; each with its
+    their pushes' CPU charged as it is handed over, ``handover_twin``; ``lone``,
+    ``stream``, ``own_plus_added``: ``lone_twin``, ``stream_twin``, ``own_plus_added_twin``;
+    ``free_rounds``: Horovod's rounds free-running, ``round_loop_twin``; each with its
     ``_run_checked``);
     ``compute_drift``: each model's step now against the calibration's
     (``fidelity``'s compute check; None where it was not made), and ``calibration_stale``
