@@ -468,7 +468,7 @@ def _twin(args: argparse.Namespace) -> int:
             "on a quiet machine"
         )
     if phases:
-        print(_phase_table(phases))
+        print(_phase_table(phases, prediction.spec))
     return 0
 
 
@@ -480,8 +480,11 @@ def _json_phases(phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def _phase_table(phases: list[dict[str, Any]]) -> str:
-    """``twin.phases`` as text: per phase the real run's and the twin's ms and the difference."""
+def _phase_table(phases: list[dict[str, Any]], twin_spec: dict[str, Any] | None = None) -> str:
+    """``twin.phases`` as text: per phase the real run's and the twin's ms and the difference;
+    under it, where the twin's forward ops carry the optimizer updates (``cluster.
+    optimizer_update``), that the real run's do not (its engine applies them before it times
+    a forward op), so their busy times are not alike."""
     width = max(len(p["phase"]) for p in phases)
     head = (
         f"per worker or server, ms, the median over {phases[0]['iterations']} "
@@ -492,6 +495,12 @@ def _phase_table(phases: list[dict[str, Any]]) -> str:
         real, sim = p["real_ms"], p["twin_ms"]
         diff = sim - real  # NaN where one side lacks the phase
         lines.append(f"{p['phase']:{width}}  {real:7.2f}  {sim:7.2f}  {diff:+9.2f}")
+    if (twin_spec or {}).get("cluster", {}).get("optimizer_update"):
+        lines.append(
+            "(the twin's forward ops include each layer's optimizer update, the real run's do "
+            "not: it applies the updates before timing a forward op; compare the forward's "
+            "ends, not its busy time)"
+        )
     return "\n".join(lines)
 
 

@@ -416,6 +416,19 @@ def test_the_twin_command_sets_a_run_s_phases_beside_its_twin_s(tmp_path, capsys
     assert any(line.startswith("compute forward: busy") for line in text.splitlines())
 
 
+def test_the_phase_table_says_when_the_twin_s_forward_carries_the_updates():
+    """A twin with ``cluster.optimizer_update`` times each layer's update in its forward ops,
+    where the real engine applies the updates before it times a forward op: the table says
+    so under it, and only then."""
+    phases = [{"phase": "compute forward: busy", "real_ms": 4.0, "twin_ms": 7.0,
+               "iterations": "iterations 13-21"}]  # fmt: skip
+    note = "the twin's forward ops include each layer's optimizer update"
+    assert note in cli._phase_table(phases, {"cluster": {"optimizer_update": True}})
+    assert note not in cli._phase_table(phases, {"cluster": {}})
+    assert note not in cli._phase_table(phases)
+    assert "compute forward: busy     4.00     7.00      +3.00" in cli._phase_table(phases)
+
+
 # --------------------------------------------------------------------------------- portal
 
 
