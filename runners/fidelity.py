@@ -1977,10 +1977,16 @@ def fidelity(
     pairs = [(cfg, matched(cfg[2], cfg[0], cfg[1], testbed, iterations, latency)) for cfg in plan]
     checked = [(cfg, validate(r), validate(s)) for cfg, (r, s) in pairs]  # all before any run
     others = _other_twins(plan, testbed, iterations, latency, ps_transport, added_latency_us)
-    idle_twins = [  # with Horovod's idle loop (``mape_with``)
-        validate(matched(s, m, b, testbed, iterations, latency, idle_loop=True)[1])
-        for m, b, s in plan
-    ]
+    # with Horovod's idle loop where the twin lacks it (``mape_with``'s ``background_slowdown``)
+    idle = [
+        None if twin == sim else twin
+        for (_, _, sim), twin in zip(
+            checked,
+            (validate(matched(s, m, b, testbed, iterations, latency, idle_loop=True)[1])
+             for m, b, s in plan),
+            strict=True,
+        )
+    ]  # fmt: skip
     # with the floor over the host's cores (``mape_with``'s ``floor``; PS twins alone)
     floor = [
         _floor_twin(s, m, b, testbed, iterations, latency, sim, ps_transport, added_latency_us)
@@ -2008,6 +2014,10 @@ def fidelity(
     stream = [stream_twin(sim) for _, _, sim in checked]
     # Horovod's twins with its background loop's rounds free-running (``free_rounds``)
     rounds = [round_loop_twin(sim) for _, _, sim in checked]
+    # the variants simulated with each row as ``sim_<name>_s`` alone (``floor`` and
+    # ``handover`` keep more of their metrics, below)
+    plain = (("idle_loop", idle), ("own_plus_added", own_plus), ("lone", lone),
+             ("stream", stream), ("free_rounds", rounds))  # fmt: skip
     for _, real_spec, _ in checked:
         launch.preflight(real_spec)
     raw_reals = [r for _, (r, _) in pairs]
@@ -2130,9 +2140,6 @@ def fidelity(
             if round_ == repeats - 1:
                 row = _row(system, model, nominal, runs[k], _twin(real_spec, sim_spec))
                 row.update(wall_s=walls[k], failed_attempts=failures[k])
-                if idle_twins[k] != sim_spec:  # its prediction with Horovod's idle loop
-                    twin = _twin(real_spec, idle_twins[k])
-                    row["sim_idle_loop_s"] = twin.metrics["iteration_time_s"]
                 if floor[k] is not None:  # a PS twin with the floor over its host's cores
                     metrics = _twin(real_spec, floor[k]).metrics
                     row["sim_floor_s"] = metrics["iteration_time_s"]
@@ -2142,16 +2149,10 @@ def fidelity(
                     metrics = _twin(real_spec, handover[k]).metrics
                     row["sim_handover_s"] = metrics["iteration_time_s"]
                     row["sim_handover_compute_s"] = metrics["compute_time_s"]
-                if own_plus[k] is not None:  # the network's own values plus the latency
-                    twin = _twin(real_spec, own_plus[k])
-                    row["sim_own_plus_added_s"] = twin.metrics["iteration_time_s"]
-                if lone[k] is not None:  # its collectives at the lone all-reduce's times
-                    row["sim_lone_s"] = _twin(real_spec, lone[k]).metrics["iteration_time_s"]
-                if stream[k] is not None:  # ... or without them
-                    row["sim_stream_s"] = _twin(real_spec, stream[k]).metrics["iteration_time_s"]
-                if rounds[k] is not None:  # Horovod's rounds free-running
-                    twin = _twin(real_spec, rounds[k])
-                    row["sim_free_rounds_s"] = twin.metrics["iteration_time_s"]
+                for name, twins in plain:
+                    if twins[k] is not None:
+                        twin = _twin(real_spec, twins[k])
+                        row[f"sim_{name}_s"] = twin.metrics["iteration_time_s"]
                 configs.append(row)
                 if on_config is not None:
                     on_config(row)
@@ -2204,12 +2205,7 @@ def fidelity(
             [dataclasses.replace(s, cluster=dataclasses.replace(s.cluster, **{name: default}))
              for s in sims]
         )  # fmt: skip
-    with_ = {}
-    if any("sim_idle_loop_s" in row for row in configs):  # the same runs scored with it
-        with_["background_slowdown"] = statistics.fmean(
-            _ape(row.get("sim_idle_loop_s", row["sim_iteration_s"]), row["real_iteration_s"])
-            for row in configs
-        )
+    with_: dict[str, float] = {}
     scales = {m: d["checked_scale"] for m, d in (drift or {}).items() if "checked_scale" in d}
     if scales and all(row["workload"] in scales for row in configs):  # else the text says why
         for real_spec, sim, row in zip(real_specs, sims, configs, strict=True):
@@ -2221,19 +2217,9 @@ def fidelity(
             _run_checked(row, real_spec, sim, run_checks[k], steps[row["workload"]][0])
         if all("sim_run_checked_s" in row for row in configs):  # else the text says why
             with_["run_checked"] = _mape_of(configs, "sim_run_checked_s")
-        if "background_slowdown" in with_ and "run_checked" in with_:  # Horovod's idle loop
-            _idle_loop_checked(configs, real_specs, idle_twins, run_checks, steps, with_)
     # PS twins with the floor over their host's cores (``floor``), and those charging a
-    # push's CPU as it is handed over (``handover``); both simulated with the rows
-    variants = (
-        ("floor", floor),
-        ("handover", handover),
-        ("own_plus_added", own_plus),
-        ("lone", lone),
-        ("stream", stream),
-        ("free_rounds", rounds),
-    )
-    for name, twins in variants:
+    # push's CPU as it is handed over (``handover``); all simulated with the rows
+    for name, twins in (("floor", floor), ("handover", handover), *plain):
         if not any(twin is not None for twin in twins):
             continue
         if check_runs:  # at each run's speed, as ``run_checked``
@@ -2245,7 +2231,7 @@ def fidelity(
                     times = _run_checked_times(real_spec, twin, run_checks[k], step)
                     if times is not None:
                         row[f"sim_{name}_run_checked_s"] = statistics.median(times)
-        _score_variant(configs, name, with_)
+        _score_variant(configs, name, with_, VARIANT_LABELS.get(name, name))
     if transport:
         checks = run_checks if check_runs else None
         _transport_checked(configs, real_specs, sims, transport, scales, with_, checks, steps)
@@ -2324,36 +2310,6 @@ def _run_checked(
     row["sim_run_checked_s"] = statistics.median(twins)
 
 
-def _idle_loop_checked(
-    configs: list[dict[str, Any]],
-    real_specs: list[RunSpec],
-    idle_twins: list[RunSpec],
-    run_checks: list[list[list[float | None] | None]],
-    steps: dict[str, tuple[float, ...]],
-    with_: dict[str, float],
-) -> None:
-    """(``check_runs``.) ``mape_with``'s ``background_slowdown_run_checked``: the rows with
-    Horovod's idle loop (``sim_idle_loop_s``) scored with it at each run's speed, as
-    ``run_checked`` scores the twins (the others with their ``run_checked``), where every
-    such row's runs have both checks."""
-    scored = False
-    together = zip(real_specs, idle_twins, configs, run_checks, strict=True)
-    for real_spec, twin, row, checks in together:
-        if "sim_idle_loop_s" not in row:
-            continue
-        times = _run_checked_times(real_spec, twin, checks, steps[row["workload"]][0])
-        if times is None:
-            return
-        row["sim_idle_loop_run_checked_s"] = statistics.median(times)
-        scored = True
-    if scored:
-        with_["background_slowdown_run_checked"] = statistics.fmean(
-            _ape(row.get("sim_idle_loop_run_checked_s", row["sim_run_checked_s"]),
-                 row["real_iteration_s"])
-            for row in configs
-        )  # fmt: skip
-
-
 def _run_checked_times(
     real_spec: RunSpec, sim: RunSpec, checks: list[list[float | None] | None], step: float
 ) -> list[float] | None:
@@ -2370,18 +2326,24 @@ def _run_checked_times(
     ]
 
 
-def _score_variant(configs: list[dict[str, Any]], name: str, with_: dict[str, float]) -> None:
-    """``mape_with``'s ``name`` (and ``<name>_run_checked``, where every twin of the variant
+# ``mape_with``'s key of a variant whose rows' key (``sim_<name>_s``) is named otherwise
+VARIANT_LABELS = {"idle_loop": "background_slowdown"}
+
+
+def _score_variant(
+    configs: list[dict[str, Any]], name: str, with_: dict[str, float], label: str
+) -> None:
+    """``mape_with``'s ``label`` (and ``<label>_run_checked``, where every twin of the variant
     has its ``sim_<name>_run_checked_s`` and ``run_checked`` was scored): the rows scored
     with their ``sim_<name>_s``, the others (systems the variant does not apply to) with
     their own twin's."""
-    with_[name] = statistics.fmean(
+    with_[label] = statistics.fmean(
         _ape(row.get(f"sim_{name}_s", row["sim_iteration_s"]), row["real_iteration_s"])
         for row in configs
     )
     twins = [row for row in configs if f"sim_{name}_s" in row]
     if "run_checked" in with_ and all(f"sim_{name}_run_checked_s" in r for r in twins):
-        with_[f"{name}_run_checked"] = statistics.fmean(
+        with_[f"{label}_run_checked"] = statistics.fmean(
             _ape(
                 row.get(f"sim_{name}_run_checked_s", row["sim_run_checked_s"]),
                 row["real_iteration_s"],
@@ -2427,7 +2389,7 @@ def _transport_checked(
             times = _run_checked_times(real_spec, twin, run_checks[k], steps[row["workload"]][0])
             if times is not None:
                 row["sim_transport_checked_run_checked_s"] = statistics.median(times)
-    _score_variant(configs, "transport_checked", with_)
+    _score_variant(configs, "transport_checked", with_, "transport_checked")
     if scaled:
         with_["transport_compute_checked"] = statistics.fmean(
             _ape(

@@ -372,11 +372,11 @@ class _AllReduceJob(ComputeJob):
         self.cycle_negotiating = False
         self.rounds[entries[-1][0]] += 1
         self._fuse(entries)
-        if self.free_rounds:
-            if not (self.plan.fusion_cycle_blocks and self._cycle_running()):
-                self._loop_free()
+        if self._cycle_busy():  # (its collectives, with ``fusion_cycle_blocks``)
             return
-        if self.tick_waits and not (self.plan.fusion_cycle_blocks and self._cycle_running()):
+        if self.free_rounds:
+            self._loop_free()
+        elif self.tick_waits:
             self.tick_waits = False  # a cycle due during the negotiation starts now
             self.loop.after(0.0, self._fusion_tick)
 
