@@ -16,7 +16,8 @@
                                 [--added-latency-us US,..]  (with --latency-only)
     python -m runners fidelity [--label L] [--systems S,..] [--models M,..] [--bandwidths G,..]
                                [--iterations I] [--repeats R] [--latency busy|idle|split|engine]
-                               [--no-compute-check] [--no-transport-check] [--check-each-run]
+                               [--no-compute-check] [--no-transport-check]
+                               [--no-interference-check] [--check-each-run]
                                [--ps-transport blocking|pipelined] [--added-latency-us US]
                                [--json]
     python -m runners fidelity-pool JOURNAL JOURNAL.. [--latency L] [--json]
@@ -322,6 +323,15 @@ def _parser() -> argparse.ArgumentParser:
         "network with PS systems before, between the rounds of and after the real runs "
         "(about 30 s per network each time; the report's transport_check, and mape_with's "
         "transport_checked)",
+    )
+    p.add_argument(
+        "--no-interference-check",
+        dest="interference_check",
+        action="store_false",
+        help="skip probing a collective's CPU (as calibrate does) at each network with "
+        "all-reduce systems before the real runs (about 20 s per network; the report's "
+        "interference_check, which warns where the calibration's interference measurements "
+        "are stale)",
     )
     p.add_argument(
         "--ps-transport",
@@ -1042,6 +1052,7 @@ def _fidelity(args: argparse.Namespace) -> int:
             transport_check=args.transport_check,
             ps_transport=args.ps_transport,
             added_latency_us=args.added_latency_us,
+            interference_check=args.interference_check,
         )
     except SpecError as err:
         print(f"invalid arguments: {err}", file=sys.stderr)
@@ -1062,6 +1073,8 @@ def _fidelity(args: argparse.Namespace) -> int:
             print(f"[fidelity] {fidelity.drift_line(result)}", file=sys.stderr, flush=True)
         if result.get("transport_check"):  # the same for the transport check
             line = fidelity_transport.transport_line(result["transport_check"], result["label"])
+            print(f"[fidelity] {line}", file=sys.stderr, flush=True)
+        for line in fidelity.interference_lines(result):  # and the interference's
             print(f"[fidelity] {line}", file=sys.stderr, flush=True)
         print(json.dumps(result))
         return 0

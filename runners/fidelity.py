@@ -89,7 +89,7 @@ import numpy as np
 
 import workloads
 
-from . import fidelity_transport, registry, resample
+from . import fidelity_interference, fidelity_transport, registry, resample
 from .fidelity_journal import Journal, fingerprint, kept_as, profiles_fingerprint
 from .manifest import usable_cpus
 from .real.others import FLAG_CORES
@@ -1885,6 +1885,26 @@ def interference_line(dates: dict[str, Any], label: str) -> str:
     return line
 
 
+def interference_lines(result: dict[str, Any]) -> list[str]:
+    """A report's lines on the all-reduce twins' interference measurements: their dates
+    (``interference_dates``) and the check before the real runs (``interference_check``),
+    where it has them."""
+    lines = []
+    if result.get("interference_dates"):
+        lines.append(interference_line(result["interference_dates"], result["label"]))
+    if result.get("interference_check"):
+        horovod = any(c["system"] == "horovod" for c in result["configs"])
+        lines.append(
+            fidelity_interference.interference_line(
+                result["interference_check"],
+                result["label"],
+                horovod,
+                result.get("added_latency_us", 0.0),
+            )
+        )
+    return lines
+
+
 def _moved(entry: dict[str, Any], key: str) -> bool:
     """Whether a compute check entry's move ``key`` (a percentage) is past
     ``COMPUTE_DRIFT_PCT`` (an entry without it has not moved)."""
@@ -1978,6 +1998,7 @@ def fidelity(
     transport_check: bool = True,
     ps_transport: str = "blocking",
     added_latency_us: float = 0.0,
+    interference_check: bool = True,
 ) -> dict[str, Any]:
     """Run every configuration for real and simulated; the report (see the module docstring).
 
@@ -2021,7 +2042,13 @@ def fidelity(
     ``added_latency_us``: every real run with that latency added a way on the shaped network
     (``cluster.latency_us``; ``fidelity --added-latency-us``), its twin from the calibration's
     measurements with it (``matched_specs``); all-reduce systems and shaped networks only
-    (``CalibrationMissing`` otherwise); the report says it (``added_latency_us``)."""
+    (``CalibrationMissing`` otherwise); the report says it (``added_latency_us``).
+
+    ``interference_check``: where the set has all-reduce systems, probe a collective's CPU
+    at each of their networks before the real runs, as the calibration does
+    (``fidelity_interference``: about 20 s a network), and report how far it has moved
+    (``interference_check``), warning at once where it moved past ``fidelity_interference.
+    MOVED_PCT``; not made for a set resumed from a journal that holds runs but no check."""
     from .real import launch
 
     if repeats < 1:
@@ -2137,6 +2164,9 @@ def fidelity(
                 "--check-each-run scores each run with the speed timed beside it)"
             )
     check_transport("before")
+    interference = _check_interference(
+        systems, bandwidths, testbed, added_latency_us, book, say, interference_check
+    )
     runs: list[list[Any]] = [[] for _ in checked]
     run_checks: list[list[list[float | None] | None]] = [[] for _ in checked]
     # (model, step) of the check taken last in this sitting, nothing run since (None: none)
@@ -2305,6 +2335,7 @@ def fidelity(
         compute_drift=drift,
         mape_with=with_,
         transport_check=transport or None,
+        interference_check=interference,
     )
     if any(registry.get(s).arena == "ps" for s in systems):
         result["ps_transport"] = ps_transport
@@ -2318,6 +2349,56 @@ def fidelity(
                              # where the next set with this journal keeps it
                              "kept_next_as": str(kept_as(book.path))}  # fmt: skip
     return result
+
+
+def _check_interference(
+    systems: tuple[str, ...],
+    bandwidths: tuple[float | None, ...],
+    testbed: dict[str, Any],
+    added_latency_us: float,
+    book: Journal | None,
+    say: Callable[[str], None],
+    enabled: bool = True,
+) -> dict[str, dict[str, Any]] | None:
+    """``fidelity``'s interference check before the real runs (``fidelity_interference``):
+    the journal's where it has one of the same networks; none where it is off, the set has
+    no network to check, or the journal holds runs but no check (runs made earlier than a
+    check now); else measured now (and kept in the journal), saying at once where it moved."""
+    if not enabled:
+        return None
+    points = {}
+    for nominal in bandwidths:
+        try:
+            points[nominal] = network_point(testbed, nominal, added_latency_us)
+        except CalibrationMissing:
+            continue
+    networks = fidelity_interference.interference_networks(systems, bandwidths, points)
+    if not networks:
+        return None
+    kept = None
+    if book is not None:
+        kept = book.interference([fidelity_interference.network_key(b) for b in networks])
+    if kept is not None:
+        say("interference check before the real runs: the journal's")
+        return kept
+    if book is not None and book.runs:
+        say("interference check: not made (the journal's runs were made before it)")
+        return None
+    checks = fidelity_interference.check_interference(
+        networks, points, testbed, say, added_latency_us
+    )
+    if book is not None:
+        book.add_interference(checks)
+    if fidelity_interference.moved(checks):
+        label = testbed["label"]
+        say(
+            f"interference check: more than {fidelity_interference.MOVED_PCT:g}% off before "
+            "the real runs; the error will measure that as much as the simulator (stop here "
+            "and "
+            + fidelity_interference.advice(label, "horovod" in systems, added_latency_us)
+            + " first, or let it go on)"
+        )
+    return checks
 
 
 def calibration_prints(label: str, testbed: dict[str, Any]) -> tuple[str, str]:
@@ -2855,6 +2936,7 @@ def report(
     compute_drift: dict[str, dict[str, Any]] | None = None,
     mape_with: dict[str, float] | None = None,
     transport_check: dict[str, dict[str, Any]] | None = None,
+    interference_check: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """MAPE per system and overall, and each system's speedup over the baselines, real and
     simulated, per (model, bandwidth); ``mape_by_latency``: the same real runs scored with
@@ -2876,7 +2958,9 @@ def report(
     whether any moved more than ``COMPUTE_DRIFT_PCT`` at any check; ``transport_check``: the PS
     transport's CPU per message measured during the set per network
     (``fidelity_transport.TransportChecks``; None where it was not made), whose twins
-    ``mape_with``'s ``transport_checked`` and its kin score."""
+    ``mape_with``'s ``transport_checked`` and its kin score; ``interference_check``: a
+    collective's CPU measured before the real runs per network
+    (``fidelity_interference.InterferenceChecks``; None where it was not made)."""
     by_system: dict[str, list[dict[str, Any]]] = {}
     for c in configs:
         by_system.setdefault(c["system"], []).append(c)
@@ -2942,6 +3026,8 @@ def report(
         # the PS transport's CPU per message probed before, between the rounds of and after
         # the real runs, per network (None: not checked)
         "transport_check": transport_check,
+        # a collective's CPU probed before the real runs, per network (None: not checked)
+        "interference_check": interference_check,
         "target_pct": MAPE_TARGET_PCT,
         "meets_target": mape < MAPE_TARGET_PCT and len(configs) >= MAPE_MIN_CONFIGS,
         "per_system_mape_pct": per_system,
@@ -3223,8 +3309,7 @@ def format_report(result: dict[str, Any]) -> str:
         )
     if result.get("compute_drift") is not None:
         lines.append(drift_line(result))
-    if result.get("interference_dates"):
-        lines.append(interference_line(result["interference_dates"], result["label"]))
+    lines.extend(interference_lines(result))
     transport = result.get("ps_transport", "blocking")
     if transport != "blocking":
         lines.append(

@@ -23,7 +23,9 @@ only what it lacks.
   mapping after the check, the stage ``before``, ``between-<round>`` or ``after``;
 - one ``{"transport": {...}, "stage": ...}`` per transport check (PS sets): the whole
   ``fidelity_transport.TransportChecks`` mapping after the check, its stages named as the
-  compute check's.
+  compute check's;
+- at most one ``{"interference": {...}}`` (all-reduce sets): the interference check made
+  before the real runs (``fidelity_interference.InterferenceChecks``).
 
 Each line is flushed and fsynced before ``fidelity`` goes on. A crash while writing leaves at
 most a torn last line; reading ignores it, and the next append overwrites it.
@@ -36,7 +38,7 @@ also rescore a finished set's real runs with a changed simulator without running
 or with a calibration measured again since: ``Journal.calibration_changed`` says so, and the
 report with it.
 The compute checks' stages are reused only when the journal's cover the same models, the
-transport checks' only when they cover the same networks. A set
+transport checks' and the interference check only when they cover the same networks. A set
 with other systems, models or bandwidths reuses the runs it shares with the journal and
 makes the rest.
 """
@@ -197,6 +199,7 @@ class Journal:
         self._runs: dict[tuple, tuple[dict[str, Any], KeptRun]] = {}
         self._stages: dict[str, dict[str, Any]] = {}
         self._transport: dict[str, dict[str, Any]] = {}
+        self._interference: dict[str, Any] | None = None
         self._failed: dict[tuple, list[str]] = {}
         self.reused = 0
         if read_only and not resume:
@@ -278,8 +281,10 @@ class Journal:
             self._stages[str(entry["stage"])] = entry["drift"]
         elif "transport" in entry:
             self._transport[str(entry["stage"])] = entry["transport"]
+        elif "interference" in entry:
+            self._interference = entry["interference"]
         else:
-            raise KeyError("run, failed, drift or transport")
+            raise KeyError("run, failed, drift, transport or interference")
 
     def _check_header(self, entry: Any) -> None:
         if not isinstance(entry, dict) or entry.get("fidelity_journal") != VERSION:
@@ -400,6 +405,16 @@ class Journal:
         """Keep the transport checks after stage ``name``."""
         self._append({"stage": name, "transport": checks})
         self._transport[name] = _plain(checks)
+
+    def interference(self, networks: Sequence[str]) -> dict[str, Any] | None:
+        """The interference check (``fidelity_interference``), where the journal has one of
+        exactly ``networks`` (its ``network_key``s; None otherwise)."""
+        return _covering(self._interference, networks)
+
+    def add_interference(self, checks: dict[str, Any]) -> None:
+        """Keep the interference check (made before the real runs)."""
+        self._append({"interference": checks})
+        self._interference = _plain(checks)
 
 
 def _covering(kept: dict[str, Any] | None, keys: Sequence[str]) -> dict[str, Any] | None:

@@ -176,6 +176,25 @@ def overlap(
     )
 
 
+def collective_cpu(
+    workers: int,
+    bandwidth_gbps: float | None,
+    work: Path,
+    threads: int = 1,
+    comm_priority: str = "normal",
+    latency_us: float = 0.0,
+) -> float:
+    """``overlap``'s ``collective_cpu_inline_s`` alone (``_engine_cpu`` with ``dispatch:
+    auto``), in one launch of the ranks: the compute time one collective the lab's engine
+    issues from a gradient hook takes from the backward pass it overlaps, the slowest rank's
+    (``fidelity``'s interference check, ``runners.fidelity_interference``)."""
+    job = {"collective_cpu": {"dispatch": "auto"}}
+    values = _launch(
+        job, workers, bandwidth_gbps, work, threads, comm_priority, latency_us=latency_us
+    )
+    return float(values[0])
+
+
 @dataclass(frozen=True)
 class HorovodProbe:
     """What ``horovod_cpu`` measures (each value the median over rounds of the ranks' largest)."""
@@ -504,6 +523,8 @@ def main(argv: list[str]) -> int:
     try:
         if "overlap_model" in job:
             out: Any = _overlap(job["overlap_model"], int(job["steps"]), rank)
+        elif "collective_cpu" in job:
+            out = [_slowest(_engine_cpu(dispatch=job["collective_cpu"]["dispatch"]))]
         elif "ps_cpu_workers" in job:
             out = _ps_cpu(
                 rank,

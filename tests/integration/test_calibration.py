@@ -148,6 +148,14 @@ def test_calibrate_then_fidelity_on_the_shaped_network(label, capsys):
     assert all(t > 0 for pair in transport.values() for t in pair) and len(transport) == 1
     assert "transport_checked" in report["mape_with"]
     assert "transport check, the PS transport's host CPU" in out.err
+    # the interference check: a collective's CPU probed before the real runs at the set's
+    # network (wfbp and ddp are all-reduce systems), against the calibration's above
+    interference = report["interference_check"]["0.5"]
+    assert len(interference["probes_us"]) == 3, interference.get("errors")
+    assert 0 < interference["median_us"] < 1e6
+    assert interference["calibrated_us"] == pytest.approx(shaped["collective_cpu_inline_us"][MODEL])
+    assert "interference check, a collective's CPU before the real runs" in out.err
+    assert report["interference_dates"]["overlap"] == report["interference_dates"]["today"]
     assert all(t > 0 for t in checked)
     assert report["mape_with"]["compute_checked"] == pytest.approx(
         statistics.fmean(

@@ -34,3 +34,16 @@ def real_config():
         cluster={"workers": 2},
         real={"network": "loopback"},
     )
+
+
+@pytest.fixture(autouse=True)
+def no_interference_probes(monkeypatch):
+    """``fidelity``'s interference check launches ranks on the emulated network: in unit
+    tests only where a test fakes its probe (one that forgets fails here rather than probing
+    for real)."""
+    from runners import fidelity_interference
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a unit test started the interference check's probe")
+
+    monkeypatch.setattr(fidelity_interference, "probe_once", refuse)
