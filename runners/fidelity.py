@@ -62,9 +62,10 @@ calibration's step; ``mape_with``'s ``compute_checked``). That is the simulator 
 machine's speed during the set, measured apart from the runs it scores. A set with PS systems
 probes the PS transport's CPU per message at the same stages, the same way
 (``runners.fidelity_transport``: ``transport_check``, ``mape_with``'s ``transport_checked``).
-The all-reduce systems' interference measurements (the compute's slow-down beside collectives,
-a collective's CPU, Horovod's) are not checked during a set: the report says when they were
-made and warns when that was an earlier day than its own (``interference_dates``).
+A set with all-reduce systems probes a collective's CPU before its real runs, against the
+calibration's (``runners.fidelity_interference``: ``interference_check``), and the report says
+when the interference measurements were made (``interference_dates``), warning where either
+says they are stale; nothing is scored with them.
 """
 
 from __future__ import annotations
@@ -1829,78 +1830,20 @@ COMPUTE_DRIFT_PCT = 10.0  # beyond this the report says to measure again (the MA
 HOST_CPU_HINT_PCT = 5.0
 
 
-# The all-reduce twins' interference measurements (``calibrate --overlap-only``: the compute's
-# slow-down beside collectives, a collective's and a negotiation round's CPU; ``--horovod-only``;
-# ``--latency-only`` with added latency) are not checked during a set, as the compute is. On our
-# machine they moved 2-3x from one day to the next while its compute did not (2026-12-07: a
-# collective's CPU 312 -> 665-751 us at 1 Gbit/s; the same runs 25.6 % off with the day
-# before's, 13.3 % with the day's, ``docs/fidelity-history.md``): the report says when they
-# are from an earlier day than the set.
-
-
-def interference_dates(
-    testbed: dict[str, Any],
-    systems: tuple[str, ...],
-    added_latency_us: float = 0.0,
-    today: str | None = None,
-) -> dict[str, Any] | None:
-    """When calibration ``testbed``'s measurements that the all-reduce systems among
-    ``systems`` take their interference from were made (``overlap``; ``horovod`` where the set
-    has Horovod; ``added_latency`` with ``added_latency_us``), each its part's date or the
-    calibration's, ``today`` (the report's day, UTC, by default) and ``earlier_day``: whether
-    any is from before it. None for a set without all-reduce systems."""
-    if not any(registry.get(s).arena == "allreduce" for s in systems):
-        return None
-    made = testbed.get("date")
-    dates = {"overlap": testbed.get("overlap_date", made)}
-    if "horovod" in systems:
-        dates["horovod"] = testbed.get("horovod_date", made)
-    if added_latency_us:
-        dates["added_latency"] = testbed.get("added_latency_date", made)
-    today = today or _today()
-    earlier = any(d is not None and d < today for d in dates.values())
-    return {**dates, "today": today, "earlier_day": earlier}
-
-
-def interference_line(dates: dict[str, Any], label: str) -> str:
-    """``interference_dates`` in words, with what to do when they are from an earlier day."""
-    named = {"overlap": "overlap", "horovod": "Horovod", "added_latency": "added latency"}
-    parts = [f"{named[k]} {dates[k] or 'undated'}" for k in named if k in dates]
-    line = (
-        f"the calibration {label}'s interference measurements: {', '.join(parts)}; this "
-        f"report {dates['today']}"
-    )
-    if dates["earlier_day"]:
-        flags = ["--overlap-only"]
-        if "horovod" in dates:
-            flags.append("--horovod-only")
-        if "added_latency" in dates:
-            flags.append("--latency-only")
-        line += (
-            ": from an earlier day, and the compute check does not see them move (on our "
-            "machine a collective's CPU doubled from one day to the next while the compute "
-            "stayed): measure them again the day of the set (python -m runners calibrate "
-            f"--label {label} {', then '.join(flags)}) before reading the error as the simulator's"
-        )
-    return line
-
-
 def interference_lines(result: dict[str, Any]) -> list[str]:
     """A report's lines on the all-reduce twins' interference measurements: their dates
     (``interference_dates``) and the check before the real runs (``interference_check``),
     where it has them."""
     lines = []
+    horovod = any(c["system"] == "horovod" for c in result["configs"])
+    added = result.get("added_latency_us", 0.0)
     if result.get("interference_dates"):
-        lines.append(interference_line(result["interference_dates"], result["label"]))
+        dates = result["interference_dates"]
+        lines.append(fidelity_interference.dates_line(dates, result["label"], horovod, added))
     if result.get("interference_check"):
-        horovod = any(c["system"] == "horovod" for c in result["configs"])
+        checks = result["interference_check"]
         lines.append(
-            fidelity_interference.interference_line(
-                result["interference_check"],
-                result["label"],
-                horovod,
-                result.get("added_latency_us", 0.0),
-            )
+            fidelity_interference.interference_line(checks, result["label"], horovod, added)
         )
     return lines
 
@@ -2341,7 +2284,9 @@ def fidelity(
         result["ps_transport"] = ps_transport
     if added_latency_us:
         result["added_latency_us"] = added_latency_us
-    result["interference_dates"] = interference_dates(testbed, systems, added_latency_us)
+    result["interference_dates"] = fidelity_interference.interference_dates(
+        testbed, systems, _today(), added_latency_us
+    )
     if book is not None:
         made = sum(len(r) for r in runs)
         result["journal"] = {"path": str(book.path), "reused_runs": book.reused, "runs": made,

@@ -143,6 +143,50 @@ def advice(label: str, horovod: bool, added_latency_us: float) -> str:
     )
 
 
+def interference_dates(
+    testbed: dict[str, Any],
+    systems: tuple[str, ...],
+    today: str,
+    added_latency_us: float = 0.0,
+) -> dict[str, Any] | None:
+    """When calibration ``testbed``'s measurements that the all-reduce systems among
+    ``systems`` take their interference from were made (``overlap``; ``horovod`` where the set
+    has Horovod; ``added_latency`` with ``added_latency_us``), each its part's date or the
+    calibration's, ``today`` (the report's day) and ``earlier_day``: whether any is from
+    before it. None for a set without all-reduce systems."""
+    if not any(registry.get(s).arena == "allreduce" for s in systems):
+        return None
+    made = testbed.get("date")
+    dates = {"overlap": testbed.get("overlap_date", made)}
+    if "horovod" in systems:
+        dates["horovod"] = testbed.get("horovod_date", made)
+    if added_latency_us:
+        dates["added_latency"] = testbed.get("added_latency_date", made)
+    earlier = any(d is not None and d < today for d in dates.values())
+    return {**dates, "today": today, "earlier_day": earlier}
+
+
+def dates_line(
+    dates: dict[str, Any], label: str, horovod: bool, added_latency_us: float = 0.0
+) -> str:
+    """``interference_dates`` in words, with what to do when one is from an earlier day."""
+    named = {"overlap": "overlap", "horovod": "Horovod", "added_latency": "added latency"}
+    parts = [f"{named[k]} {dates[k] or 'undated'}" for k in named if k in dates]
+    line = (
+        f"the calibration {label}'s interference measurements: {', '.join(parts)}; this "
+        f"report {dates['today']}"
+    )
+    if dates["earlier_day"]:
+        line += (
+            ": from an earlier day, and the compute check does not see them move (on our "
+            "machine a collective's CPU doubled from one day to the next while the compute "
+            "stayed): before reading the error as the simulator's, "
+            + advice(label, horovod, added_latency_us)
+            + " the day of the set"
+        )
+    return line
+
+
 def interference_line(
     checks: InterferenceChecks, label: str, horovod: bool, added_latency_us: float = 0.0
 ) -> str:

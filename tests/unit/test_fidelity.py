@@ -1822,49 +1822,6 @@ def test_horovod_s_twin_has_its_idle_loop_and_the_report_scores_it_without(monke
     assert result["mape_with"] == {} and "background_slowdown" not in result["mape_without"]
 
 
-def test_the_report_says_when_the_interference_was_measured_and_warns_on_an_earlier_day(
-    monkeypatch,
-):
-    """The all-reduce twins' interference measurements are not checked during a set (the
-    compute is): the report gives their dates, each part's own where it was measured again
-    (``overlap_date``, ``horovod_date``, ``added_latency_date``) or the calibration's, and
-    says to measure them again when one is from an earlier day than the report's."""
-    from types import SimpleNamespace
-
-    from runners.real import launch
-
-    testbed = {**TESTBED, "date": "2026-12-06", "horovod_date": "2026-12-07"}
-    dates = fidelity.interference_dates(testbed, ("wfbp", "horovod"), 0.0, "2026-12-07")
-    assert dates == {"overlap": "2026-12-06", "horovod": "2026-12-07", "today": "2026-12-07",
-                     "earlier_day": True}  # fmt: skip
-    line = fidelity.interference_line(dates, "cpu")
-    assert "overlap 2026-12-06, Horovod 2026-12-07; this report 2026-12-07: from an" in line
-    assert "calibrate --label cpu --overlap-only, then --horovod-only)" in line
-    # the day's measurements: no warning; Horovod's and added latency's dates where they count
-    today = {**testbed, "overlap_date": "2026-12-07", "added_latency_date": "2026-12-05"}
-    dates = fidelity.interference_dates(today, ("wfbp",), 0.0, "2026-12-07")
-    assert dates == {"overlap": "2026-12-07", "today": "2026-12-07", "earlier_day": False}
-    assert fidelity.interference_line(dates, "cpu").endswith("this report 2026-12-07")
-    dates = fidelity.interference_dates(today, ("wfbp",), 2000.0, "2026-12-07")
-    assert dates["added_latency"] == "2026-12-05" and dates["earlier_day"]
-    assert "--overlap-only, then --latency-only)" in fidelity.interference_line(dates, "cpu")
-    # a PS set's twins take their CPU from the transport check: nothing said
-    assert fidelity.interference_dates(testbed, ("ps-default",), 0.0, "2026-12-07") is None
-    # through a set: in the result and its text
-    monkeypatch.setattr(fidelity, "load_testbed", lambda label: testbed)
-    monkeypatch.setattr(launch, "preflight", lambda spec: None)
-    monkeypatch.setattr(launch, "run", _run_of_40_ms)
-    metrics = {"iteration_time_s": 0.04, "compute_time_s": 0.01}
-    monkeypatch.setattr(fidelity, "_twin", lambda real, sim: SimpleNamespace(metrics=metrics))
-    monkeypatch.setattr(fidelity, "_today", lambda: "2026-12-08")
-    result = fidelity.fidelity("cpu", ("wfbp",), ("vgg16-debug",), (1.0,), 5, repeats=1)
-    assert result["interference_dates"] == {"overlap": "2026-12-06", "today": "2026-12-08",
-                                            "earlier_day": True}  # fmt: skip
-    assert "interference measurements: overlap 2026-12-06; this report 2026-12-08: from an " in (
-        fidelity.format_report(result)
-    )
-
-
 def test_a_measuring_process_that_fails_stops_the_others_at_once(tmp_path):
     """One of the calibration's measuring processes dies before the barrier: the others
     (waiting there for it) are stopped and its own error is raised, not a timeout."""

@@ -161,3 +161,44 @@ def test_the_command_line_turns_the_check_off_and_says_it_beside_json(monkeypatc
     assert seen == [False, True]
     # with --json, the check in words on stderr
     assert "[fidelity] interference check, a collective's CPU" in capsys.readouterr().err
+
+
+def test_the_report_says_when_the_interference_was_measured_and_warns_on_an_earlier_day(
+    monkeypatch,
+):
+    """Beside the check (one probe of one of them), the report gives the dates of the
+    all-reduce twins' interference measurements, each part's own where it was measured again
+    (``overlap_date``, ``horovod_date``, ``added_latency_date``) or the calibration's, and
+    says to measure them again when one is from an earlier day than the report's."""
+    testbed = {**TESTBED, "date": "2026-12-06", "horovod_date": "2026-12-07"}
+    dates = fidelity_interference.interference_dates(testbed, ("wfbp", "horovod"), "2026-12-07")
+    assert dates == {"overlap": "2026-12-06", "horovod": "2026-12-07", "today": "2026-12-07",
+                     "earlier_day": True}  # fmt: skip
+    line = fidelity_interference.dates_line(dates, "cpu", horovod=True)
+    assert "overlap 2026-12-06, Horovod 2026-12-07; this report 2026-12-07: from an" in line
+    assert "calibrate --label cpu --overlap-only, then --horovod-only) the day of the set" in line
+    # the day's measurements: no warning; Horovod's and added latency's dates where they count
+    today = {**testbed, "overlap_date": "2026-12-07", "added_latency_date": "2026-12-05"}
+    dates = fidelity_interference.interference_dates(today, ("wfbp",), "2026-12-07")
+    assert dates == {"overlap": "2026-12-07", "today": "2026-12-07", "earlier_day": False}
+    assert fidelity_interference.dates_line(dates, "cpu", False).endswith("this report 2026-12-07")
+    dates = fidelity_interference.interference_dates(today, ("wfbp",), "2026-12-07", 2000.0)
+    assert dates["added_latency"] == "2026-12-05" and dates["earlier_day"]
+    assert "--latency-only --added-latency-us 2000) the day" in (
+        fidelity_interference.dates_line(dates, "cpu", False, 2000.0)
+    )
+    # a PS set's twins take their CPU from the transport check: nothing said
+    assert fidelity_interference.interference_dates(testbed, ("ps-default",), "2026-12-07") is None
+    # through a set: in the result and its text
+    monkeypatch.setattr(fidelity, "load_testbed", lambda label: testbed)
+    monkeypatch.setattr(launch, "preflight", lambda spec: None)
+    monkeypatch.setattr(launch, "run", _run_of_40_ms)
+    metrics = {"iteration_time_s": 0.04, "compute_time_s": 0.01}
+    monkeypatch.setattr(fidelity, "_twin", lambda real, sim: SimpleNamespace(metrics=metrics))
+    monkeypatch.setattr(fidelity, "_today", lambda: "2026-12-08")
+    result = fidelity.fidelity("cpu", ("wfbp",), ("vgg16-debug",), (1.0,), 5, repeats=1)
+    assert result["interference_dates"] == {"overlap": "2026-12-06", "today": "2026-12-08",
+                                            "earlier_day": True}  # fmt: skip
+    assert "interference measurements: overlap 2026-12-06; this report 2026-12-08: from an " in (
+        fidelity.format_report(result)
+    )
