@@ -2325,7 +2325,7 @@ def _check_interference(
         kept = book.interference([fidelity_interference.network_key(b) for b in networks])
     if kept is not None:
         say("interference check before the real runs: the journal's")
-        return kept
+        return fidelity_interference.against(kept, points)
     if book is not None and book.runs:
         say("interference check: not made (the journal's runs were made before it)")
         return None

@@ -114,12 +114,31 @@ def check_interference(
             say(f"interference check at {where} failed ({entry['errors'][0]}); the set goes on")
             continue
         entry["median_us"] = statistics.median(entry["probes_us"])
-        entry["pct"] = 100.0 * (entry["median_us"] / entry["calibrated_us"] - 1.0)
-        entry["moved"] = abs(entry["pct"]) > MOVED_PCT
+        _compare(entry)
         say(
             f"interference check at {where}: {entry['median_us']:.0f} us a collective "
             f"({entry['pct']:+.0f}% against the calibration's {entry['calibrated_us']:.0f})"
         )
+    return checks
+
+
+def _compare(entry: dict[str, Any]) -> None:
+    """``entry``'s move against its ``calibrated_us`` (``pct``, ``moved``)."""
+    entry["pct"] = 100.0 * (entry["median_us"] / entry["calibrated_us"] - 1.0)
+    entry["moved"] = abs(entry["pct"]) > MOVED_PCT
+
+
+def against(
+    checks: InterferenceChecks, points: dict[float | None, dict[str, Any]]
+) -> InterferenceChecks:
+    """A kept check (a journal's) against the calibration as it is now (``points``, by
+    nominal Gbit/s): each network's ``calibrated_us`` and move again, its probes as they
+    were; a set resumed or rescored after the calibration was measured again (or against
+    another one) says how its runs' time compares with the calibration that scores them."""
+    for entry in checks.values():
+        entry["calibrated_us"] = calibrated_us(points[entry["nominal_gbps"]])
+        if "median_us" in entry:
+            _compare(entry)
     return checks
 
 

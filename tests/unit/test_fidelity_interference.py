@@ -124,6 +124,12 @@ def test_a_set_checks_before_its_runs_warns_at_once_and_keeps_it_in_the_journal(
     assert again["interference_check"] == json.loads(json.dumps(result["interference_check"]))
     assert "interference check before the real runs: the journal's" in said
     assert len(calls) == 3
+    # rescored after the calibration was measured again: its probes against the new value
+    again, _ = _set(monkeypatch, _testbed(680.0), journal=path, resume=True)
+    check = again["interference_check"]["1"]
+    assert check["probes_us"] == pytest.approx([700.0, 650.0, 720.0]) and len(calls) == 3
+    assert check["calibrated_us"] == 680.0 and check["pct"] == pytest.approx(100 * (700 / 680 - 1))
+    assert not check["moved"]
 
 
 def test_no_check_when_turned_off_or_when_the_journal_s_runs_predate_it(monkeypatch, tmp_path):
