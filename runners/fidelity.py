@@ -92,6 +92,7 @@ import workloads
 
 from . import fidelity_interference, fidelity_transport, registry, resample
 from .fidelity_journal import Journal, fingerprint, kept_as, profiles_fingerprint
+from .fidelity_transport import network_key, network_name
 from .manifest import usable_cpus
 from .real.others import FLAG_CORES
 from .spec import (
@@ -2074,7 +2075,7 @@ def fidelity(
         nonlocal transport
         if not networks:
             return False
-        keys = [fidelity_transport.network_key(b) for b in networks]
+        keys = [network_key(b) for b in networks]
         # the journal's stages of another transport are not this one's
         stage_key = stage if ps_transport == "blocking" else f"{stage}@{ps_transport}"
         kept = None if book is None else book.transport_stage(stage_key, keys)
@@ -2263,7 +2264,7 @@ def fidelity(
                     times = _run_checked_times(real_spec, twin, run_checks[k], step)
                     if times is not None:
                         row[f"sim_{name}_run_checked_s"] = statistics.median(times)
-        _score_variant(configs, name, with_, VARIANT_LABELS.get(name, name))
+        _score_variant(configs, name, with_)
     if transport:
         checks = run_checks if check_runs else None
         _transport_checked(configs, real_specs, sims, transport, scales, with_, checks, steps)
@@ -2322,7 +2323,7 @@ def _check_interference(
         return None
     kept = None
     if book is not None:
-        kept = book.interference([fidelity_interference.network_key(b) for b in networks])
+        kept = book.interference([network_key(b) for b in networks])
     if kept is not None:
         say("interference check before the real runs: the journal's")
         return fidelity_interference.against(kept, points)
@@ -2416,13 +2417,13 @@ def _run_checked_times(
 VARIANT_LABELS = {"idle_loop": "background_slowdown"}
 
 
-def _score_variant(
-    configs: list[dict[str, Any]], name: str, with_: dict[str, float], label: str
-) -> None:
-    """``mape_with``'s ``label`` (and ``<label>_run_checked``, where every twin of the variant
+def _score_variant(configs: list[dict[str, Any]], name: str, with_: dict[str, float]) -> None:
+    """``mape_with``'s ``label`` (``VARIANT_LABELS``' for ``name``, else ``name``; and
+    ``<label>_run_checked``, where every twin of the variant
     has its ``sim_<name>_run_checked_s`` and ``run_checked`` was scored): the rows scored
     with their ``sim_<name>_s``, the others (systems the variant does not apply to) with
     their own twin's."""
+    label = VARIANT_LABELS.get(name, name)
     with_[label] = statistics.fmean(
         _ape(row.get(f"sim_{name}_s", row["sim_iteration_s"]), row["real_iteration_s"])
         for row in configs
@@ -2475,7 +2476,7 @@ def _transport_checked(
             times = _run_checked_times(real_spec, twin, run_checks[k], steps[row["workload"]][0])
             if times is not None:
                 row["sim_transport_checked_run_checked_s"] = statistics.median(times)
-    _score_variant(configs, "transport_checked", with_, "transport_checked")
+    _score_variant(configs, "transport_checked", with_)
     if scaled:
         with_["transport_compute_checked"] = statistics.fmean(
             _ape(
@@ -2864,11 +2865,6 @@ def headline(configs: list[dict[str, Any]]) -> dict[str, Any]:
         "target_verdict": target_verdict(mape, interval, len(configs)),
         "real_spread_pct": statistics.median(spreads) if spreads else None,
     }
-
-
-def network_name(gbps: float | None) -> str:
-    """A fidelity row's network in words: ``loopback`` or ``<g> Gbit/s``."""
-    return "loopback" if gbps is None else f"{gbps:g} Gbit/s"
 
 
 def report(

@@ -34,17 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from . import registry
+from .fidelity_transport import network_key, network_name
 
 # A network's check: {"loopback" or "<gbps>": {...}} (``check_interference``)
 InterferenceChecks = dict[str, dict[str, Any]]
 PROBES = 3  # launches of the probe per network (the calibration's value: the median of 5)
 MOVED_PCT = 50.0  # beyond this the report says to measure the interference again
 KEY = "collective_cpu_inline_us"  # the calibration's value the probe measures
-
-
-def network_key(nominal: float | None) -> str:
-    """A network's key in ``InterferenceChecks`` (JSON keys are strings)."""
-    return "loopback" if nominal is None else f"{nominal:g}"
 
 
 def calibrated_us(point: dict[str, Any]) -> float | None:
@@ -95,7 +91,7 @@ def check_interference(
     priority = testbed.get("comm_priority", "normal")
     checks: InterferenceChecks = {}
     for nominal in networks:
-        where = "loopback" if nominal is None else f"{nominal:g} Gbit/s"
+        where = network_name(nominal)
         entry: dict[str, Any] = {
             "nominal_gbps": nominal,
             "calibrated_us": calibrated_us(points[nominal]),
@@ -214,7 +210,7 @@ def interference_line(
     parts = []
     for entry in checks.values():
         nominal = entry["nominal_gbps"]
-        where = "loopback" if nominal is None else f"{nominal:g} Gbit/s"
+        where = network_name(nominal)
         if "median_us" not in entry:
             parts.append(f"{where} not measured ({'; '.join(entry.get('errors', ())) or '-'})")
             continue

@@ -51,8 +51,14 @@ def ps_entry(transport: str = "blocking") -> str:
 
 
 def network_key(nominal: float | None) -> str:
-    """A network's key in ``TransportChecks`` (JSON keys are strings)."""
+    """A network's key in ``TransportChecks`` and ``fidelity_interference``'s checks (JSON keys
+    are strings)."""
     return "loopback" if nominal is None else f"{nominal:g}"
+
+
+def network_name(gbps: float | None) -> str:
+    """A fidelity row's (or check's) network in words: ``loopback`` or ``<g> Gbit/s``."""
+    return "loopback" if gbps is None else f"{gbps:g} Gbit/s"
 
 
 def transport_networks(
@@ -155,7 +161,7 @@ def check_transport(
                 "message_cpu_probes_us": [],
             },
         )
-        where = "loopback" if nominal is None else f"{nominal:g} Gbit/s"
+        where = network_name(nominal)
         say(f"transport check ({when}): a PS message's CPU at {where}")
         try:
             small, big = [
@@ -199,7 +205,7 @@ def transport_line(checks: TransportChecks, label: str) -> str:
     parts = []
     for entry in checks.values():
         nominal = entry["nominal_gbps"]
-        where = "loopback" if nominal is None else f"{nominal:g} Gbit/s"
+        where = network_name(nominal)
         calibrated = entry["calibrated"]
         if "host_cpu_small_us" not in entry:
             parts.append(f"{where} not measured ({'; '.join(entry.get('errors', ())) or '-'})")
