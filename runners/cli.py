@@ -8,9 +8,9 @@
     python -m runners harmony train --out DIR [--epochs E] [--seed S] | evaluate --checkpoint P
     python -m runners calibrate [--label L] [--models M,..] [--bandwidths G,..] [--workers N]
                                 [--threads T] [--repeats R] [--comm-priority auto|realtime|normal]
-                                [--split-only | --ps-only | --overlap-only | --horovod-only
-                                 | --compute-only | --latency-only] [--ps-cpu-probes N]
-                                [--probe-rounds N]
+                                [--split-only] [--ps-only] [--overlap-only] [--horovod-only]
+                                [--compute-only] [--latency-only]  (one or several)
+                                [--ps-cpu-probes N] [--probe-rounds N]
                                 [--ps-transport blocking|pipelined]  (with --ps-only or
                                  --latency-only)
                                 [--added-latency-us US,..]  (with --latency-only)
@@ -161,6 +161,11 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "calibrate",
         help="measure this machine's compute and network for the simulator (real-mode testbed)",
+        description="Measure this machine's compute and network for the simulator. The "
+        "--*-only flags measure one part of an existing calibration again, keeping the rest; "
+        "several together are measured one after the other (compute, split, ps, overlap, "
+        "horovod, latency), each written as it completes: e.g. --overlap-only --horovod-only "
+        "measures the all-reduce arena's interference again, as fidelity's checks ask.",
     )
     p.add_argument("--label", default=fidelity.DEFAULT_LABEL, help="name of the calibration")
     p.add_argument("--models", default=",".join(fidelity.DEFAULT_MODELS), help="comma-separated")
@@ -727,8 +732,14 @@ def _bandwidths(value: str, loopback: bool) -> tuple[float | None, ...]:
     return tuple(out)
 
 
-# ``calibrate --<name>-only``: one measurement added to an existing calibration.
-CALIBRATE_ONLY = ("split", "ps", "overlap", "horovod", "compute", "latency")
+# ``calibrate --<name>-only``: one measurement added to an existing calibration. Several
+# flags together are measured one after the other in this order (the compute profiles first,
+# as a whole calibration measures them), each written as it completes.
+CALIBRATE_ONLY = ("compute", "split", "ps", "overlap", "horovod", "latency")
+
+
+def _only_flags(names: list[str]) -> str:
+    return ", ".join(f"--{name}-only" for name in names)
 
 
 def _calibrate(args: argparse.Namespace) -> int:
@@ -760,11 +771,11 @@ def _calibrate(args: argparse.Namespace) -> int:
                 "--ps-cpu-probes",
                 f"must be between 1 and {fidelity.PS_CPU_ROUNDS_MAX} (got {cpu_rounds})",
             )
-        if args.ps_cpu_probes is not None and asked and asked != ["ps"]:
+        if args.ps_cpu_probes is not None and asked and "ps" not in asked:
             raise SpecError(
                 "--ps-cpu-probes",
                 f"the PS arena's probes: with a whole calibration or --ps-only, not with "
-                f"--{asked[0]}-only",
+                f"{_only_flags(asked)} alone",
             )
         if args.probe_rounds is not None:
             if not 1 <= args.probe_rounds <= fidelity.PROBE_ROUNDS_MAX:
@@ -772,17 +783,18 @@ def _calibrate(args: argparse.Namespace) -> int:
                     "--probe-rounds",
                     f"must be between 1 and {fidelity.PROBE_ROUNDS_MAX} (got {args.probe_rounds})",
                 )
-            if asked and asked != ["latency"]:
+            if asked and "latency" not in asked:
                 raise SpecError(
                     "--probe-rounds",
-                    f"with a whole calibration or --latency-only, not with --{asked[0]}-only "
-                    "(the calibration's other measurements keep their counts)",
+                    f"with a whole calibration or --latency-only, not with {_only_flags(asked)}"
+                    " alone (the calibration's other measurements keep their counts)",
                 )
-        if args.ps_transport is not None and asked not in (["ps"], ["latency"]):
+        if args.ps_transport is not None and ("ps" in asked) == ("latency" in asked):
             raise SpecError(
                 "--ps-transport",
-                "with --ps-only or --latency-only (a whole calibration measures the blocking "
-                f"transport; add the pipelined one's after it with --label {args.label} "
+                "with --ps-only or --latency-only, one of them: it names the transport the PS "
+                "arena's probes use in either, and a whole calibration measures the blocking "
+                f"transport (add the pipelined one's after it with --label {args.label} "
                 "--ps-only --ps-transport pipelined)",
             )
         latencies = _added_latencies(args.added_latency_us, asked, args.label)
@@ -790,12 +802,8 @@ def _calibrate(args: argparse.Namespace) -> int:
         print(f"invalid arguments: {err}", file=sys.stderr)
         return 2
     say = lambda message: print(f"[calibrate] {message}", file=sys.stderr, flush=True)  # noqa: E731
-    if len(asked) > 1:
-        flags = "/".join(f"--{name}-only" for name in CALIBRATE_ONLY)
-        print(f"invalid arguments: {flags}: choose one", file=sys.stderr)
-        return 2
     if asked:
-        add = {
+        steps = {
             "split": fidelity.calibrate_split,
             "ps": functools.partial(
                 fidelity.calibrate_ps,
@@ -811,16 +819,25 @@ def _calibrate(args: argparse.Namespace) -> int:
                 rounds=args.probe_rounds,
                 ps_transport=args.ps_transport,
             ),
-        }[asked[0]]
-        try:
-            doc = add(args.label, progress=say)
-        except fidelity.CalibrationMissing as err:
-            print(f"invalid arguments: --label: {err}", file=sys.stderr)
-            return 2
-        except RuntimeError as err:  # the testbed, or a probe's ranks failing
-            print(f"calibration failed: {err}", file=sys.stderr)
-            return 1
-        return _show_calibration(doc, args.json, f"wrote {fidelity.testbed_path(args.label)}")
+        }
+        done: list[str] = []
+        for name in asked:
+            if len(asked) > 1:
+                say(f"--{name}-only ({len(done) + 1} of {len(asked)})")
+            try:
+                doc = steps[name](args.label, progress=say)
+            except fidelity.CalibrationMissing as err:
+                print(f"invalid arguments: --label: {err}", file=sys.stderr)
+                return 2
+            except RuntimeError as err:  # the testbed, or a probe's ranks failing
+                kept = f"; {_only_flags(done)} written before it" if done else ""
+                print(f"calibration failed at --{name}-only: {err}{kept}", file=sys.stderr)
+                return 1
+            done.append(name)
+        wrote = f"wrote {fidelity.testbed_path(args.label)}"
+        if len(done) > 1:
+            wrote += f" ({_only_flags(done)})"
+        return _show_calibration(doc, args.json, wrote)
     if why_not := tb.can_shape():
         print(f"note: {why_not}: measuring loopback only", file=sys.stderr)
     try:
@@ -850,13 +867,13 @@ def _added_latencies(value: str | None, asked: list[str], label: str) -> tuple[f
     from .real import testbed as tb
 
     if value is None:
-        if asked == ["latency"]:
+        if "latency" in asked:
             raise SpecError(
                 "--added-latency-us",
                 "--latency-only needs the latencies to add, e.g. --added-latency-us 1000,5000",
             )
         return ()
-    if asked != ["latency"]:
+    if "latency" not in asked:
         raise SpecError(
             "--added-latency-us",
             "with --latency-only (a whole calibration measures no added latency; add it after "

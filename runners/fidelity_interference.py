@@ -154,7 +154,7 @@ def advice(label: str, horovod: bool, added_latency_us: float) -> str:
         flags.append("--horovod-only")
     return (
         f"measure the interference again (python -m runners calibrate --label {label} "
-        f"{', then '.join(flags)})"
+        f"{' '.join(flags)})"
     )
 
 

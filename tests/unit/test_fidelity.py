@@ -834,9 +834,49 @@ def test_calibrate_keeps_the_rest_when_horovod_s_probe_fails(tmp_path, monkeypat
     assert fidelity.HOROVOD_METHOD in stored["method"]
 
 
-def test_calibrate_refuses_both_only_flags(capsys):
-    assert cli.main(["calibrate", "--split-only", "--ps-only"]) == 2
-    assert "choose one" in capsys.readouterr().err
+def test_calibrate_takes_several_only_flags_one_after_the_other(tmp_path, monkeypatch, capsys):
+    """Several ``--*-only`` flags: each measured in turn (the compute first, whatever the
+    order on the command line), each written as it completes; a failure names the step and
+    what was written before it; the flags of one step refused without it."""
+    monkeypatch.setattr(fidelity, "TESTBEDS_DIR", tmp_path)
+    ran = []
+
+    def step(name, fail=False):
+        def measure(label, progress, **options):
+            ran.append((name, label))
+            if fail:
+                raise RuntimeError("the probe's ranks failed")
+            return {"label": label, "network": [], "done": [n for n, _ in ran]}
+
+        return measure
+
+    for name in ("compute", "overlap", "horovod", "split"):
+        monkeypatch.setattr(fidelity, f"calibrate_{name}", step(name))
+    argv = ["calibrate", "--label", "cpu", "--horovod-only", "--overlap-only", "--compute-only"]
+    assert cli.main([*argv, "--json"]) == 0
+    assert ran == [("compute", "cpu"), ("overlap", "cpu"), ("horovod", "cpu")]
+    out, err = capsys.readouterr()
+    assert json.loads(out)["done"] == ["compute", "overlap", "horovod"]
+    assert "--overlap-only (2 of 3)" in err
+    ran.clear()
+    monkeypatch.setattr(fidelity, "calibrate_horovod", step("horovod", fail=True))
+    assert cli.main(argv) == 1
+    assert ran == [("compute", "cpu"), ("overlap", "cpu"), ("horovod", "cpu")]
+    err = capsys.readouterr().err
+    assert "calibration failed at --horovod-only: the probe's ranks failed" in err
+    assert "--compute-only, --overlap-only written before it" in err
+    ran.clear()
+    refused = [
+        (["--overlap-only", "--horovod-only", "--probe-rounds", "2"], "--probe-rounds"),
+        (["--overlap-only", "--ps-cpu-probes", "2"], "--ps-cpu-probes"),
+        (["--ps-only", "--latency-only", "--ps-transport", "pipelined"], "--ps-transport"),
+        (["--overlap-only", "--added-latency-us", "1000"], "--added-latency-us"),
+        (["--horovod-only", "--latency-only"], "--added-latency-us"),
+    ]
+    for flags, named in refused:
+        assert cli.main(["calibrate", "--label", "cpu", *flags]) == 2, flags
+        assert f"invalid arguments: {named}" in capsys.readouterr().err
+    assert ran == [], "nothing measured where the arguments are refused"
 
 
 def test_calibrate_probe_rounds_takes_as_many_interference_probes_and_says_so(
@@ -995,8 +1035,6 @@ def test_calibrate_compute_only_measures_the_profiles_again_and_keeps_the_networ
     capsys.readouterr()
     assert cli.main(["calibrate", "--label", "nowhere", "--compute-only"]) == 2
     assert "python -m runners calibrate --label nowhere" in capsys.readouterr().err
-    assert cli.main(["calibrate", "--compute-only", "--overlap-only"]) == 2
-    assert "choose one" in capsys.readouterr().err
 
 
 def test_split_costs_are_each_collective_over_the_all_reduce():

@@ -60,7 +60,7 @@ def test_the_check_takes_the_median_of_its_probes_against_the_calibration_s(monk
     assert "1 Gbit/s 640 us (+113% against 300; the median of 3 probe(s), 600-900)" in line
     assert "loopback 300 us (+0% against 300; the median of 2 probe(s), 290-310)" in line
     assert "more than 50% off" in line
-    assert "calibrate --label unit --overlap-only, then --horovod-only)" in line
+    assert "calibrate --label unit --overlap-only --horovod-only)" in line
     # every probe failed: not measured, nothing moved
     _fake_probes(monkeypatch, ["no netns", "no netns", "no netns"])
     checks = fidelity_interference.check_interference((1.0,), points, testbed, said.append)
@@ -182,7 +182,7 @@ def test_the_report_says_when_the_interference_was_measured_and_warns_on_an_earl
                      "earlier_day": True}  # fmt: skip
     line = fidelity_interference.dates_line(dates, "cpu", horovod=True)
     assert "overlap 2026-12-06, Horovod 2026-12-07; this report 2026-12-07: from an" in line
-    assert "calibrate --label cpu --overlap-only, then --horovod-only) the day of the set" in line
+    assert "calibrate --label cpu --overlap-only --horovod-only) the day of the set" in line
     # the day's measurements: no warning; Horovod's and added latency's dates where they count
     today = {**testbed, "overlap_date": "2026-12-07", "added_latency_date": "2026-12-05"}
     dates = fidelity_interference.interference_dates(today, ("wfbp",), "2026-12-07")
