@@ -19,7 +19,7 @@
                                [--no-compute-check] [--no-transport-check]
                                [--no-interference-check] [--check-each-run]
                                [--ps-transport blocking|pipelined] [--added-latency-us US]
-                               [--json]
+                               [--resume] [--rescore] [--journal PATH] [--json]
     python -m runners fidelity-pool JOURNAL JOURNAL.. [--latency L] [--json]
     python -m runners twin RUN_DIR [--label L] [--json]
 
@@ -370,6 +370,14 @@ def _parser() -> argparse.ArgumentParser:
         help="go on from the journal of an earlier set that stopped (a failed configuration, "
         "a crash, Ctrl-C): its real runs are reused, the rest run now, the twins simulated "
         "again (a finished set's journal: its real runs rescored with the current simulator)",
+    )
+    p.add_argument(
+        "--rescore",
+        action="store_true",
+        help="score a finished set's journal (--journal) and run nothing real: against the "
+        "twins of --label's calibration, which may be another than the one its runs were made "
+        "against (where it gives them the same real specs), its checks compared with that "
+        "calibration's values; an error names what the journal lacks",
     )
     p.add_argument(
         "--journal",
@@ -1070,6 +1078,7 @@ def _fidelity(args: argparse.Namespace) -> int:
             ps_transport=args.ps_transport,
             added_latency_us=args.added_latency_us,
             interference_check=args.interference_check,
+            rescore=args.rescore,
         )
     except SpecError as err:
         print(f"invalid arguments: {err}", file=sys.stderr)

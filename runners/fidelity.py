@@ -91,7 +91,14 @@ import numpy as np
 import workloads
 
 from . import fidelity_interference, fidelity_transport, registry, resample
-from .fidelity_journal import Journal, fingerprint, kept_as, profiles_fingerprint
+from .fidelity_journal import (
+    Journal,
+    _plain,
+    fingerprint,
+    kept_as,
+    profiles_fingerprint,
+    spec_difference,
+)
 from .fidelity_transport import network_key, network_name
 from .manifest import usable_cpus
 from .real.others import FLAG_CORES
@@ -1874,6 +1881,17 @@ def step_now_s(model: str, workers: int, threads: int, repeats: int) -> float:
     return statistics.median(t for d in docs for t in d["source"]["step_s"])
 
 
+def _not_kept(what: str, book: Journal | None, detail: str = "") -> str:
+    """``--rescore``'s error: what the set needs that the journal does not hold."""
+    where = "" if book is None else f" {book.path}"
+    return (
+        f"the journal{where} holds no {what} this set needs{detail}: rescore a finished set's "
+        "journal with the systems, models, bandwidths, --repeats, --iterations and checks it "
+        "was made with (--no-*-check where it was made without one), or make the rest with "
+        "--resume"
+    )
+
+
 def compute_drift(
     models: tuple[str, ...], label: str, testbed: dict[str, Any], when: str,
     drift: dict[str, dict[str, Any]],
@@ -1904,17 +1922,45 @@ def compute_drift(
             else:
                 entry[f"{when}_error"] = str(err)
             continue
-        move = 100.0 * (now / step - 1.0)
         if when == "between":
             entry.setdefault("between_step_s", []).append(now)
-            entry.setdefault("between_pct", []).append(move)
         else:
-            entry[f"{when}_step_s"], entry[f"{when}_pct"] = now, move
-        moves = [entry[k] for k in ("before_pct", "after_pct") if k in entry]
-        entry["drift_pct"] = max(moves + entry.get("between_pct", []), key=abs)
-        timed = [entry[k] for k in ("before_step_s", "after_step_s") if k in entry]
-        timed += entry.get("between_step_s", [])
+            entry[f"{when}_step_s"] = now
+        _drift_moves(entry)
+
+
+def _drift_moves(entry: dict[str, Any]) -> None:
+    """A ``compute_drift`` entry's moves from the steps it timed and its
+    ``calibrated_step_s``: ``before_pct``, ``between_pct``, ``after_pct``, ``drift_pct`` and
+    ``checked_scale`` (none where nothing was timed)."""
+    step = entry["calibrated_step_s"]
+    for when in ("before", "after"):
+        if f"{when}_step_s" in entry:
+            entry[f"{when}_pct"] = 100.0 * (entry[f"{when}_step_s"] / step - 1.0)
+    if "between_step_s" in entry:
+        entry["between_pct"] = [100.0 * (now / step - 1.0) for now in entry["between_step_s"]]
+    moves = [entry[k] for k in ("before_pct", "after_pct") if k in entry]
+    moves += entry.get("between_pct", [])
+    timed = [entry[k] for k in ("before_step_s", "after_step_s") if k in entry]
+    timed += entry.get("between_step_s", [])
+    if timed:
+        entry["drift_pct"] = max(moves, key=abs)
         entry["checked_scale"] = statistics.geometric_mean(timed) / step
+
+
+def drift_against(drift: dict[str, dict[str, Any]], label: str) -> dict[str, dict[str, Any]]:
+    """Kept compute checks (a journal's ``compute_drift``) against calibration ``label`` as
+    it is now: each model's ``calibrated_step_s`` and moves again, its timed steps as they
+    were (a set resumed after ``calibrate --compute-only``, or rescored against another
+    calibration, scores its ``compute_checked`` twins with the speed measured over the
+    calibration that simulates them). A model the calibration has no step times for keeps
+    what it was compared with."""
+    for model, entry in drift.items():
+        calibrated = calibrated_step(model, label)
+        if calibrated is not None and "calibrated_step_s" in entry:
+            entry["calibrated_step_s"] = calibrated[0]
+            _drift_moves(entry)
+    return drift
 
 
 def _payload_burst(nominal_gbps: float, fitted_gbps: float) -> int:
@@ -1943,6 +1989,7 @@ def fidelity(
     ps_transport: str = "blocking",
     added_latency_us: float = 0.0,
     interference_check: bool = True,
+    rescore: bool = False,
 ) -> dict[str, Any]:
     """Run every configuration for real and simulated; the report (see the module docstring).
 
@@ -1992,7 +2039,15 @@ def fidelity(
     at each of their networks before the real runs, as the calibration does
     (``fidelity_interference``: about 20 s a network), and report how far it has moved
     (``interference_check``), warning at once where it moved past ``fidelity_interference.
-    MOVED_PCT``; not made for a set resumed from a journal that holds runs but no check."""
+    MOVED_PCT``; not made for a set resumed from a journal that holds runs but no check.
+
+    ``rescore`` (with ``journal``): score a finished set's journal and make nothing real,
+    against calibration ``label``'s twins, which may be another calibration than the one the
+    runs were made against (where its real specs for them are the same: the workers,
+    threads and priority); its kept checks are compared with ``label``'s values. Every run
+    and check the set needs must be in the journal (``SpecError`` naming ``--rescore`` and
+    what is missing, before anything is scored). The report's ``journal`` names the
+    calibration the runs were made with (``made_with``)."""
     from .real import launch
 
     if repeats < 1:
@@ -2048,14 +2103,24 @@ def fidelity(
     # ``handover`` keep more of their metrics, below)
     plain = (("idle_loop", idle), ("own_plus_added", own_plus), ("lone", lone),
              ("stream", stream), ("free_rounds", rounds))  # fmt: skip
-    for _, real_spec, _ in checked:
+    if rescore and journal is None:
+        raise ValueError("rescore needs the journal to score")
+    for _, real_spec, _ in checked if not rescore else ():  # nothing real runs in a rescore
         launch.preflight(real_spec)
     raw_reals = [r for _, (r, _) in pairs]
     steps = _run_check_steps(models, label) if check_runs else {}
     book = None
     if journal is not None:
-        book = Journal(journal, label, resume, *calibration_prints(label, testbed))
-    if book is not None and resume:
+        book = Journal(
+            journal, label, resume or rescore, *calibration_prints(label, testbed),
+            read_only=rescore, any_label=rescore,
+        )  # fmt: skip
+    if book is not None and rescore:
+        say(f"rescoring {book.path}: {book.runs} real run(s) made against calibration "
+            f"{book.made_with}, against the twins of calibration {label}")  # fmt: skip
+        if not book.runs:
+            raise SpecError("--rescore", _not_kept("real run", book))
+    elif book is not None and resume:
         say(f"resuming from {book.path}: it holds {book.runs} real run(s)")
         if book.calibration_changed:
             say(CALIBRATION_CHANGED.format(label=label))
@@ -2080,8 +2145,10 @@ def fidelity(
         stage_key = stage if ps_transport == "blocking" else f"{stage}@{ps_transport}"
         kept = None if book is None else book.transport_stage(stage_key, keys)
         if kept is not None:
-            transport = kept
+            transport = fidelity_transport.against(kept, testbed, ps_transport)
             return False
+        if rescore:
+            raise SpecError("--rescore", _not_kept(f"transport check {stage!r}", book))
         fidelity_transport.check_transport(networks, testbed, stage, transport, say, ps_transport)
         if book is not None:
             book.add_transport_stage(stage_key, transport)
@@ -2090,9 +2157,11 @@ def fidelity(
     drift: dict[str, dict[str, Any]] | None = {} if compute_check else None
     kept_before = None if book is None or drift is None else book.stage("before", models)
     if kept_before is not None:
-        drift = kept_before
+        drift = drift_against(kept_before, label)
         say("compute check before the real runs: the journal's")
     elif drift is not None:
+        if rescore:
+            raise SpecError("--rescore", _not_kept("compute check before the runs", book))
         say("compute check: each model's step timed as the calibration timed it")
         compute_drift(models, label, testbed, "before", drift)
         if book is not None:
@@ -2146,6 +2215,16 @@ def fidelity(
                 walls[k] += kept.wall_s
                 failures[k].extend(kept.failures)
                 last_check = None  # a fresh sitting's run needs its own check before it
+            elif rescore:
+                run = f"{system}/{model}/{network_name(nominal)} run of round {round_ + 1}"
+                then = None if book is None else book.spec_of(round_, system, model, nominal)
+                detail = (
+                    ""
+                    if then is None
+                    else " (its run was made with another real spec than calibration "
+                    f"{label} gives: {spec_difference(_plain(raw_reals[k]), then)})"
+                )
+                raise SpecError("--rescore", _not_kept(run, book, detail))
             else:
                 around: list[float | None] | None = None
                 if check_runs:  # the check just taken, where nothing ran since
@@ -2193,7 +2272,9 @@ def fidelity(
             stage = f"between-{round_}"
             kept_drift = None if book is None else book.stage(stage, models)
             if kept_drift is not None:
-                drift = kept_drift
+                drift = drift_against(kept_drift, label)
+            elif rescore:
+                raise SpecError("--rescore", _not_kept(f"compute check {stage!r}", book))
             else:
                 last_check = None  # every model timed: not a run's check
                 compute_drift(models, label, testbed, "between", drift)
@@ -2209,8 +2290,10 @@ def fidelity(
             last_check = None  # a probe ran since: not a run's check
     kept_after = None if book is None or drift is None else book.stage("after", models)
     if kept_after is not None:
-        drift = kept_after
+        drift = drift_against(kept_after, label)
     elif drift is not None:
+        if rescore:
+            raise SpecError("--rescore", _not_kept("compute check after the runs", book))
         say("compute check after the real runs")
         compute_drift(models, label, testbed, "after", drift)
         if book is not None:
@@ -2292,6 +2375,7 @@ def fidelity(
         made = sum(len(r) for r in runs)
         result["journal"] = {"path": str(book.path), "reused_runs": book.reused, "runs": made,
                              "calibration_changed": book.calibration_changed,
+                             "made_with": book.made_with, "rescored": rescore,
                              # where the next set with this journal keeps it
                              "kept_next_as": str(kept_as(book.path))}  # fmt: skip
     return result
@@ -3382,10 +3466,17 @@ def format_report(result: dict[str, Any]) -> str:
     if book is not None and book["reused_runs"]:
         lines.append(
             f"{book['reused_runs']} of the {book['runs']} real runs read back from the journal "
-            f"{book['path']} (--resume), the twins simulated now"
+            f"{book['path']} ({'--rescore' if book.get('rescored') else '--resume'}), the "
+            "twins simulated now"
             + (
                 f" from the calibration as it is now, {CALIBRATION_CHANGED_SHORT}"
                 if book.get("calibration_changed")
+                else ""
+            )
+            + (
+                f"; its runs were made against calibration {book['made_with']}, scored here "
+                f"against {result['label']}'s twins"
+                if book.get("made_with", result["label"]) != result["label"]
                 else ""
             )
         )

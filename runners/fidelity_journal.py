@@ -129,6 +129,16 @@ def _plain(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
+def spec_difference(now: Any, then: Any, at: str = "") -> str:
+    """The first field (dotted) where two specs differ, and its two values."""
+    if isinstance(now, dict) and isinstance(then, dict):
+        for key in sorted(set(now) | set(then), key=str):
+            if now.get(key) != then.get(key):
+                found = f"{at}.{key}" if at else str(key)
+                return spec_difference(now.get(key), then.get(key), found)
+    return f"{at or 'spec'}: {then!r} in the journal, {now!r} now"
+
+
 def kept_as(path: Path) -> Path:
     """Where a new set at ``path`` keeps the journal there: the first of ``<path>.prev``,
     ``<path>.prev2``, ``<path>.prev3``, ... that does not exist (the sets in the order run)."""
@@ -176,7 +186,10 @@ class Journal:
     started by mistake without ``--resume`` loses nothing, and the sets run one after another
     with the same command are all kept for ``fidelity-pool``.
     ``read_only`` (with ``resume``): read it without cutting a torn last line off, as of a
-    set that may still be running (``fidelity_pool``); such a journal is not appended to."""
+    set that may still be running (``fidelity_pool``); such a journal is not appended to.
+    ``any_label`` (with ``read_only``): read a journal of another calibration than ``label``
+    too (``fidelity --rescore``: its runs scored against ``label``'s twins); ``made_with``
+    is the label its runs were made against, and ``calibration_changed`` stays False."""
 
     def __init__(
         self,
@@ -186,6 +199,7 @@ class Journal:
         calibration: str = "",
         profiles: str = "",
         read_only: bool = False,
+        any_label: bool = False,
     ) -> None:
         self.path = Path(path)
         self.label = label
@@ -204,7 +218,11 @@ class Journal:
         self.reused = 0
         if read_only and not resume:
             raise ValueError("a journal is read read-only only to resume from it")
+        if any_label and not read_only:
+            raise ValueError("a journal of another calibration is only read, never appended to")
         self.read_only = read_only
+        self.any_label = any_label
+        self.made_with = label  # read back: the calibration its runs were made against
         if resume:
             self._read()
         else:
@@ -292,7 +310,9 @@ class Journal:
                 "--resume",
                 f"{self.path} is not a fidelity journal (version {VERSION}): run without --resume",
             )
-        if entry.get("label") != self.label:
+        if self.any_label and isinstance(entry.get("label"), str):
+            self.made_with = entry["label"]
+        if entry.get("label") != self.label and not self.any_label:
             raise SpecError(
                 "--label",
                 f"the journal at {self.path} is of calibration '{entry.get('label')}', not "
@@ -301,7 +321,7 @@ class Journal:
         then = entry.get("calibration") or ""
         self.made_against = then  # the calibration file's fingerprint then ("": not kept)
         profiles = entry.get("profiles") or ""  # journals from before it: the file's alone
-        self.calibration_changed = bool(
+        self.calibration_changed = self.made_with == self.label and bool(
             (then and self.calibration and then != self.calibration)
             or (profiles and self.profiles and profiles != self.profiles)
         )
@@ -337,6 +357,14 @@ class Journal:
             return None
         self.reused += 1
         return found[1]
+
+    def spec_of(
+        self, round_: int, system: str, model: str, nominal: float | None
+    ) -> dict[str, Any] | None:
+        """The real spec of the journal's run of this configuration in this round (None:
+        none)."""
+        found = self._runs.get(_key(round_, system, model, nominal))
+        return None if found is None else found[0]
 
     def add_run(
         self,

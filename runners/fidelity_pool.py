@@ -50,21 +50,12 @@ import numpy as np
 
 from . import fidelity, registry, resample
 from .fidelity import network_name
-from .fidelity_journal import Journal, KeptRun, _plain, journal_label
+from .fidelity_journal import Journal, KeptRun, _plain, journal_label, spec_difference
 from .spec import SpecError, validate
 
 FIELD = "JOURNAL"  # the command line's name for the journals, in its errors
 
 Config = tuple[str, str, float | None]  # (system, model, nominal Gbit/s or None: loopback)
-
-
-def _difference(now: Any, then: Any, at: str = "") -> str:
-    """The first field (dotted) where two specs differ, and its two values."""
-    if isinstance(now, dict) and isinstance(then, dict):
-        for key in sorted(set(now) | set(then), key=str):
-            if now.get(key) != then.get(key):
-                return _difference(now.get(key), then.get(key), f"{at}.{key}" if at else str(key))
-    return f"{at or 'spec'}: {then!r} in the journal, {now!r} now"
 
 
 def _books(paths: Sequence[Path]) -> tuple[str, dict[str, Any], list[Journal]]:
@@ -220,7 +211,7 @@ def pool(
                         FIELD,
                         f"{path}: its {system}/{model}/{network_name(nominal)} runs were made with "
                         f"another real spec than the calibration gives now "
-                        f"({_difference(_plain(real_raw), spec)}): pool sets made with the "
+                        f"({spec_difference(_plain(real_raw), spec)}): pool sets made with the "
                         "same layout",
                     )
         real_spec, sim_spec = validate(real_raw), validate(sim_raw)

@@ -120,6 +120,31 @@ def _summarise(entry: dict[str, Any]) -> None:
         )
 
 
+def _calibrated(ps: dict[str, Any]) -> dict[str, float]:
+    """The calibration's values a transport check compares with (a network's PS entry)."""
+    names = (*FITTED, "host_cpu_small_us", "host_cpu_big_us", "message_cpu_us")
+    return {k: float(ps[k]) for k in names if k in ps}
+
+
+def against(
+    checks: TransportChecks, testbed: dict[str, Any], transport: str = "blocking"
+) -> TransportChecks:
+    """A kept check (a journal's) against calibration ``testbed`` as it is now: each
+    network's ``calibrated`` values and moves again, its probes as they were (a set resumed
+    after the calibration was measured again, or rescored against another one). A network
+    the calibration has no PS entry of keeps the values it was made against."""
+    entry_key = ps_entry(transport)
+    points = {p["nominal_gbps"]: p[entry_key] for p in testbed["network"] if p.get(entry_key)}
+    for entry in checks.values():
+        ps = points.get(entry["nominal_gbps"])
+        if ps is None:
+            continue
+        entry["calibrated"] = _calibrated(ps)
+        if entry.get("host_cpu_small_probes_us") and entry.get("host_cpu_big_probes_us"):
+            _summarise(entry)
+    return checks
+
+
 def check_transport(
     networks: tuple[float | None, ...],
     testbed: dict[str, Any],
@@ -150,11 +175,7 @@ def check_transport(
             key,
             {
                 "nominal_gbps": nominal,
-                "calibrated": {
-                    k: float(ps[k])
-                    for k in (*FITTED, "host_cpu_small_us", "host_cpu_big_us", "message_cpu_us")
-                    if k in ps
-                },
+                "calibrated": _calibrated(ps),
                 "stages": [],
                 "host_cpu_small_probes_us": [],
                 "host_cpu_big_probes_us": [],

@@ -1394,6 +1394,7 @@ def test_fidelity_json_ends_with_the_report(monkeypatch, capsys):
             "compute_check": True, "resume": False, "check_runs": False, "transport_check": True,
             "journal": fidelity_journal.default_path("unit", ["wfbp"], ["vgg16-debug"], [1.0]),
             "ps_transport": "blocking", "added_latency_us": 0.0, "interference_check": True,
+            "rescore": False,
         }  # fmt: skip
         for row in rows:
             on_config(row)

@@ -116,6 +116,8 @@ def test_a_set_stopped_by_a_failing_configuration_goes_on_from_its_journal(fakes
         "reused_runs": 3,
         "runs": 4,
         "calibration_changed": False,
+        "made_with": "cpu",
+        "rescored": False,
         "kept_next_as": f"{path}.prev",
     }
     # the checks made before and between the rounds are the journal's; only "after" is new
@@ -458,3 +460,126 @@ def test_check_each_run_needs_the_calibrations_step_times(fakes, monkeypatch, ca
     assert cli.main([*CLI, "--check-each-run"]) == 2
     assert "invalid arguments: --check-each-run" in capsys.readouterr().err
     assert runs.calls == 0
+
+
+def _steps(monkeypatch, by_label: dict[str, float]) -> None:
+    """Each calibration's step time for the model (as ``calibrated_step`` reads it)."""
+    monkeypatch.setattr(fidelity, "calibrated_step", lambda model, label: (by_label[label], 5))
+
+
+def test_rescore_scores_a_finished_set_against_another_calibration_and_runs_nothing(
+    fakes, tmp_path, monkeypatch
+):
+    """``rescore``: a finished set's journal, made against calibration ``cpu``, scored with
+    the twins of ``other`` (whose step is 25 % longer): no real run, no check, the journal
+    left as it was; its compute checks compared with ``other``'s step (the ``compute_checked``
+    twins at the speed measured over ``other``'s), and the report says whose runs they are."""
+    _steps(monkeypatch, {"cpu": 0.010, "other": 0.0125})
+    path = tmp_path / "j.jsonl"
+    fakes.use(FakeRuns())
+    done = _set(path)
+    assert done["compute_drift"]["vgg16-debug"]["before_pct"] == pytest.approx(5.0)
+    kept = path.read_bytes()
+    checks = len(fakes.checks)
+    none = fakes.use(FakeRuns())
+    said: list[str] = []
+    again = fidelity.fidelity("other", SYSTEMS, MODEL, (1.0,), 5, repeats=2, journal=path,
+                              rescore=True, progress=said.append)  # fmt: skip
+    assert none.calls == 0 and len(fakes.checks) == checks, "nothing real in a rescore"
+    assert path.read_bytes() == kept, "the journal is only read"
+    assert again["label"] == "other"
+    assert again["configs"][0]["real_runs_s"] == done["configs"][0]["real_runs_s"]
+    assert again["journal"]["made_with"] == "cpu" and again["journal"]["rescored"] is True
+    assert again["journal"]["calibration_changed"] is False
+    drift = again["compute_drift"]["vgg16-debug"]
+    assert drift["calibrated_step_s"] == pytest.approx(0.0125)
+    assert drift["before_pct"] == pytest.approx(-16.0)
+    assert drift["checked_scale"] == pytest.approx(0.84)
+    # the twins here are 33 ms times the compute scale; the runs 30-33 ms
+    assert again["configs"][0]["sim_compute_checked_s"] == pytest.approx(0.033 * 0.84)
+    assert any("made against calibration cpu, against the twins of calibration other" in m
+               for m in said)  # fmt: skip
+    text = fidelity.format_report(again)
+    assert "(--rescore)" in text
+    assert "its runs were made against calibration cpu, scored here against other's twins" in text
+    # rescored against its own calibration: the same score as a resumed finished set's
+    same = fidelity.fidelity("cpu", SYSTEMS, MODEL, (1.0,), 5, repeats=2, journal=path,
+                             rescore=True)  # fmt: skip
+    assert same["mape_pct"] == pytest.approx(done["mape_pct"])
+    assert "scored here against" not in fidelity.format_report(same)
+
+
+def test_a_resumed_set_s_compute_checks_are_compared_with_the_calibration_now(
+    fakes, tmp_path, monkeypatch
+):
+    """After ``calibrate --compute-only`` (the step measured again), a resumed finished set
+    compares its kept compute checks with the step as it is now."""
+    steps = {"cpu": 0.010}
+    monkeypatch.setattr(fidelity, "calibrated_step", lambda model, label: (steps[label], 5))
+    path = tmp_path / "j.jsonl"
+    fakes.use(FakeRuns())
+    _set(path)
+    steps["cpu"] = 0.0105
+    fakes.use(FakeRuns())
+    drift = _set(path, resume=True)["compute_drift"]["vgg16-debug"]
+    assert drift["calibrated_step_s"] == pytest.approx(0.0105)
+    assert drift["before_pct"] == pytest.approx(0.0)
+    assert drift["between_pct"] == pytest.approx([0.0])
+    assert drift["checked_scale"] == pytest.approx(1.0)
+
+
+def test_rescore_names_what_the_journal_lacks_before_scoring_anything(fakes, tmp_path):
+    """A rescore needs every run and check the set would make in the journal: a round it
+    lacks, runs made with another real spec, checks it was made without; each named under
+    ``--rescore`` with nothing run and the journal unchanged."""
+    path = tmp_path / "j.jsonl"
+    fakes.use(FakeRuns())
+    _set(path)
+    kept = path.read_bytes()
+    none = fakes.use(FakeRuns())
+    with pytest.raises(fidelity.SpecError, match=r"--rescore: .*wfbp/vgg16-debug/1 Gbit/s run "
+                       "of round 3 this set needs"):  # fmt: skip
+        fidelity.fidelity("cpu", SYSTEMS, MODEL, (1.0,), 5, repeats=3, journal=path,
+                          rescore=True, compute_check=False)  # fmt: skip
+    with pytest.raises(fidelity.SpecError, match="--rescore: .*holds no compute check "
+                       "'between-1' this set needs"):  # fmt: skip
+        fidelity.fidelity("cpu", SYSTEMS, MODEL, (1.0,), 5, repeats=3, journal=path,
+                          rescore=True)  # fmt: skip
+    with pytest.raises(fidelity.SpecError, match=r"another real spec than calibration cpu "
+                       r"gives: iterations: 5 in the journal, 6 now"):  # fmt: skip
+        fidelity.fidelity("cpu", SYSTEMS, MODEL, (1.0,), 6, repeats=2, journal=path,
+                          rescore=True)  # fmt: skip
+    bare = tmp_path / "bare.jsonl"
+    fakes.use(FakeRuns())
+    fidelity.fidelity("cpu", SYSTEMS, MODEL, (1.0,), 5, repeats=1, journal=bare,
+                      compute_check=False)  # fmt: skip
+    none = fakes.use(FakeRuns())
+    with pytest.raises(fidelity.SpecError, match="--rescore: .*compute check before the runs"):
+        fidelity.fidelity("cpu", SYSTEMS, MODEL, (1.0,), 5, repeats=1, journal=bare,
+                          rescore=True)  # fmt: skip
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text(json.dumps(json.loads(kept.splitlines()[0])) + "\n")
+    with pytest.raises(fidelity.SpecError, match="--rescore: .*holds no real run"):
+        fidelity.fidelity("cpu", SYSTEMS, MODEL, (1.0,), 5, journal=empty, rescore=True)
+    assert none.calls == 0 and path.read_bytes() == kept
+
+
+def test_the_command_rescores_a_journal_against_another_calibration(
+    fakes, tmp_path, monkeypatch, capsys
+):
+    """``fidelity --rescore --journal J --label other``: exit 0 and the report; a journal
+    lacking a run: exit 2 naming ``--rescore``, nothing run."""
+    _steps(monkeypatch, {"cpu": 0.010, "other": 0.0125})
+    path = tmp_path / "j.jsonl"
+    fakes.use(FakeRuns())
+    assert cli.main([*CLI, "--journal", str(path)]) == 0
+    capsys.readouterr()
+    other = [a if a != "cpu" else "other" for a in CLI]
+    none = fakes.use(FakeRuns())
+    assert cli.main([*other, "--journal", str(path), "--rescore"]) == 0
+    out = capsys.readouterr().out
+    assert "2 of the 2 real runs read back from the journal" in out and "(--rescore)" in out
+    assert "made against calibration cpu, scored here against other's twins" in out
+    assert cli.main([*other, "--journal", str(path), "--rescore", "--repeats", "2"]) == 2
+    assert "invalid arguments: --rescore: the journal" in capsys.readouterr().err
+    assert none.calls == 0

@@ -290,3 +290,25 @@ def test_a_pipelined_ps_set_runs_checks_and_scores_the_pipelined_transport(ps_se
     entries = [json.loads(line) for line in journal.read_text().splitlines()]
     stages = [e["stage"] for e in entries if "transport" in e]
     assert stages == [f"{k}@pipelined" for k in ("before", "between-0", "between-1", "after")]
+
+
+def test_a_kept_transport_check_is_compared_with_the_calibration_that_scores_it():
+    """``against``: a journal's transport check, its probes as they were, compared with
+    another calibration's medians (a resumed or rescored set); a network the calibration
+    has no PS entry of keeps the values it was made against."""
+    entry = {
+        "nominal_gbps": 1.0,
+        "calibrated": {"host_cpu_small_us": 500.0, "host_cpu_big_us": 600.0},
+        "stages": ["before"],
+        "host_cpu_small_probes_us": [550.0],
+        "host_cpu_big_probes_us": [660.0],
+        "message_cpu_probes_us": [300.0],
+    }
+    checks = {fidelity_transport.network_key(1.0): entry, "loopback": {"nominal_gbps": None}}
+    testbed = {"network": [{"nominal_gbps": 1.0, "ps": CALIBRATED}, {"nominal_gbps": None}]}
+    fidelity_transport.against(checks, testbed)
+    assert entry["calibrated"]["host_cpu_small_us"] == pytest.approx(508.192)
+    assert entry["small_pct"] == pytest.approx(100.0 * (550.0 / 508.192 - 1.0))
+    assert entry["big_pct"] == pytest.approx(100.0 * (660.0 / 631.072 - 1.0))
+    assert entry["host_cpu_small_us"] == 550.0, "the probes as they were"
+    assert checks["loopback"] == {"nominal_gbps": None}
