@@ -91,14 +91,7 @@ import numpy as np
 import workloads
 
 from . import fidelity_interference, fidelity_transport, registry, resample
-from .fidelity_journal import (
-    Journal,
-    _plain,
-    fingerprint,
-    kept_as,
-    profiles_fingerprint,
-    spec_difference,
-)
+from .fidelity_journal import Journal, fingerprint, kept_as, profiles_fingerprint
 from .fidelity_transport import network_key, network_name
 from .manifest import usable_cpus
 from .real.others import FLAG_CORES
@@ -1881,11 +1874,10 @@ def step_now_s(model: str, workers: int, threads: int, repeats: int) -> float:
     return statistics.median(t for d in docs for t in d["source"]["step_s"])
 
 
-def _not_kept(what: str, book: Journal | None, detail: str = "") -> str:
+def _not_kept(what: str, journal: Path | None, detail: str = "") -> str:
     """``--rescore``'s error: what the set needs that the journal does not hold."""
-    where = "" if book is None else f" {book.path}"
     return (
-        f"the journal{where} holds no {what} this set needs{detail}: rescore a finished set's "
+        f"the journal {journal} holds no {what} this set needs{detail}: rescore a finished set's "
         "journal with the systems, models, bandwidths, --repeats, --iterations and checks it "
         "was made with (--no-*-check where it was made without one), or make the rest with "
         "--resume"
@@ -1948,15 +1940,17 @@ def _drift_moves(entry: dict[str, Any]) -> None:
         entry["checked_scale"] = statistics.geometric_mean(timed) / step
 
 
-def drift_against(drift: dict[str, dict[str, Any]], label: str) -> dict[str, dict[str, Any]]:
-    """Kept compute checks (a journal's ``compute_drift``) against calibration ``label`` as
-    it is now: each model's ``calibrated_step_s`` and moves again, its timed steps as they
-    were (a set resumed after ``calibrate --compute-only``, or rescored against another
-    calibration, scores its ``compute_checked`` twins with the speed measured over the
-    calibration that simulates them). A model the calibration has no step times for keeps
-    what it was compared with."""
+def drift_against(
+    drift: dict[str, dict[str, Any]], steps: dict[str, tuple[float, int] | None]
+) -> dict[str, dict[str, Any]]:
+    """Kept compute checks (a journal's ``compute_drift``) against the calibration as it is
+    now (``steps``: each model's ``calibrated_step``): each model's ``calibrated_step_s`` and
+    moves again, its timed steps as they were (a set resumed after ``calibrate
+    --compute-only``, or rescored against another calibration, scores its
+    ``compute_checked`` twins with the speed measured over the calibration that simulates
+    them). A model the calibration has no step times for keeps what it was compared with."""
     for model, entry in drift.items():
-        calibrated = calibrated_step(model, label)
+        calibrated = steps.get(model)
         if calibrated is not None and "calibrated_step_s" in entry:
             entry["calibrated_step_s"] = calibrated[0]
             _drift_moves(entry)
@@ -2119,7 +2113,7 @@ def fidelity(
         say(f"rescoring {book.path}: {book.runs} real run(s) made against calibration "
             f"{book.made_with}, against the twins of calibration {label}")  # fmt: skip
         if not book.runs:
-            raise SpecError("--rescore", _not_kept("real run", book))
+            raise SpecError("--rescore", _not_kept("real run", journal))
     elif book is not None and resume:
         say(f"resuming from {book.path}: it holds {book.runs} real run(s)")
         if book.calibration_changed:
@@ -2148,20 +2142,33 @@ def fidelity(
             transport = fidelity_transport.against(kept, testbed, ps_transport)
             return False
         if rescore:
-            raise SpecError("--rescore", _not_kept(f"transport check {stage!r}", book))
+            raise SpecError("--rescore", _not_kept(f"transport check {stage!r}", journal))
         fidelity_transport.check_transport(networks, testbed, stage, transport, say, ps_transport)
         if book is not None:
             book.add_transport_stage(stage_key, transport)
         return True
 
+    # each model's calibrated step, what the journal's compute checks are compared with
+    reread = book is not None and (resume or rescore) and compute_check
+    steps_now = {m: calibrated_step(m, label) for m in models} if reread else {}
+
+    def kept_drift(stage: str, what: str) -> dict[str, dict[str, Any]] | None:
+        """The journal's compute checks after ``stage``, compared with the calibration as it
+        is now (None: the journal has none, so the set times them; ``SpecError`` naming
+        ``what`` in a rescore)."""
+        kept = None if book is None else book.stage(stage, models)
+        if kept is not None:
+            return drift_against(kept, steps_now)
+        if rescore:
+            raise SpecError("--rescore", _not_kept(what, journal))
+        return None
+
     drift: dict[str, dict[str, Any]] | None = {} if compute_check else None
-    kept_before = None if book is None or drift is None else book.stage("before", models)
+    kept_before = None if drift is None else kept_drift("before", "compute check before the runs")
     if kept_before is not None:
-        drift = drift_against(kept_before, label)
+        drift = kept_before
         say("compute check before the real runs: the journal's")
     elif drift is not None:
-        if rescore:
-            raise SpecError("--rescore", _not_kept("compute check before the runs", book))
         say("compute check: each model's step timed as the calibration timed it")
         compute_drift(models, label, testbed, "before", drift)
         if book is not None:
@@ -2217,14 +2224,14 @@ def fidelity(
                 last_check = None  # a fresh sitting's run needs its own check before it
             elif rescore:
                 run = f"{system}/{model}/{network_name(nominal)} run of round {round_ + 1}"
-                then = None if book is None else book.spec_of(round_, system, model, nominal)
+                other = book.other_spec(round_, system, model, nominal, raw_reals[k])
                 detail = (
-                    ""
-                    if then is None
-                    else " (its run was made with another real spec than calibration "
-                    f"{label} gives: {spec_difference(_plain(raw_reals[k]), then)})"
+                    f" (its run was made with another real spec than calibration {label} "
+                    f"gives: {other})"
+                    if other
+                    else ""
                 )
-                raise SpecError("--rescore", _not_kept(run, book, detail))
+                raise SpecError("--rescore", _not_kept(run, journal, detail))
             else:
                 around: list[float | None] | None = None
                 if check_runs:  # the check just taken, where nothing ran since
@@ -2270,11 +2277,9 @@ def fidelity(
                     on_config(row)
         if drift is not None and round_ < repeats - 1:
             stage = f"between-{round_}"
-            kept_drift = None if book is None else book.stage(stage, models)
-            if kept_drift is not None:
-                drift = drift_against(kept_drift, label)
-            elif rescore:
-                raise SpecError("--rescore", _not_kept(f"compute check {stage!r}", book))
+            kept = kept_drift(stage, f"compute check {stage!r}")
+            if kept is not None:
+                drift = kept
             else:
                 last_check = None  # every model timed: not a run's check
                 compute_drift(models, label, testbed, "between", drift)
@@ -2288,12 +2293,10 @@ def fidelity(
             say(f"compute check between rounds: {', '.join(moves) or 'not timed'}")
         if round_ < repeats - 1 and check_transport(f"between-{round_}"):
             last_check = None  # a probe ran since: not a run's check
-    kept_after = None if book is None or drift is None else book.stage("after", models)
+    kept_after = None if drift is None else kept_drift("after", "compute check after the runs")
     if kept_after is not None:
-        drift = drift_against(kept_after, label)
+        drift = kept_after
     elif drift is not None:
-        if rescore:
-            raise SpecError("--rescore", _not_kept("compute check after the runs", book))
         say("compute check after the real runs")
         compute_drift(models, label, testbed, "after", drift)
         if book is not None:

@@ -358,13 +358,16 @@ class Journal:
         self.reused += 1
         return found[1]
 
-    def spec_of(
-        self, round_: int, system: str, model: str, nominal: float | None
-    ) -> dict[str, Any] | None:
-        """The real spec of the journal's run of this configuration in this round (None:
-        none)."""
+    def other_spec(
+        self, round_: int, system: str, model: str, nominal: float | None, spec: dict[str, Any]
+    ) -> str | None:
+        """Where the journal's run of this configuration in this round was made with another
+        real spec than ``spec``: the first field that differs (``spec_difference``); None
+        where it has no such run."""
         found = self._runs.get(_key(round_, system, model, nominal))
-        return None if found is None else found[0]
+        if found is None or found[0] == _plain(spec):
+            return None
+        return spec_difference(_plain(spec), found[0])
 
     def add_run(
         self,

@@ -120,6 +120,12 @@ def _summarise(entry: dict[str, Any]) -> None:
         )
 
 
+def _ps_points(testbed: dict[str, Any], transport: str) -> dict[float | None, dict[str, Any]]:
+    """The calibration's PS entries of ``transport``, by nominal Gbit/s (networks with one)."""
+    key = ps_entry(transport)
+    return {p["nominal_gbps"]: p[key] for p in testbed["network"] if p.get(key)}
+
+
 def _calibrated(ps: dict[str, Any]) -> dict[str, float]:
     """The calibration's values a transport check compares with (a network's PS entry)."""
     names = (*FITTED, "host_cpu_small_us", "host_cpu_big_us", "message_cpu_us")
@@ -133,8 +139,7 @@ def against(
     network's ``calibrated`` values and moves again, its probes as they were (a set resumed
     after the calibration was measured again, or rescored against another one). A network
     the calibration has no PS entry of keeps the values it was made against."""
-    entry_key = ps_entry(transport)
-    points = {p["nominal_gbps"]: p[entry_key] for p in testbed["network"] if p.get(entry_key)}
+    points = _ps_points(testbed, transport)
     for entry in checks.values():
         ps = points.get(entry["nominal_gbps"])
         if ps is None:
@@ -166,8 +171,7 @@ def check_transport(
 
     workers, threads = int(testbed["workers"]), int(testbed["threads"])
     priority = testbed.get("comm_priority", "normal")
-    entry_key = ps_entry(transport)
-    points = {p["nominal_gbps"]: p[entry_key] for p in testbed["network"] if p.get(entry_key)}
+    points = _ps_points(testbed, transport)
     for nominal in networks:
         ps = points[nominal]
         key = network_key(nominal)
