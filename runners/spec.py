@@ -682,7 +682,11 @@ class RunSpec:
 _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
     "workers": (int, lambda v: 1 <= v <= 100_000, "an integer between 1 and 100000"),
     "bandwidth_gbps": (float, lambda v: 0 < v <= 100_000, "a number > 0 (Gbit/s per worker NIC)"),
-    "latency_us": (float, lambda v: 0 <= v <= 1e6, "a number >= 0 (microseconds per message)"),
+    "latency_us": (
+        float,
+        lambda v: 0 <= v <= 1e6,
+        "a number in [0, 1000000] (microseconds per message)",
+    ),
     "gpu": (
         str,
         lambda v: v in devices.DEVICES or v.startswith("measured:"),
@@ -716,7 +720,8 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
     "busy_latency_us": (
         float,
         lambda v: 0 <= v <= 1e6,
-        "a number >= 0 (microseconds per message of a collective while the ranks compute; "
+        "a number in [0, 1000000] (microseconds per message of a collective while the ranks "
+        "compute; "
         "left out: latency_us)",
     ),
     "overlap_comm_slowdown": (
@@ -739,19 +744,22 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
     "collective_cpu_us": (
         float,
         lambda v: 0 <= v <= 1e6,
-        "a number >= 0 (microseconds of CPU each collective takes from the compute it "
+        "a number in [0, 1000000] (microseconds of CPU each collective takes from the "
+        "compute it "
         "overlaps; 0 = none)",
     ),
     "negotiation_cpu_us": (
         float,
         lambda v: 0 <= v <= 1e6,
-        "a number >= 0 (microseconds of CPU each negotiation round takes from the compute it "
+        "a number in [0, 1000000] (microseconds of CPU each negotiation round takes from the "
+        "compute it "
         "overlaps; left out: collective_cpu_us)",
     ),
     "round_latency_us": (
         float,
         lambda v: 0 <= v <= 1e6,
-        "a number >= 0 (microseconds per ring step of a negotiation round, the ranks busy or "
+        "a number in [0, 1000000] (microseconds per ring step of a negotiation round, the "
+        "ranks busy or "
         "idle; left out: a collective's latency, latency_us or busy_latency_us)",
     ),
     "round_loop": (
@@ -800,30 +808,34 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
     "server_agg_gbps": (
         float,
         lambda v: 0 < v <= 1e7,
-        "a number > 0 (Gbit/s a parameter server can sum)",
+        "a number in (0, 10000000] (Gbit/s a parameter server can sum)",
     ),
     "server_agg_fixed_us": (
         float,
         lambda v: 0 <= v <= 1e6,
-        "a number >= 0 (microseconds of CPU each parameter-server aggregation takes besides "
+        "a number in [0, 1000000] (microseconds of CPU each parameter-server aggregation "
+        "takes besides "
         "its bytes'; 0 = none)",
     ),
     "host_cores": (
         int,
         lambda v: 0 <= v <= 100_000,
-        "an integer >= 0 (PS arena: the cores of the one host every process of the job "
+        "an integer in [0, 100000] (PS arena: the cores of the one host every process of the "
+        "job "
         "shares, each iteration at least the host's CPU work over them; 0 = a machine each)",
     ),
     "host_message_cpu_us": (
         float,
         lambda v: 0 <= v <= 1e6,
-        "a number >= 0 (microseconds of the host's CPU each PS message takes besides its "
+        "a number in [0, 1000000] (microseconds of the host's CPU each PS message takes "
+        "besides its "
         "bytes', all processes together; with cluster.host_cores)",
     ),
     "host_cpu_ns_per_byte": (
         float,
         lambda v: 0 <= v <= 1e6,
-        "a number >= 0 (nanoseconds of the host's CPU each byte of a PS message takes; with "
+        "a number in [0, 1000000] (nanoseconds of the host's CPU each byte of a PS message "
+        "takes; with "
         "cluster.host_cores)",
     ),
     "host_cpu_model": (
@@ -844,7 +856,8 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
     "message_cpu_us": (
         float,
         lambda v: 0 <= v <= 1e6,
-        "a number >= 0 (microseconds of CPU each PS message takes from its worker's compute; "
+        "a number in [0, 1000000] (microseconds of CPU each PS message takes from its "
+        "worker's compute; "
         "0 = none)",
     ),
     "message_cpu_at": (

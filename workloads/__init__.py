@@ -55,6 +55,9 @@ class WorkloadProfile:
     buffers: the bytes of the model's buffers (batch norm's statistics, position tables) per
         dtype, as (dtype, bytes) in the order the dtypes first appear: PyTorch's DDP
         broadcasts each dtype's before each forward. Empty in profiles written before it.
+    activation_per_sample_bytes, activation_fixed_bytes: what autograd saves for the backward
+        of one training forward, as a line in the batch size (the profile's
+        ``activation_bytes``, ``source.activations_rule``); 0 in profiles written before it.
     """
 
     name: str
@@ -65,6 +68,14 @@ class WorkloadProfile:
     input_dtype: str
     source: Mapping[str, Any] = field(hash=False)
     buffers: tuple[tuple[str, int], ...] = ()
+    activation_per_sample_bytes: int = 0
+    activation_fixed_bytes: int = 0
+
+    def activation_bytes(self, batch_size: int) -> int:
+        """The bytes autograd saves for the backward of one training forward of
+        ``batch_size`` samples (a lower bound of a rank's activation memory: the backward's
+        transient gradients and the allocator's slack come on top)."""
+        return self.activation_per_sample_bytes * batch_size + self.activation_fixed_bytes
 
     @property
     def buffer_bytes(self) -> int:
@@ -145,6 +156,8 @@ def _parse_profile(name: str, raw: Mapping[str, Any]) -> WorkloadProfile:
         input_dtype=raw["input_dtype"],
         source=MappingProxyType(raw["source"]),
         buffers=tuple((k, int(v)) for k, v in raw.get("buffer_bytes_by_dtype", {}).items()),
+        activation_per_sample_bytes=int(raw.get("activation_bytes", {}).get("per_sample", 0)),
+        activation_fixed_bytes=int(raw.get("activation_bytes", {}).get("fixed", 0)),
     )
     if profile.total_param_count != raw["total_param_count"]:
         raise ValueError(

@@ -288,6 +288,59 @@ def buffer_bytes_by_dtype(model: torch.nn.Module) -> dict[str, int]:
     return out
 
 
+ACTIVATIONS_RULE = (
+    "activation_bytes: the bytes of the tensors autograd saves for the backward pass in one "
+    "training forward (train mode, the model's loss from workloads.data.loss_fn on a synthetic "
+    "batch), each tensor counted once (a view as its base), the model's parameters and "
+    "buffers left out; on the meta device (shapes only). per_sample = (saved(batch 4) - "
+    "saved(batch 2)) / 2, fixed = saved(batch 2) - 2 per_sample (batch 2: batch norm needs "
+    "more than one value per channel). Not the peak: the backward's "
+    "transient gradients and the allocator's slack come on top"
+)
+
+
+def saved_activation_bytes(name: str, batch_size: int, device: str = "meta") -> int:
+    """The bytes autograd saves for the backward of one training forward of registered model
+    ``name`` (with its loss) at ``batch_size``: each saved tensor once (a view counts as its
+    base), the model's parameters and buffers left out. On ``device`` "meta" no memory is
+    used and the numbers are the same (only shapes count)."""
+    from workloads import data
+
+    inputs, targets = data.synthetic_batch(name, batch_size, 0, 0, 0)
+    # copies (not views of the batch's one sequence tensor), the same on every device
+    inputs, targets = inputs.to(device).clone(), targets.to(device).clone()
+    with torch.device(device):
+        model = build_model(name)
+    return saved_bytes(model, lambda: data.loss_fn(name)(model(inputs), targets))
+
+
+def saved_bytes(model: nn.Module, forward: Any) -> int:
+    """The bytes of the tensors autograd saves while ``forward()`` runs: each once (a view
+    counts as its base), ``model``'s parameters and buffers left out."""
+    own = {id(t) for t in model.parameters()} | {id(t) for t in model.buffers()}
+    saved: dict[int, torch.Tensor] = {}  # keeps each tensor alive, so ids are not reused
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        base = tensor
+        while base._base is not None:
+            base = base._base
+        if id(base) not in own:
+            saved[id(base)] = base
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        forward()
+    return sum(t.numel() * t.element_size() for t in saved.values())
+
+
+def activation_bytes(name: str, device: str = "meta") -> dict[str, int]:
+    """``{"per_sample": ..., "fixed": ...}``: ``saved_activation_bytes`` as a line in the
+    batch size (ACTIVATIONS_RULE)."""
+    two, four = (saved_activation_bytes(name, batch, device) for batch in (2, 4))
+    per_sample = (four - two) // 2
+    return {"per_sample": per_sample, "fixed": max(0, two - 2 * per_sample)}
+
+
 def profile_model(name: str, device: str = "meta") -> dict[str, Any]:
     """The profile of registered model `name` as a JSON-ready dict, in the file's key order.
 
@@ -312,6 +365,9 @@ def profile_model(name: str, device: str = "meta") -> dict[str, Any]:
         # the dtypes first appear: what PyTorch's DDP broadcasts before each forward
         # (``broadcast_buffers``), one broadcast per dtype.
         "buffer_bytes_by_dtype": buffer_bytes_by_dtype(model),
+        # What autograd keeps for the backward, as a line in the batch size: the bulk of a
+        # rank's memory for the large models (``runners.real.launch.preflight`` checks it).
+        "activation_bytes": activation_bytes(name, device),
         "source": {
             "kind": "torch-definition+analytic-flops",
             "model": spec.builder,
@@ -319,6 +375,7 @@ def profile_model(name: str, device: str = "meta") -> dict[str, Any]:
             "torch_version": torch.__version__,
             "flops_rule": FLOPS_RULE,
             "deps_rule": DEPS_RULE,
+            "activations_rule": ACTIVATIONS_RULE,
             "param_bytes_rule": f"{BYTES_PER_PARAM} bytes per parameter (fp32); a parameter "
             "shared by several modules (tied weights) counts once, at the first that uses it",
             "generated_by": f"python -m workloads profile {name}",

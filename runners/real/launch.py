@@ -44,6 +44,7 @@ MAX_SHAPED_GBPS = 10.0  # the shaper on a veth pair: above this CPU-bound here (
 MIN_SHAPED_GBPS = 0.001
 RANKS_PER_CPU = 4
 RANK_BASE_BYTES = 400 * 2**20  # a rank's Python + torch before the model
+CUDA_CONTEXT_BYTES = 600 * 2**20  # a rank's CUDA context and NCCL's buffers on its GPU
 TIMEOUT_S = float(os.environ.get("LAB_REAL_TIMEOUT_S", "1800"))
 COLLECTIVE_TIMEOUT_S = 300.0
 
@@ -307,10 +308,11 @@ def preflight(spec: RunSpec) -> Network:
             "system", f"real mode runs the all-reduce and PS arenas only (got {spec.arena})"
         )
     comm_priority(spec)
+    device = "cuda" if spec.real and spec.real.gpus and spec.real.device != "cpu" else "cpu"
     if not (spec.real and spec.real.gpus):
         # GPUs asked of the portal's ledger are checked where the run lands (launch.run);
         # otherwise they are this machine's
-        resolve_device(spec)
+        device = resolve_device(spec)[0]
     if framework(spec) == "horovod":
         from . import hvd
 
@@ -397,19 +399,72 @@ def preflight(spec: RunSpec) -> Network:
             else server_field,
             f"{what} on {cpus} CPUs: at most {RANKS_PER_CPU * cpus} on this machine",
         )  # fmt: skip
+    _check_memory(spec, ranks, servers, device)
+    return network
+
+
+def memory_need(spec: RunSpec) -> tuple[int, int]:
+    """``(each process's bytes besides its activations, a worker's activations)`` for
+    ``spec``'s workload: the process (``RANK_BASE_BYTES``) with about 4 copies of the weights
+    (weights, gradients, the engine's flat buffers, momentum; a server holds its shard of
+    them, counted as all of them), and what autograd saves for a worker's backward at
+    ``spec.batch_size`` (the profile's ``activation_bytes``). An estimate from below: the
+    backward's transient gradients and the allocator's slack come on top (a single CPU rank
+    of batch 32, 2026-12-07: resnet50 3.56 GiB peak against 3.33 estimated, vgg16 4.24
+    against 4.64, bert-base 6.43 against 5.44, transformer 8.52 against 5.16; gpt2 at batch
+    1 on 2 workers 5.27 against 4.77)."""
     profile = workloads.load_profile(spec.workload)
-    param_bytes = sum(layer.param_bytes for layer in profile.layers)
-    # Weights, gradients, the engine's flat buffers and momentum: about 4 copies per rank.
-    need = ranks * (RANK_BASE_BYTES + 4 * param_bytes)
+    fixed = RANK_BASE_BYTES + 4 * profile.total_param_bytes
+    return fixed, profile.activation_bytes(spec.batch_size)
+
+
+def _check_memory(spec: RunSpec, ranks: int, servers: int, device: str) -> None:
+    """Refuse (``SpecError``) a run whose processes need more than 80 % of this machine's
+    available memory, or on GPUs, whose ranks need more than 90 % of a GPU's free memory
+    (``memory_need``): before any process starts, not the kernel's OOM killer half way."""
+    fixed, activations = memory_need(spec)
+    workers = ranks - servers
+    on_host = 0 if device == "cuda" else activations
+    need = ranks * fixed + workers * on_host
     have = _available_memory()
+    advice = (
+        f"use {spec.workload.removesuffix('-debug')}-debug, fewer workers or a smaller "
+        "batch_size (a run spec's field)"
+    )
+    what = (
+        f" (its activations {activations / 2**30:.1f} GiB a worker at batch_size {spec.batch_size})"
+        if on_host
+        else ""
+    )
     if have is not None and need > 0.8 * have:
         raise SpecError(
             "workload",
-            f"{spec.workload} on {ranks} ranks needs about {need / 2**30:.1f} GiB, this "
-            f"machine has {have / 2**30:.1f} GiB available; use {spec.workload}-debug or fewer"
-            " workers",
+            f"{spec.workload} on {ranks} rank{'s' if ranks > 1 else ''} needs about "
+            f"{need / 2**30:.1f} GiB{what}, this "
+            f"machine has {have / 2**30:.1f} GiB available; {advice}",
         )
-    return network
+    if device != "cuda":
+        return
+    gpu_need = 4 * workloads.load_profile(spec.workload).total_param_bytes + activations
+    free = _gpu_free_memory()
+    if free and gpu_need + CUDA_CONTEXT_BYTES > 0.9 * min(free):
+        raise SpecError(
+            "workload",
+            f"{spec.workload} needs about {(gpu_need + CUDA_CONTEXT_BYTES) / 2**30:.1f} GiB "
+            f"a GPU (its activations {activations / 2**30:.1f} GiB at batch_size "
+            f"{spec.batch_size}), the GPUs here have {min(free) / 2**30:.1f} GiB free; "
+            f"{advice}",
+        )
+
+
+def _gpu_free_memory() -> list[int]:
+    """Each visible CUDA device's free bytes (``torch.cuda.mem_get_info``); empty without
+    one."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    return [torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count())]
 
 
 def _available_memory() -> int | None:

@@ -106,6 +106,34 @@ def test_the_api_refuses_a_real_experiment_this_machine_cannot_run(client, token
     assert not Experiment.objects.exists()
 
 
+def test_the_api_and_the_form_refuse_a_model_whose_activations_do_not_fit(
+    client, token, user, monkeypatch
+):
+    from django.urls import reverse
+
+    from runners.real import launch
+    from tests.unit.test_portal import FORM, field_block
+
+    monkeypatch.setattr(launch, "_available_memory", lambda: 23 * 2**30)
+    monkeypatch.setattr(launch, "cuda_devices", lambda: 0)
+    body = {**BODY, "workloads": ["gpt2"], "real": {"network": "loopback"}}
+    response = post(client, body, token)
+    assert response.status_code == 400
+    error = response.json()["errors"]["workloads"]
+    assert "its activations 20.2 GiB a worker at batch_size 8" in str(error), error
+    assert "fewer workers" in str(error)
+    monkeypatch.setattr(launch, "_available_memory", lambda: 64 * 2**30)
+    ok = post(client, body, token)
+    assert ok.status_code == 201, ok.json()
+    monkeypatch.setattr(launch, "_available_memory", lambda: 23 * 2**30)
+    form = {**FORM, "mode": "real", "workloads": ["gpt2"], "cluster_workers": "2"}
+    client.force_login(user)
+    response = client.post(reverse("experiment-new"), form)
+    block = field_block(response.content.decode(), "workloads")
+    assert 'class="error"' in block and "20.2 GiB a worker" in block, block
+    assert Experiment.objects.count() == 1  # the API's on 64 GiB alone
+
+
 @pytest.mark.parametrize(
     ("system", "key", "value", "only"),
     [
