@@ -46,6 +46,7 @@ class ExperimentConfig:
     cluster: dict[str, Any] = field(default_factory=dict, hash=False)
     params: dict[str, Any] = field(default_factory=dict, hash=False)
     iterations: int = 20
+    batch_size: int = 0  # per worker; 0: each workload's default
     sweep: dict[str, list[Any]] = field(default_factory=dict, hash=False)
     real: dict[str, Any] = field(default_factory=dict, hash=False)  # mode real: RealOptions
 
@@ -98,6 +99,8 @@ class ExperimentConfig:
             "iterations": self.iterations,
             "seed": seed,
         }
+        if self.batch_size:
+            raw["batch_size"] = self.batch_size
         if self.mode == "real" and self.real:
             raw["real"] = dict(self.real)
         return raw

@@ -43,6 +43,7 @@ FIELDS = {
     "seeds",
     "repeats",
     "iterations",
+    "batch_size",
     "cluster",
     "trace",
     "params",
@@ -168,7 +169,7 @@ def _cluster_arena_data(
     """A cluster-arena system: ``trace`` (generated only, never a file) onto the ``trace_*``
     form fields and ``cluster`` onto the ``cluster_arena_*`` ones. Workloads and iterations
     have no meaning there and are refused rather than silently dropped."""
-    for key in ("workloads", "iterations"):
+    for key in ("workloads", "iterations", "batch_size"):
         if body.get(key) not in (None, []):
             errors[key] = [f"not used in the cluster arena ({body['system']} runs a trace)"]
     trace = body.get("trace", {})
@@ -301,6 +302,7 @@ def _detail(request: HttpRequest, e: Experiment) -> dict[str, Any]:
         "mode": e.mode,
         "seeds": e.seeds,
         "iterations": e.iterations,
+        "batch_size": e.batch_size or None,  # None: each workload's default
         "cluster": e.cluster,
         "sweep": e.sweep,
         "params": e.params,

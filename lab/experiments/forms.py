@@ -147,7 +147,9 @@ ARENA_CLUSTER_FIELDS = {
 }
 _GPU_CHOICES = [(d, d) for d in sorted(devices.DEVICES)]
 # The fields only one side uses; the form ignores the other side's (``ExperimentForm.clean``).
-COMM_ONLY = ("workloads", "iterations", *(f"cluster_{key}" for key in CLUSTER_KEYS))
+COMM_ONLY = (
+    "workloads", "iterations", "batch_size", *(f"cluster_{key}" for key in CLUSTER_KEYS)
+)  # fmt: skip
 CLUSTER_ARENA_ONLY = (
     *(f"trace_{key}" for key in TRACE_KEYS),
     *(ARENA_PREFIX + key for key in ARENA_CLUSTER_FIELDS),
@@ -197,6 +199,13 @@ class ExperimentForm(_ClusterArenaFields):
         max_value=100_000,
         initial=20,
         help_text="measured iterations per run (after warm-up)",
+    )
+    batch_size = forms.IntegerField(
+        label="batch size",
+        min_value=1,
+        max_value=1_000_000,
+        required=False,
+        help_text="samples per worker and step; leave empty for each workload's default",
     )
     cluster_workers = forms.CharField(
         label="workers",
@@ -779,6 +788,7 @@ class ExperimentForm(_ClusterArenaFields):
             **common,
             workloads=tuple(data["workloads"]),
             iterations=data["iterations"],
+            batch_size=data.get("batch_size") or 0,
             cluster=cluster,
             sweep=sweep,
         )
@@ -906,6 +916,7 @@ def form_field(spec_field: str, arena: str | None = None) -> str | None:
             "system": "system",
             "mode": "mode",
             "iterations": "iterations",
+            "batch_size": "batch_size",
             "seed": "seeds",
         }.get(head, "")
     return name if name in ExperimentForm.base_fields else None

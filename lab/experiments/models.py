@@ -33,6 +33,9 @@ class Experiment(models.Model):
         help_text="mode real: how the runs train (runners.spec.RealOptions fields)",
     )
     iterations = models.PositiveIntegerField(default=20)
+    batch_size = models.PositiveIntegerField(
+        default=0, help_text="samples per worker and step; 0: each workload's default"
+    )
     nightly = models.BooleanField(
         default=False, help_text="re-run every night with the claims suite, tracked for regressions"
     )

@@ -69,6 +69,7 @@ def _initial(request: HttpRequest) -> dict[str, object]:
         "mode": source.mode,
         "seeds": ", ".join(map(str, source.seeds)),
         "iterations": source.iterations,
+        "batch_size": source.batch_size or None,
         "params": source.params,
     }
     if actions.arena_of(source.system) == "cluster":

@@ -108,6 +108,8 @@ def test_optimizer_updates_are_refused_with_why(client, token):
         ({"baselines": ["bytescheduler", "nope"]}, "baselines"),
         ({"colour": "red"}, "colour"),
         ({"name": ""}, "name"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"batch_size": "lots"}, "batch_size"),
     ],
 )
 def test_bad_bodies_get_400_with_the_field_named_and_nothing_queued(client, token, change, field):
@@ -115,6 +117,18 @@ def test_bad_bodies_get_400_with_the_field_named_and_nothing_queued(client, toke
     assert response.status_code == 400
     assert field in response.json()["errors"], response.json()
     assert not Run.objects.exists()
+
+
+def test_the_batch_size_reaches_every_run_and_its_default_is_each_workload_s(client, token):
+    body = {**BODY, "workloads": ["resnet50-debug", "vgg16"], "batch_size": 16}
+    response = post(client, "/api/experiments/", body, token)
+    assert response.status_code == 201, response.json()
+    assert response.json()["batch_size"] == 16
+    assert {r.spec["batch_size"] for r in Run.objects.all()} == {16}
+    Run.objects.all().delete()
+    response = post(client, "/api/experiments/", {**BODY, "workloads": ["vgg16"]}, token)
+    assert response.json()["batch_size"] is None
+    assert {r.spec["batch_size"] for r in Run.objects.all()} == {32}  # vgg16's default
 
 
 def test_a_sweep_over_bandwidth_and_workers_creates_every_combination(client, token):
@@ -294,6 +308,7 @@ def test_a_cluster_arena_experiment_runs_its_entries_on_the_given_trace(client, 
         ({"cluster": {"workers": 4}}, "cluster.workers"),
         ({"workloads": ["resnet50"]}, "workloads"),
         ({"iterations": 10}, "iterations"),
+        ({"batch_size": 16}, "batch_size"),
         ({"baselines": ["wfbp"]}, "baselines"),
         ({"params": {"slot_s": -1}}, "params"),
     ],

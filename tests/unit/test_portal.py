@@ -141,6 +141,7 @@ def test_repeats_give_seeds_when_no_seeds_are_given(browser):
         ({"workloads": []}, "workloads", "required"),
         ({"system": "nope"}, "system", "Select a valid choice"),
         ({"mode": "real", "cluster_workers": "1000"}, "cluster_workers", "on this machine"),
+        ({"batch_size": "0"}, "batch_size", "greater than or equal to 1"),
         ({"name": ""}, "name", "required"),
     ],
 )
@@ -153,6 +154,23 @@ def test_invalid_input_is_shown_next_to_its_field_and_nothing_is_queued(
     assert 'class="error"' in block and text in block, block
     assert not Experiment.objects.exists()
     assert not Run.objects.exists()
+
+
+def test_the_batch_size_is_taken_shown_and_copied(browser):
+    response = browser.post(reverse("experiment-new"), {**FORM, "batch_size": "4"})
+    assert response.status_code == 302
+    experiment = Experiment.objects.get()
+    assert {r.spec["batch_size"] for r in experiment.runs.all()} == {4}
+    page = browser.get(experiment.get_absolute_url()).content.decode()
+    assert "batch size: 4 a worker" in page
+    copy = browser.get(reverse("experiment-new") + f"?copy={experiment.pk}").content.decode()
+    assert 'name="batch_size" value="4"' in copy
+    Experiment.objects.all().delete()
+    browser.post(reverse("experiment-new"), FORM)  # left empty: each workload's default
+    experiment = Experiment.objects.get()
+    assert experiment.batch_size == 0
+    assert {r.spec["batch_size"] for r in experiment.runs.all()} == {8}  # resnet50-debug's
+    assert "each workload's default" in browser.get(experiment.get_absolute_url()).content.decode()
 
 
 def test_too_many_runs_are_refused(browser):
