@@ -342,6 +342,7 @@ def preflight(spec: RunSpec) -> Network:
                 "cluster.workers",
                 f"{c.workers} workers do not split evenly over {nodes.count} nodes",
             )
+        _check_memory(spec, c.workers // nodes.count, 0, device)  # this node's share
         return Network(
             kind="nodes",
             note=f"{nodes.count} nodes over their own network (not shaped: bandwidth and "

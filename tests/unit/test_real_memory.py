@@ -98,3 +98,13 @@ def test_on_gpus_the_activations_are_checked_against_a_gpu_not_the_host(machine)
     assert "a GPU" in str(err.value) and "16.0 GiB free" in str(err.value)
     machine(23.0, gpus=[16.0, 16.0])
     launch.preflight(spec("gpt2", device="cpu", batch_size=1))  # the CPU: the host's memory
+
+
+def test_a_run_over_several_nodes_checks_this_node_s_share(machine, monkeypatch):
+    monkeypatch.setenv("LAB_NNODES", "2")
+    monkeypatch.setenv("LAB_NODE_RANK", "0")
+    monkeypatch.setenv("LAB_RDZV_HOST", "127.0.0.1")
+    machine(23.0)
+    with pytest.raises(SpecError, match="gpt2 on 1 rank needs about 22.4 GiB"):
+        launch.preflight(spec("gpt2", device="cpu"))  # 2 workers: one on this node
+    assert launch.preflight(spec("gpt2", batch_size=2, device="cpu")).kind == "nodes"
