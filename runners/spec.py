@@ -721,8 +721,7 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         float,
         lambda v: 0 <= v <= 1e6,
         "a number in [0, 1000000] (microseconds per message of a collective while the ranks "
-        "compute; "
-        "left out: latency_us)",
+        "compute; left out: latency_us)",
     ),
     "overlap_comm_slowdown": (
         float,
@@ -745,22 +744,19 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         float,
         lambda v: 0 <= v <= 1e6,
         "a number in [0, 1000000] (microseconds of CPU each collective takes from the "
-        "compute it "
-        "overlaps; 0 = none)",
+        "compute it overlaps; 0 = none)",
     ),
     "negotiation_cpu_us": (
         float,
         lambda v: 0 <= v <= 1e6,
         "a number in [0, 1000000] (microseconds of CPU each negotiation round takes from the "
-        "compute it "
-        "overlaps; left out: collective_cpu_us)",
+        "compute it overlaps; left out: collective_cpu_us)",
     ),
     "round_latency_us": (
         float,
         lambda v: 0 <= v <= 1e6,
         "a number in [0, 1000000] (microseconds per ring step of a negotiation round, the "
-        "ranks busy or "
-        "idle; left out: a collective's latency, latency_us or busy_latency_us)",
+        "ranks busy or idle; left out: a collective's latency, latency_us or busy_latency_us)",
     ),
     "round_loop": (
         str,
@@ -814,29 +810,26 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         float,
         lambda v: 0 <= v <= 1e6,
         "a number in [0, 1000000] (microseconds of CPU each parameter-server aggregation "
-        "takes besides "
-        "its bytes'; 0 = none)",
+        "takes besides its bytes'; 0 = none)",
     ),
     "host_cores": (
         int,
         lambda v: 0 <= v <= 100_000,
         "an integer in [0, 100000] (PS arena: the cores of the one host every process of the "
-        "job "
-        "shares, each iteration at least the host's CPU work over them; 0 = a machine each)",
+        "job shares, each iteration at least the host's CPU work over them; 0 = a machine "
+        "each)",
     ),
     "host_message_cpu_us": (
         float,
         lambda v: 0 <= v <= 1e6,
         "a number in [0, 1000000] (microseconds of the host's CPU each PS message takes "
-        "besides its "
-        "bytes', all processes together; with cluster.host_cores)",
+        "besides its bytes', all processes together; with cluster.host_cores)",
     ),
     "host_cpu_ns_per_byte": (
         float,
         lambda v: 0 <= v <= 1e6,
         "a number in [0, 1000000] (nanoseconds of the host's CPU each byte of a PS message "
-        "takes; with "
-        "cluster.host_cores)",
+        "takes; with cluster.host_cores)",
     ),
     "host_cpu_model": (
         str,
@@ -857,8 +850,7 @@ _CLUSTER_RULES: dict[str, tuple[type, Any, str]] = {
         float,
         lambda v: 0 <= v <= 1e6,
         "a number in [0, 1000000] (microseconds of CPU each PS message takes from its "
-        "worker's compute; "
-        "0 = none)",
+        "worker's compute; 0 = none)",
     ),
     "message_cpu_at": (
         str,

@@ -441,12 +441,12 @@ def _check_memory(spec: RunSpec, ranks: int, servers: int, device: str) -> None:
         raise SpecError(
             "workload",
             f"{spec.workload} on {ranks} rank{'s' if ranks > 1 else ''} needs about "
-            f"{need / 2**30:.1f} GiB{what}, this "
-            f"machine has {have / 2**30:.1f} GiB available; {advice}",
+            f"{need / 2**30:.1f} GiB{what}, this machine has {have / 2**30:.1f} GiB "
+            f"available; {advice}",
         )
     if device != "cuda":
         return
-    gpu_need = 4 * workloads.load_profile(spec.workload).total_param_bytes + activations
+    gpu_need = fixed - RANK_BASE_BYTES + activations  # the weights' copies on the GPU
     free = _gpu_free_memory()
     if free and gpu_need + CUDA_CONTEXT_BYTES > 0.9 * min(free):
         raise SpecError(
