@@ -429,8 +429,7 @@ def _check_memory(spec: RunSpec, ranks: int, servers: int, device: str) -> None:
     need = ranks * fixed + workers * on_host
     have = _available_memory()
     advice = (
-        f"use {spec.workload.removesuffix('-debug')}-debug, fewer workers or a smaller "
-        "batch_size (a run spec's field)"
+        f"use {spec.workload.removesuffix('-debug')}-debug, fewer workers or a smaller batch_size"
     )
     what = (
         f" (its activations {activations / 2**30:.1f} GiB a worker at batch_size {spec.batch_size})"
