@@ -200,7 +200,8 @@ def twin_spec(
     if real.get("batch_size") != expected.get("batch_size"):
         raise NoTwin(
             f"batch_size is {real.get('batch_size')!r}, calibration '{label}' profiled "
-            f"{expected.get('batch_size')!r}"
+            f"{expected.get('batch_size')!r} (calibrations measure each model at its default "
+            "batch size: a run at that batch has a twin)"
         )
     twin["params"] = dict(real.get("params") or {})
     for key in ("iterations", "warmup_iterations", "seed", "timeline_iterations"):

@@ -98,7 +98,7 @@ def test_a_run_whose_engine_issued_from_its_hooks_needs_a_calibration_that_measu
     [
         ({"cluster": {"workers": 3}}, {}, "cluster.workers is 3"),
         ({"real": {"threads": 2}}, {}, "real.threads is 2"),
-        ({"batch_size": 16}, {}, "batch_size is 16"),
+        ({"batch_size": 16}, {}, "default batch size: a run at that batch has a twin"),
         ({"cluster": {"bandwidth_gbps": 0.5}}, {}, "has no 0.5 Gbit/s"),
         ({"workload": "gpt2-debug"}, {}, "calibrate --models gpt2-debug"),
         ({"cluster": {"stragglers": [{"worker": 0, "slowdown": 2.0}]}}, {}, "cluster.stragglers"),
