@@ -7,8 +7,10 @@ has (``lab.actions.dispatch``)."""
 
 import logging
 import os
+import warnings
 
 from celery import Celery
+from celery.exceptions import SecurityWarning
 from celery.signals import celeryd_after_setup, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "lab.settings.base")
@@ -18,6 +20,21 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 log = logging.getLogger(__name__)
+
+# Celery's generic warning for a worker that runs as root (its risk: a pickled task message
+# run as root, which it refuses outright) is replaced by why this one does and what the lab
+# does about it (``_say_why_root``): real runs on the emulated network need root.
+warnings.filterwarnings(
+    "ignore",
+    message="You're running the worker with superuser privileges",
+    category=SecurityWarning,
+)
+ROOT_NOTE = (
+    "this worker runs as root: real runs on the emulated network need it (network namespaces, "
+    "tc, the delay line). Its tasks take JSON only (CELERY_ACCEPT_CONTENT), run specs are "
+    "validated before they reach it and never become shell or container arguments. A worker "
+    "host without shaped real runs can run it as another user (celery worker --uid USER)."
+)
 
 
 def host_queue() -> str:
@@ -29,6 +46,12 @@ def host_queue() -> str:
 @celeryd_after_setup.connect
 def _consume_host_queue(sender, instance, **kwargs) -> None:
     instance.app.amqp.queues.select_add(host_queue())
+
+
+@worker_ready.connect
+def _say_why_root(sender, **kwargs) -> None:
+    if os.geteuid() == 0:
+        log.warning(ROOT_NOTE)
 
 
 @worker_ready.connect

@@ -201,7 +201,7 @@ class ExperimentForm(_ClusterArenaFields):
         help_text="measured iterations per run (after warm-up)",
     )
     batch_size = forms.IntegerField(
-        label="batch size",
+        label="Batch size",
         min_value=1,
         max_value=1_000_000,
         required=False,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import signal
 
 import pytest
@@ -51,6 +52,17 @@ def assert_complete(
 
 def test_an_experiment_runs_end_to_end_on_the_embedded_default(embedded_stack):
     assert_complete(embedded_stack, run_experiment(embedded_stack), 4)
+
+
+def test_a_worker_run_as_root_says_why_instead_of_celery_s_generic_warning(embedded_stack):
+    """Root is what real runs on the emulated network need: the worker's log says so (and what
+    the lab does about it) in place of Celery's "absolutely not recommended"."""
+    log = embedded_stack.log("worker")
+    assert "absolutely not recommended" not in log
+    if os.geteuid() == 0:
+        assert "this worker runs as root: real runs on the emulated network need it" in log
+    else:
+        assert "this worker runs as root" not in log
 
 
 @pytest.mark.redis
