@@ -31,9 +31,9 @@ warnings.filterwarnings(
 )
 ROOT_NOTE = (
     "this worker runs as root: real runs on the emulated network need it (network namespaces, "
-    "tc, the delay line). Its tasks take JSON only (CELERY_ACCEPT_CONTENT), run specs are "
-    "validated before they reach it and never become shell or container arguments. A worker "
-    "host without shaped real runs can run it as another user (celery worker --uid USER)."
+    "tc, the delay line). Its tasks take JSON only (CELERY_ACCEPT_CONTENT) and run specs "
+    "validated before they are queued. A worker host without shaped real runs can run it as "
+    "another user (celery worker --uid USER)."
 )
 
 
