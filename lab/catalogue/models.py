@@ -28,6 +28,9 @@ class Workload(models.Model):
     layers = models.PositiveIntegerField()
     total_param_bytes = models.BigIntegerField()
     default_batch_size = models.PositiveIntegerField()
+    activation_bytes_per_sample = models.BigIntegerField(
+        default=0, help_text="what autograd saves for the backward, per sample (the profile's)"
+    )
     sample_unit = models.CharField(max_length=32)
     source = models.JSONField(default=dict)
     active = models.BooleanField(default=True)

@@ -28,6 +28,7 @@ def load_catalogue() -> tuple[int, int]:
                 "layers": len(profile.layers),
                 "total_param_bytes": profile.total_param_bytes,
                 "default_batch_size": profile.default_batch_size,
+                "activation_bytes_per_sample": profile.activation_per_sample_bytes,
                 "sample_unit": profile.sample_unit,
                 "source": dict(profile.source),
                 "active": True,

@@ -507,6 +507,8 @@ def test_the_catalogue_lists_every_entry_with_its_paper_and_parameters(browser):
     assert "SOSP 2019" in html and "USENIX ATC 2017" in html
     assert "credit_bytes" in html and "partition_bytes" in html
     assert "resnet50" in html and "vgg16" in html
+    assert "activations (MB per sample)" in html
+    assert "<td>2707</td>" in html  # gpt2's: 2.7 GB a sample (1024 tokens)
 
 
 def test_the_experiment_page_shows_runs_and_live_fragment(browser, user, config):
