@@ -124,7 +124,7 @@ class KeptRun:
     checks: list[float | None] | None = None
 
 
-def _plain(value: Any) -> Any:
+def as_journaled(value: Any) -> Any:
     """``value`` as the journal reads it back (tuples as lists, keys as strings)."""
     return json.loads(json.dumps(value))
 
@@ -353,7 +353,7 @@ class Journal:
         """The journal's run of this configuration in this round, made with ``spec`` (None:
         none, or one made with another real spec)."""
         found = self._runs.get(_key(round_, system, model, nominal))
-        if found is None or found[0] != _plain(spec):
+        if found is None or found[0] != as_journaled(spec):
             return None
         self.reused += 1
         return found[1]
@@ -365,9 +365,9 @@ class Journal:
         real spec than ``spec``: the first field that differs (``spec_difference``); None
         where it has no such run."""
         found = self._runs.get(_key(round_, system, model, nominal))
-        if found is None or found[0] == _plain(spec):
+        if found is None or found[0] == as_journaled(spec):
             return None
-        return spec_difference(_plain(spec), found[0])
+        return spec_difference(as_journaled(spec), found[0])
 
     def add_run(
         self,
@@ -402,7 +402,7 @@ class Journal:
             dict(result.metrics), SimpleNamespace(kind=result.network.kind), wall_s,
             checks=None if checks is None else list(checks),
         )  # fmt: skip
-        self._runs[_key(round_, system, model, nominal)] = (_plain(spec), kept)
+        self._runs[_key(round_, system, model, nominal)] = (as_journaled(spec), kept)
 
     def add_failed(
         self, round_: int, system: str, model: str, nominal: float | None, attempts: list[str]
@@ -425,7 +425,7 @@ class Journal:
     def add_stage(self, name: str, drift: dict[str, Any]) -> None:
         """Keep the compute checks' ``compute_drift`` after stage ``name``."""
         self._append({"drift": drift, "stage": name})
-        self._stages[name] = _plain(drift)
+        self._stages[name] = as_journaled(drift)
 
     def transport_stage(self, name: str, networks: Sequence[str]) -> dict[str, Any] | None:
         """The transport checks as they stood after stage ``name``, where the journal has that
@@ -435,7 +435,7 @@ class Journal:
     def add_transport_stage(self, name: str, checks: dict[str, Any]) -> None:
         """Keep the transport checks after stage ``name``."""
         self._append({"stage": name, "transport": checks})
-        self._transport[name] = _plain(checks)
+        self._transport[name] = as_journaled(checks)
 
     def interference(self, networks: Sequence[str]) -> dict[str, Any] | None:
         """The interference check (``fidelity_interference``), where the journal has one of
@@ -445,7 +445,7 @@ class Journal:
     def add_interference(self, checks: dict[str, Any]) -> None:
         """Keep the interference check (made before the real runs)."""
         self._append({"interference": checks})
-        self._interference = _plain(checks)
+        self._interference = as_journaled(checks)
 
 
 def _covering(kept: dict[str, Any] | None, keys: Sequence[str]) -> dict[str, Any] | None:
@@ -453,4 +453,4 @@ def _covering(kept: dict[str, Any] | None, keys: Sequence[str]) -> dict[str, Any
     ``keys``; None otherwise."""
     if kept is None or set(kept) != set(keys):
         return None
-    return _plain(kept)
+    return as_journaled(kept)

@@ -50,7 +50,7 @@ import numpy as np
 
 from . import fidelity, registry, resample
 from .fidelity import network_name
-from .fidelity_journal import Journal, KeptRun, _plain, journal_label, spec_difference
+from .fidelity_journal import Journal, KeptRun, as_journaled, journal_label, spec_difference
 from .spec import SpecError, validate
 
 FIELD = "JOURNAL"  # the command line's name for the journals, in its errors
@@ -204,14 +204,15 @@ def pool(
             system, model, nominal, testbed, iterations, latency, ps_transport=transport,
             added_latency_us=added,
         )  # fmt: skip
+        expected = as_journaled(real_raw)
         for path, runs in mine:
             for spec, _ in runs:
-                if spec != _plain(real_raw):
+                if spec != expected:
                     raise SpecError(
                         FIELD,
                         f"{path}: its {system}/{model}/{network_name(nominal)} runs were made with "
                         f"another real spec than the calibration gives now "
-                        f"({spec_difference(_plain(real_raw), spec)}): pool sets made with the "
+                        f"({spec_difference(expected, spec)}): pool sets made with the "
                         "same layout",
                     )
         real_spec, sim_spec = validate(real_raw), validate(sim_raw)
