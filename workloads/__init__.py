@@ -43,6 +43,12 @@ class LayerProfile:
     deps: tuple[int, ...]
 
 
+# A training process holds about this many copies of the weights: the weights, their
+# gradients, the optimizer's momentum, and a flat buffer (the lab's engine) or the optimizer's
+# temporaries.
+WEIGHT_COPIES = 4
+
+
 @dataclass(frozen=True)
 class WorkloadProfile:
     """A model's parameter-owning layers, in forward execution order, plus provenance.
@@ -77,6 +83,12 @@ class WorkloadProfile:
         transient gradients and the allocator's slack come on top)."""
         return self.activation_per_sample_bytes * batch_size + self.activation_fixed_bytes
 
+    def training_bytes(self, batch_size: int) -> int:
+        """A training process's bytes for this model at ``batch_size``, beyond the process
+        itself: ``WEIGHT_COPIES`` copies of the weights and the activations (an estimate from
+        below, ``activation_bytes``)."""
+        return WEIGHT_COPIES * self.total_param_bytes + self.activation_bytes(batch_size)
+
     @property
     def buffer_bytes(self) -> int:
         """Every buffer's bytes, all dtypes."""
@@ -94,6 +106,18 @@ class WorkloadProfile:
     def total_fwd_flops(self) -> float:
         """Forward FLOPs per sample over all parameter-owning layers."""
         return sum(layer.fwd_flops for layer in self.layers)
+
+
+def available_memory() -> int | None:
+    """This machine's available memory in bytes (``MemAvailable`` of ``/proc/meminfo``; None
+    where there is none)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 
 def names() -> list[str]:

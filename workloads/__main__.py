@@ -151,6 +151,10 @@ def _measure(args: argparse.Namespace, names: list[str]) -> int:
             return _usage_error(
                 f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here"
             )
+    for name in names:  # every model checked before any is measured
+        refusal = measure.memory_refusal(name, args.batch_size, device)
+        if refusal:
+            return _usage_error(refusal)
     for name in names:
         together = None if barrier is None else measure.file_barrier(barrier[0] / name, barrier[1])
         path = measure.write_measured(

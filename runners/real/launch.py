@@ -415,7 +415,7 @@ def memory_need(spec: RunSpec) -> tuple[int, int]:
     against 4.64, bert-base 6.43 against 5.44, transformer 8.52 against 5.16; gpt2 at batch
     1 on 2 workers 5.27 against 4.77)."""
     profile = workloads.load_profile(spec.workload)
-    fixed = RANK_BASE_BYTES + 4 * profile.total_param_bytes
+    fixed = RANK_BASE_BYTES + workloads.WEIGHT_COPIES * profile.total_param_bytes
     return fixed, profile.activation_bytes(spec.batch_size)
 
 
@@ -468,13 +468,7 @@ def _gpu_free_memory() -> list[int]:
 
 
 def _available_memory() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
+    return workloads.available_memory()
 
 
 def _plan(spec: RunSpec) -> CommPlan:

@@ -108,3 +108,25 @@ def test_a_run_over_several_nodes_checks_this_node_s_share(machine, monkeypatch)
     with pytest.raises(SpecError, match="gpt2 on 1 rank needs about 22.4 GiB"):
         launch.preflight(spec("gpt2", device="cpu"))  # 2 workers: one on this node
     assert launch.preflight(spec("gpt2", batch_size=2, device="cpu")).kind == "nodes"
+
+
+def test_measuring_a_model_that_does_not_fit_is_refused_before_anything_is_measured(
+    monkeypatch, capsys, tmp_path
+):
+    """``python -m workloads profile --measure`` checks every model it is asked for first:
+    gpt2 at its default batch (8) on a 23 GiB machine exits 2 naming --batch-size, and
+    vgg16-debug, asked for beside it, is not measured either."""
+    from workloads import __main__ as cli
+    from workloads import measure
+
+    monkeypatch.setattr(measure, "available_memory", lambda: 23 * GIB)
+    argv = ["profile", "vgg16-debug", "gpt2", "--measure", "--measured-dir", str(tmp_path)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "gpt2 at batch size 8 needs about" in err and "smaller --batch-size" in err, err
+    assert not list(tmp_path.iterdir())
+    assert measure.memory_refusal("gpt2", 1, "cpu") is None  # 4.7 GiB
+    # on a GPU, against its free memory (a stand-in: no GPU here)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index=0: (16 * GIB, 80 * GIB))
+    assert "cuda:0 has 16.0 GiB free" in measure.memory_refusal("gpt2", None, "cuda:0")
+    assert measure.memory_refusal("gpt2", 2, "cuda:0") is None
