@@ -47,6 +47,11 @@ class LayerProfile:
 # gradients, the optimizer's momentum, and a flat buffer (the lab's engine) or the optimizer's
 # temporaries.
 WEIGHT_COPIES = 4
+PROCESS_BYTES = 400 * 2**20  # a training process's Python and torch before the model
+# The memory checks (real runs, measuring) refuse what needs more than these shares of the
+# host's available memory or of a GPU's free memory.
+HOST_MEMORY_SHARE = 0.8
+GPU_MEMORY_SHARE = 0.9
 
 
 @dataclass(frozen=True)

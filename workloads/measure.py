@@ -24,7 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from workloads import LABEL_PATTERN, MEASURED_DIR, available_memory, load_profile, measured_path
+import workloads
+from workloads import LABEL_PATTERN, MEASURED_DIR, measured_path
 from workloads.models import build_model, get_spec
 from workloads.profiler import dumps, profile_model
 
@@ -363,24 +364,22 @@ def measure_profile(
     }
 
 
-PROCESS_BYTES = 400 * 2**20  # this process's Python and torch before the model
-
-
 def memory_refusal(name: str, batch_size: int | None, device: str) -> str | None:
     """Why measuring ``name`` at ``batch_size`` (None: its default) on ``device`` would not fit
     in memory, or None: the estimate of a training process (``WorkloadProfile.training_bytes``,
     from below) against 80 % of this machine's available memory on the CPU, or 90 % of the
     GPU's free memory on CUDA. Said before anything is measured, not by the kernel's OOM
     killer half way."""
-    profile = load_profile(name)
+    profile = workloads.load_profile(name)
     batch = batch_size or profile.default_batch_size
     need = profile.training_bytes(batch)
     if device.startswith("cuda"):
         index = torch.device(device).index or 0
-        have, share, where = torch.cuda.mem_get_info(index)[0], 0.9, f"{device} has"
+        have, share = torch.cuda.mem_get_info(index)[0], workloads.GPU_MEMORY_SHARE
+        where = f"{device} has"
     else:
-        have, share, where = available_memory(), 0.8, "this machine has"
-        need += PROCESS_BYTES
+        have, share = workloads.available_memory(), workloads.HOST_MEMORY_SHARE
+        where, need = "this machine has", need + workloads.PROCESS_BYTES
     if have is None or need <= share * have:
         return None
     return (

@@ -299,18 +299,23 @@ ACTIVATIONS_RULE = (
 )
 
 
-def saved_activation_bytes(name: str, batch_size: int, device: str = "meta") -> int:
+def saved_activation_bytes(
+    name: str, batch_size: int, device: str = "meta", model: nn.Module | None = None
+) -> int:
     """The bytes autograd saves for the backward of one training forward of registered model
     ``name`` (with its loss) at ``batch_size``: each saved tensor once (a view counts as its
     base), the model's parameters and buffers left out. On ``device`` "meta" no memory is
-    used and the numbers are the same (only shapes count)."""
+    used and the numbers are the same (only shapes count). ``model``: the model already built
+    on ``device`` (else built here)."""
     from workloads import data
 
     inputs, targets = data.synthetic_batch(name, batch_size, 0, 0, 0)
     # copies (not views of the batch's one sequence tensor), the same on every device
     inputs, targets = inputs.to(device).clone(), targets.to(device).clone()
-    with torch.device(device):
-        model = build_model(name)
+    if model is None:
+        with torch.device(device):
+            model = build_model(name)
+    model.train()
     return saved_bytes(model, lambda: data.loss_fn(name)(model(inputs), targets))
 
 
@@ -333,10 +338,12 @@ def saved_bytes(model: nn.Module, forward: Any) -> int:
     return sum(t.numel() * t.element_size() for t in saved.values())
 
 
-def activation_bytes(name: str, device: str = "meta") -> dict[str, int]:
+def activation_bytes(
+    name: str, device: str = "meta", model: nn.Module | None = None
+) -> dict[str, int]:
     """``{"per_sample": ..., "fixed": ...}``: ``saved_activation_bytes`` as a line in the
-    batch size (ACTIVATIONS_RULE)."""
-    two, four = (saved_activation_bytes(name, batch, device) for batch in (2, 4))
+    batch size (ACTIVATIONS_RULE), on ``model`` where given."""
+    two, four = (saved_activation_bytes(name, batch, device, model) for batch in (2, 4))
     per_sample = (four - two) // 2
     return {"per_sample": per_sample, "fixed": max(0, two - 2 * per_sample)}
 
@@ -367,7 +374,7 @@ def profile_model(name: str, device: str = "meta") -> dict[str, Any]:
         "buffer_bytes_by_dtype": buffer_bytes_by_dtype(model),
         # What autograd keeps for the backward, as a line in the batch size: the bulk of a
         # rank's memory for the large models (``runners.real.launch.preflight`` checks it).
-        "activation_bytes": activation_bytes(name, device),
+        "activation_bytes": activation_bytes(name, device, model),
         "source": {
             "kind": "torch-definition+analytic-flops",
             "model": spec.builder,

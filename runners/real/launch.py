@@ -43,7 +43,6 @@ ROOT = Path(__file__).resolve().parents[2]
 MAX_SHAPED_GBPS = 10.0  # the shaper on a veth pair: above this CPU-bound here (tbf)
 MIN_SHAPED_GBPS = 0.001
 RANKS_PER_CPU = 4
-RANK_BASE_BYTES = 400 * 2**20  # a rank's Python + torch before the model
 CUDA_CONTEXT_BYTES = 600 * 2**20  # a rank's CUDA context and NCCL's buffers on its GPU
 TIMEOUT_S = float(os.environ.get("LAB_REAL_TIMEOUT_S", "1800"))
 COLLECTIVE_TIMEOUT_S = 300.0
@@ -406,16 +405,17 @@ def preflight(spec: RunSpec) -> Network:
 
 def memory_need(spec: RunSpec) -> tuple[int, int]:
     """``(each process's bytes besides its activations, a worker's activations)`` for
-    ``spec``'s workload: the process (``RANK_BASE_BYTES``) with about 4 copies of the weights
-    (weights, gradients, the engine's flat buffers, momentum; a server holds its shard of
-    them, counted as all of them), and what autograd saves for a worker's backward at
+    ``spec``'s workload: the process (``workloads.PROCESS_BYTES``) with ``WEIGHT_COPIES``
+    copies of the weights (weights, gradients, the engine's flat buffers, momentum; a server
+    holds its shard of them, counted as all of them), and what autograd saves for a worker's
+    backward at
     ``spec.batch_size`` (the profile's ``activation_bytes``). An estimate from below: the
     backward's transient gradients and the allocator's slack come on top (a single CPU rank
     of batch 32, 2026-12-07: resnet50 3.56 GiB peak against 3.33 estimated, vgg16 4.24
     against 4.64, bert-base 6.43 against 5.44, transformer 8.52 against 5.16; gpt2 at batch
     1 on 2 workers 5.27 against 4.77)."""
     profile = workloads.load_profile(spec.workload)
-    fixed = RANK_BASE_BYTES + workloads.WEIGHT_COPIES * profile.total_param_bytes
+    fixed = workloads.PROCESS_BYTES + workloads.WEIGHT_COPIES * profile.total_param_bytes
     return fixed, profile.activation_bytes(spec.batch_size)
 
 
@@ -436,7 +436,7 @@ def _check_memory(spec: RunSpec, ranks: int, servers: int, device: str) -> None:
         if on_host
         else ""
     )
-    if have is not None and need > 0.8 * have:
+    if have is not None and need > workloads.HOST_MEMORY_SHARE * have:
         raise SpecError(
             "workload",
             f"{spec.workload} on {ranks} rank{'s' if ranks > 1 else ''} needs about "
@@ -445,9 +445,9 @@ def _check_memory(spec: RunSpec, ranks: int, servers: int, device: str) -> None:
         )
     if device != "cuda":
         return
-    gpu_need = fixed - RANK_BASE_BYTES + activations  # the weights' copies on the GPU
+    gpu_need = fixed - workloads.PROCESS_BYTES + activations  # the weights' copies on the GPU
     free = _gpu_free_memory()
-    if free and gpu_need + CUDA_CONTEXT_BYTES > 0.9 * min(free):
+    if free and gpu_need + CUDA_CONTEXT_BYTES > workloads.GPU_MEMORY_SHARE * min(free):
         raise SpecError(
             "workload",
             f"{spec.workload} needs about {(gpu_need + CUDA_CONTEXT_BYTES) / 2**30:.1f} GiB "

@@ -119,7 +119,7 @@ def test_measuring_a_model_that_does_not_fit_is_refused_before_anything_is_measu
     from workloads import __main__ as cli
     from workloads import measure
 
-    monkeypatch.setattr(measure, "available_memory", lambda: 23 * GIB)
+    monkeypatch.setattr(workloads, "available_memory", lambda: 23 * GIB)
     argv = ["profile", "vgg16-debug", "gpt2", "--measure", "--measured-dir", str(tmp_path)]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
