@@ -52,6 +52,14 @@ PROCESS_BYTES = 400 * 2**20  # a training process's Python and torch before the 
 # host's available memory or of a GPU's free memory.
 HOST_MEMORY_SHARE = 0.8
 GPU_MEMORY_SHARE = 0.9
+# On the CPU a training process's resident memory holds its step's tensors (the profile's
+# ``step_peak_bytes``) about this many times over: glibc's heap keeps what the step frees
+# (its mmap threshold rises to the largest freed block, up to 32 MiB, and what is freed below
+# it stays in the process). Measured 2026-12-08 on 8 real runs of one CPU worker at batch 32
+# (gpt2 at 1; wfbp and ddp): 0.94-1.98 times the peak beyond the process and its other
+# copies of the weights; with glibc's threshold fixed (MALLOC_MMAP_THRESHOLD_=131072, 3 runs)
+# 0.94-0.97. A bound chosen to cover those runs, not a model of the allocator.
+HOST_HEAP_SLACK = 2.0
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,9 @@ class WorkloadProfile:
     activation_per_sample_bytes, activation_fixed_bytes: what autograd saves for the backward
         of one training forward, as a line in the batch size (the profile's
         ``activation_bytes``, ``source.activations_rule``); 0 in profiles written before it.
+    step_peaks: (batch size, bytes) pairs, the most bytes alive at once beyond the weights in
+        one training forward and backward at that batch size (the profile's
+        ``step_peak_bytes``, ``source.step_peak_rule``); empty in profiles written before it.
     """
 
     name: str
@@ -81,6 +92,7 @@ class WorkloadProfile:
     buffers: tuple[tuple[str, int], ...] = ()
     activation_per_sample_bytes: int = 0
     activation_fixed_bytes: int = 0
+    step_peaks: tuple[tuple[int, int], ...] = ()
 
     def activation_bytes(self, batch_size: int) -> int:
         """The bytes autograd saves for the backward of one training forward of
@@ -88,11 +100,40 @@ class WorkloadProfile:
         transient gradients and the allocator's slack come on top)."""
         return self.activation_per_sample_bytes * batch_size + self.activation_fixed_bytes
 
-    def training_bytes(self, batch_size: int) -> int:
+    def step_peak_bytes(self, batch_size: int) -> int:
+        """The most bytes alive at once beyond the weights in one training forward and
+        backward of ``batch_size`` samples: the activations, the gradients and the backward's
+        transients (``step_peaks``; between two measured batch sizes the line through them,
+        at or above the peak, beyond them the nearest two's line). 0 without ``step_peaks``.
+        The allocator's slack comes on top."""
+        points = self.step_peaks
+        if not points:
+            return 0
+        if len(points) == 1:
+            return round(points[0][1] * batch_size / points[0][0])
+        i = next((k for k, (b, _) in enumerate(points) if b >= batch_size), len(points) - 1)
+        (b0, y0), (b1, y1) = points[max(0, i - 1)], points[max(1, i)]
+        return max(0, round(y0 + (y1 - y0) * (batch_size - b0) / (b1 - b0)))
+
+    def step_bytes(self, batch_size: int) -> int:
+        """A training step's bytes beyond the weights at ``batch_size``: the step's peak
+        (``step_peak_bytes``, gradients included), or in a profile without it, the activations
+        (``activation_bytes``, from below)."""
+        if self.step_peaks:
+            return self.step_peak_bytes(batch_size)
+        return self.activation_bytes(batch_size)
+
+    def resident_bytes(self) -> int:
+        """The weights' copies a training process holds throughout (``WEIGHT_COPIES``; the
+        gradients not, where ``step_bytes`` holds them)."""
+        copies = WEIGHT_COPIES - 1 if self.step_peaks else WEIGHT_COPIES
+        return copies * self.total_param_bytes
+
+    def training_bytes(self, batch_size: int, heap_slack: float = 1.0) -> int:
         """A training process's bytes for this model at ``batch_size``, beyond the process
-        itself: ``WEIGHT_COPIES`` copies of the weights and the activations (an estimate from
-        below, ``activation_bytes``)."""
-        return WEIGHT_COPIES * self.total_param_bytes + self.activation_bytes(batch_size)
+        itself: ``resident_bytes`` and ``heap_slack`` times ``step_bytes`` (on the CPU
+        ``HOST_HEAP_SLACK``; on a GPU 1, PyTorch's caching allocator's slack not counted)."""
+        return self.resident_bytes() + round(heap_slack * self.step_bytes(batch_size))
 
     @property
     def buffer_bytes(self) -> int:
@@ -128,6 +169,31 @@ def available_memory() -> int | None:
 def names() -> list[str]:
     """Sorted names of the workloads that have a stored (analytic) profile."""
     return sorted(path.stem for path in PROFILES_DIR.glob("*.json"))
+
+
+def _step_peaks(profile_name: str, raw: Any) -> tuple[tuple[int, int], ...]:
+    """A profile's ``step_peak_bytes`` as (batch size, bytes) pairs in increasing batch size;
+    () where it has none. Raises ValueError naming the profile where it is malformed."""
+    if raw is None:
+        return ()
+    try:
+        sizes, peaks = list(raw["batch_sizes"]), list(raw["bytes"])
+        points = tuple((int(b), int(y)) for b, y in zip(sizes, peaks, strict=True))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(
+            f"profile '{profile_name}': step_peak_bytes must hold batch_sizes and bytes, two "
+            f"lists of integers of one length ({exc})"
+        ) from None
+    if (
+        not points
+        or any(b < 1 or y < 0 for b, y in points)
+        or any(a[0] >= b[0] for a, b in zip(points, points[1:], strict=False))
+    ):
+        raise ValueError(
+            f"profile '{profile_name}': step_peak_bytes needs increasing batch sizes of at "
+            "least 1 and bytes of at least 0"
+        )
+    return points
 
 
 def _deps(profile_name: str, index: int, layer: Mapping[str, Any]) -> tuple[int, ...]:
@@ -187,6 +253,7 @@ def _parse_profile(name: str, raw: Mapping[str, Any]) -> WorkloadProfile:
         buffers=tuple((k, int(v)) for k, v in raw.get("buffer_bytes_by_dtype", {}).items()),
         activation_per_sample_bytes=int(raw.get("activation_bytes", {}).get("per_sample", 0)),
         activation_fixed_bytes=int(raw.get("activation_bytes", {}).get("fixed", 0)),
+        step_peaks=_step_peaks(name, raw.get("step_peak_bytes")),
     )
     if profile.total_param_count != raw["total_param_count"]:
         raise ValueError(

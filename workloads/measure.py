@@ -366,25 +366,27 @@ def measure_profile(
 
 def memory_refusal(name: str, batch_size: int | None, device: str) -> str | None:
     """Why measuring ``name`` at ``batch_size`` (None: its default) on ``device`` would not fit
-    in memory, or None: the estimate of a training process (``WorkloadProfile.training_bytes``,
-    from below) against 80 % of this machine's available memory on the CPU, or 90 % of the
-    GPU's free memory on CUDA. Said before anything is measured, not by the kernel's OOM
+    in memory, or None: the estimate of a training process (``WorkloadProfile.
+    training_bytes``; on the CPU its step counted ``HOST_HEAP_SLACK`` times for glibc's heap,
+    with the process) against 80 % of this machine's available memory on the CPU, or 90 % of
+    the GPU's free memory on CUDA. Said before anything is measured, not by the kernel's OOM
     killer half way."""
     profile = workloads.load_profile(name)
     batch = batch_size or profile.default_batch_size
-    need = profile.training_bytes(batch)
     if device.startswith("cuda"):
         index = torch.device(device).index or 0
         have, share = torch.cuda.mem_get_info(index)[0], workloads.GPU_MEMORY_SHARE
-        where = f"{device} has"
+        where, need = f"{device} has", profile.training_bytes(batch)
     else:
         have, share = workloads.available_memory(), workloads.HOST_MEMORY_SHARE
-        where, need = "this machine has", need + workloads.PROCESS_BYTES
+        slack = workloads.HOST_HEAP_SLACK
+        where = "this machine has"
+        need = workloads.PROCESS_BYTES + profile.training_bytes(batch, slack)
     if have is None or need <= share * have:
         return None
     return (
-        f"{name} at batch size {batch} needs about {need / 2**30:.1f} GiB (its activations "
-        f"{profile.activation_bytes(batch) / 2**30:.1f} GiB), {where} {have / 2**30:.1f} GiB "
+        f"{name} at batch size {batch} needs about {need / 2**30:.1f} GiB (its training step "
+        f"{profile.step_bytes(batch) / 2**30:.1f} GiB), {where} {have / 2**30:.1f} GiB "
         f"free; measure it with a smaller --batch-size or on a larger machine"
     )
 

@@ -7,12 +7,15 @@ numbers as a CPU run (`--device cpu` does the same pass on real CPU tensors).
 """
 
 import json
+import weakref
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import fx, nn
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from workloads import PROFILES_DIR
 from workloads.models import build_model, get_spec
@@ -348,6 +351,98 @@ def activation_bytes(
     return {"per_sample": per_sample, "fixed": max(0, two - 2 * per_sample)}
 
 
+STEP_PEAK_RULE = (
+    "step_peak_bytes: the most bytes of tensors alive at once beyond the model's parameters "
+    "and buffers during one training forward and backward (train mode, the model's loss from "
+    "workloads.data.loss_fn on a synthetic batch, no gradients before it): what autograd "
+    "saves, the parameters' gradients as the backward makes them and the backward's "
+    "transient tensors, each storage counted from the op that makes it until it is freed; on "
+    "the meta device (shapes only), at each batch size of batch_sizes (bytes: the peaks). "
+    "The peak is the largest of sums that each grow linearly with the batch, so between two "
+    "batch sizes the straight line through their peaks is at or above it; beyond the last, "
+    "the last two's line goes on. The allocator's slack (glibc's heap on the CPU, PyTorch's "
+    "caching allocator on a GPU) comes on top"
+)
+STEP_PEAK_BATCHES = (2, 4, 8, 16, 32, 64)  # batch norm needs more than one sample
+
+
+class LiveBytes(TorchDispatchMode):
+    """Counts the bytes of the tensors the ops made while it is active that are still alive
+    (``now``) and the most alive at once (``peak``): each storage once, from the op that makes
+    it until it is freed (a weak reference's finalizer). Tensors made before it, the model's
+    weights and the batch, are not counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live: dict[int, int] = {}  # a storage's address -> its bytes
+        self.now = 0
+        self.peak = 0
+
+    def _freed(self, key: int) -> None:
+        self.now -= self.live.pop(key)
+
+    def _made(self, tensor: torch.Tensor) -> None:
+        storage = tensor.untyped_storage()
+        key = storage._cdata
+        if key in self.live:  # several outputs of one storage
+            return
+        size = storage.nbytes()
+        self.live[key] = size
+        self.now += size
+        self.peak = max(self.peak, self.now)
+        weakref.finalize(storage, self._freed, key)
+
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None
+    ) -> Any:
+        out = func(*args, **(kwargs or {}))
+        given = {
+            leaf.untyped_storage()._cdata
+            for leaf in tree_leaves((args, kwargs))
+            if isinstance(leaf, torch.Tensor)
+        }
+        for leaf in tree_leaves(out):
+            # a view or an in-place op's result is its input's storage: nothing new (the
+            # weights' transposes, say, are the weights)
+            if isinstance(leaf, torch.Tensor) and leaf.untyped_storage()._cdata not in given:
+                self._made(leaf)
+        return out
+
+
+def step_peak_at(
+    name: str, batch_size: int, device: str = "meta", model: nn.Module | None = None
+) -> int:
+    """The most bytes alive at once beyond registered model ``name``'s weights during one
+    training forward and backward at ``batch_size`` (STEP_PEAK_RULE). ``model``: the model
+    already built on ``device`` (else built here); its gradients are set to None before and
+    after."""
+    from workloads import data
+
+    inputs, targets = data.synthetic_batch(name, batch_size, 0, 0, 0)
+    inputs, targets = inputs.to(device).clone(), targets.to(device).clone()
+    if model is None:
+        with torch.device(device):
+            model = build_model(name)
+    model.train()
+    model.zero_grad(set_to_none=True)
+    counter = LiveBytes()
+    with counter:
+        loss = data.loss_fn(name)(model(inputs), targets)
+        loss.backward()
+        del loss
+    model.zero_grad(set_to_none=True)
+    return counter.peak
+
+
+def step_peak_bytes(
+    name: str, device: str = "meta", model: nn.Module | None = None
+) -> dict[str, list[int]]:
+    """``{"batch_sizes": STEP_PEAK_BATCHES, "bytes": [step_peak_at(...) of each]}``
+    (STEP_PEAK_RULE), on ``model`` where given."""
+    peaks = [step_peak_at(name, batch, device, model) for batch in STEP_PEAK_BATCHES]
+    return {"batch_sizes": list(STEP_PEAK_BATCHES), "bytes": peaks}
+
+
 def profile_model(name: str, device: str = "meta") -> dict[str, Any]:
     """The profile of registered model `name` as a JSON-ready dict, in the file's key order.
 
@@ -375,6 +470,9 @@ def profile_model(name: str, device: str = "meta") -> dict[str, Any]:
         # What autograd keeps for the backward, as a line in the batch size: the bulk of a
         # rank's memory for the large models (``runners.real.launch.preflight`` checks it).
         "activation_bytes": activation_bytes(name, device, model),
+        # The most alive at once in a training step beyond the weights: the activations, the
+        # gradients and the backward's transients (what the memory checks count).
+        "step_peak_bytes": step_peak_bytes(name, device, model),
         "source": {
             "kind": "torch-definition+analytic-flops",
             "model": spec.builder,
@@ -383,6 +481,7 @@ def profile_model(name: str, device: str = "meta") -> dict[str, Any]:
             "flops_rule": FLOPS_RULE,
             "deps_rule": DEPS_RULE,
             "activations_rule": ACTIVATIONS_RULE,
+            "step_peak_rule": STEP_PEAK_RULE,
             "param_bytes_rule": f"{BYTES_PER_PARAM} bytes per parameter (fp32); a parameter "
             "shared by several modules (tied weights) counts once, at the first that uses it",
             "generated_by": f"python -m workloads profile {name}",

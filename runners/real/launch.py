@@ -404,35 +404,37 @@ def preflight(spec: RunSpec) -> Network:
 
 
 def memory_need(spec: RunSpec) -> tuple[int, int]:
-    """``(each process's bytes besides its activations, a worker's activations)`` for
-    ``spec``'s workload: the process (``workloads.PROCESS_BYTES``) with ``WEIGHT_COPIES``
-    copies of the weights (weights, gradients, the engine's flat buffers, momentum; a server
-    holds its shard of them, counted as all of them), and what autograd saves for a worker's
-    backward at
-    ``spec.batch_size`` (the profile's ``activation_bytes``). An estimate from below: the
-    backward's transient gradients and the allocator's slack come on top (a single CPU rank
-    of batch 32, 2026-12-07: resnet50 3.56 GiB peak against 3.33 estimated, vgg16 4.24
-    against 4.64, bert-base 6.43 against 5.44, transformer 8.52 against 5.16; gpt2 at batch
-    1 on 2 workers 5.27 against 4.77)."""
+    """``(each process's bytes besides its training step, a worker's training step)`` for
+    ``spec``'s workload: the process (``workloads.PROCESS_BYTES``) with the weights' copies
+    it holds throughout (``WorkloadProfile.resident_bytes``: weights, the engine's flat
+    buffers, momentum; a server holds its shard of them, counted as all of them), and the
+    most a worker's training step at ``spec.batch_size`` holds at once beyond them (the
+    profile's ``step_peak_bytes``: activations, gradients, the backward's transients). On
+    the CPU ``_check_memory`` counts the step ``workloads.HOST_HEAP_SLACK`` times over for
+    glibc's heap (one CPU worker at batch 32, 2026-12-08: transformer 9.32 GiB resident,
+    6.06 estimated before the slack, 11.0 with it; bert-base 8.47, 5.07, 8.5; resnet50 4.51,
+    3.25, 5.8; vgg16 4.44, 4.60, 7.3; gpt2 at batch 1: 5.33, 4.69, 7.6)."""
     profile = workloads.load_profile(spec.workload)
-    fixed = workloads.PROCESS_BYTES + workloads.WEIGHT_COPIES * profile.total_param_bytes
-    return fixed, profile.activation_bytes(spec.batch_size)
+    fixed = workloads.PROCESS_BYTES + profile.resident_bytes()
+    return fixed, profile.step_bytes(spec.batch_size)
 
 
 def _check_memory(spec: RunSpec, ranks: int, servers: int, device: str) -> None:
     """Refuse (``SpecError``) a run whose processes need more than 80 % of this machine's
     available memory, or on GPUs, whose ranks need more than 90 % of a GPU's free memory
     (``memory_need``): before any process starts, not the kernel's OOM killer half way."""
-    fixed, activations = memory_need(spec)
+    fixed, step = memory_need(spec)
     workers = ranks - servers
-    on_host = 0 if device == "cuda" else activations
+    slack = workloads.HOST_HEAP_SLACK
+    on_host = 0 if device == "cuda" else round(slack * step)
     need = ranks * fixed + workers * on_host
     have = _available_memory()
     advice = (
         f"use {spec.workload.removesuffix('-debug')}-debug, fewer workers or a smaller batch_size"
     )
     what = (
-        f" (its activations {activations / 2**30:.1f} GiB a worker at batch_size {spec.batch_size})"
+        f" (a worker's training step holds {step / 2**30:.1f} GiB at batch_size "
+        f"{spec.batch_size}, counted {slack:g} times for the CPU's heap)"
         if on_host
         else ""
     )
@@ -445,13 +447,13 @@ def _check_memory(spec: RunSpec, ranks: int, servers: int, device: str) -> None:
         )
     if device != "cuda":
         return
-    gpu_need = fixed - workloads.PROCESS_BYTES + activations  # the weights' copies on the GPU
+    gpu_need = fixed - workloads.PROCESS_BYTES + step  # the weights' copies on the GPU
     free = _gpu_free_memory()
     if free and gpu_need + CUDA_CONTEXT_BYTES > workloads.GPU_MEMORY_SHARE * min(free):
         raise SpecError(
             "workload",
             f"{spec.workload} needs about {(gpu_need + CUDA_CONTEXT_BYTES) / 2**30:.1f} GiB "
-            f"a GPU (its activations {activations / 2**30:.1f} GiB at batch_size "
+            f"a GPU (its training step {step / 2**30:.1f} GiB at batch_size "
             f"{spec.batch_size}), the GPUs here have {min(free) / 2**30:.1f} GiB free; "
             f"{advice}",
         )

@@ -141,10 +141,10 @@ def test_the_gpu_profile_of_a_model_is_measured(tmp_path):
 
 
 def test_the_memory_check_reads_each_gpu_s_free_memory():
-    """On GPUs a rank's weights and activations are checked against each GPU's free memory
+    """On GPUs a rank's weights and training step are checked against each GPU's free memory
     (``launch._gpu_free_memory``, from ``torch.cuda.mem_get_info``) before anything starts:
-    ``gpt2`` at a batch whose activations exceed the GPU is refused naming ``workload``; at
-    batch 1 (2.5 GiB of activations) it passes."""
+    ``gpt2`` at a batch whose step exceeds the GPU is refused naming ``workload``; at batch 1
+    (a 2.9 GiB step) it passes."""
     from runners.real import launch
     from runners.spec import SpecError
 
@@ -152,8 +152,10 @@ def test_the_memory_check_reads_each_gpu_s_free_memory():
     assert len(free) == torch.cuda.device_count()
     assert all(0 < f <= torch.cuda.get_device_properties(i).total_memory
                for i, f in enumerate(free))  # fmt: skip
-    per_sample = launch.workloads.load_profile("gpt2").activation_per_sample_bytes
-    too_big = min(free) // per_sample + 1
+    profile = launch.workloads.load_profile("gpt2")
+    too_big = 1
+    while profile.step_bytes(too_big) <= min(free):
+        too_big *= 2
 
     def gpt2(batch: int) -> object:
         return validate({"system": "wfbp", "mode": "real", "workload": "gpt2",

@@ -1,8 +1,9 @@
 """A real run's memory, checked before any process starts (``runners.real.launch.preflight``):
-each process's weights and a worker's activations (what autograd saves for the backward, from
-the workload's profile) against this machine's available memory, or a GPU's free memory for
-runs on GPUs. Before the activations were counted, ``gpt2`` on 2 workers passed the check and
-the kernel's OOM killer ended a rank half way (2026-12-07). The machine's memory is a
+each process's weights and a worker's training step (the most its tensors hold at once beyond
+the weights, from the workload's profile; on the CPU counted twice for glibc's heap) against
+this machine's available memory, or a GPU's free memory for runs on GPUs. Before the
+activations were counted, ``gpt2`` on 2 workers passed the check and the kernel's OOM killer
+ended a rank half way (2026-12-07). The machine's memory is a
 stand-in here so the verdicts do not depend on the host; the GPUs' free memory too (our
 machines have none: the GPU check is not run against a real device here)."""
 
@@ -63,14 +64,51 @@ def test_a_profile_s_activations_are_a_line_in_the_batch_size():
     assert workloads.load_profile("gpt2").activation_bytes(8) > 16 * GIB
 
 
+def test_live_bytes_follow_each_tensor_from_its_op_to_its_end():
+    """The step's peak counter: what the ops make, not the weights made before it; every
+    storage once; freed tensors leave it, so after the backward only the gradients are
+    alive, and the peak holds at least the saved activations and at least the gradients."""
+    big = nn.Linear(1000, 1000, bias=False)  # 4 MB of weights
+    model = nn.Sequential(big, nn.ReLU(), nn.Linear(1000, 2, bias=False))
+    inputs = torch.zeros(3, 1000)
+    grads = sum(p.numel() * 4 for p in model.parameters())
+    saved = profiler.saved_bytes(model, lambda: model(inputs).sum())
+    counter = profiler.LiveBytes()
+    with counter:
+        loss = model(inputs).sum()
+        after_forward = counter.now
+        loss.backward()
+        del loss
+    kept = saved - inputs.numel() * 4  # the batch, made before the counter, not counted
+    assert after_forward >= kept  # what autograd keeps is alive until the backward
+    assert counter.now == grads  # the activations and transients are freed
+    assert counter.peak >= max(kept, grads)
+    assert counter.peak < grads + 10 * (3 * 1000 * 4)  # the weights themselves not counted
+
+
+def test_a_profile_s_step_peaks_bound_the_peak_between_its_batch_sizes():
+    """Measured at its batch sizes; between them the line is at or above the peak (the peak
+    is the largest of sums linear in the batch); transformer's peak is not one line through
+    batch 2 and 4 (the old activations' rule would say 4.1 GiB at 32, it is 5.2)."""
+    for name in ("transformer-debug", "resnet50-debug"):
+        profile = workloads.load_profile(name)
+        assert [b for b, _ in profile.step_peaks] == list(profiler.STEP_PEAK_BATCHES)
+        assert profiler.step_peak_at(name, 8) == profile.step_peak_bytes(8)
+        for batch in (3, 12, 48):
+            assert profile.step_peak_bytes(batch) >= profiler.step_peak_at(name, batch)
+    transformer = workloads.load_profile("transformer")
+    assert transformer.step_peak_bytes(32) > 1.2 * transformer.activation_bytes(32)
+
+
 def test_gpt2_on_two_workers_is_refused_for_its_activations(machine):
     machine(23.0)
     with pytest.raises(SpecError) as err:
         launch.preflight(spec("gpt2"))
     assert err.value.field == "workload"
     text = str(err.value)
-    assert "gpt2 on 2 ranks needs about 44.8 GiB" in text
-    assert "its activations 20.2 GiB a worker at batch_size 8" in text
+    assert "gpt2 on 2 ranks needs about 96.5 GiB" in text
+    assert "a worker's training step holds 23.2 GiB at batch_size 8" in text
+    assert "counted 2 times for the CPU's heap" in text
     assert "23.0 GiB available" in text and "fewer workers or a smaller batch_size" in text
     # the weights alone (the check before activations were counted) would have let it start
     fixed, activations = launch.memory_need(spec("gpt2"))
@@ -79,8 +117,8 @@ def test_gpt2_on_two_workers_is_refused_for_its_activations(machine):
 
 def test_a_smaller_batch_or_more_memory_lets_it_start(machine):
     machine(23.0)
-    launch.preflight(spec("gpt2", batch_size=1))  # 2 x (2.2 + 2.5) GiB
-    machine(64.0)
+    launch.preflight(spec("gpt2", batch_size=1))  # 2 x (1.8 + 2 x 2.9) GiB
+    machine(128.0)
     launch.preflight(spec("gpt2"))
     with pytest.raises(SpecError, match="on 1 rank needs"):
         machine(20.0)
@@ -90,7 +128,7 @@ def test_a_smaller_batch_or_more_memory_lets_it_start(machine):
 def test_on_gpus_the_activations_are_checked_against_a_gpu_not_the_host(machine):
     machine(23.0, gpus=[79.0, 79.0])
     assert launch.resolve_device(spec("gpt2")) == ("cuda", "")
-    launch.preflight(spec("gpt2"))  # 20 GiB of activations on each 79 GiB GPU
+    launch.preflight(spec("gpt2"))  # a 23 GiB step on each 79 GiB GPU, no heap slack
     machine(23.0, gpus=[79.0, 16.0])
     with pytest.raises(SpecError) as err:
         launch.preflight(spec("gpt2"))
@@ -105,7 +143,7 @@ def test_a_run_over_several_nodes_checks_this_node_s_share(machine, monkeypatch)
     monkeypatch.setenv("LAB_NODE_RANK", "0")
     monkeypatch.setenv("LAB_RDZV_HOST", "127.0.0.1")
     machine(23.0)
-    with pytest.raises(SpecError, match="gpt2 on 1 rank needs about 22.4 GiB"):
+    with pytest.raises(SpecError, match="gpt2 on 1 rank needs about 48.3 GiB"):
         launch.preflight(spec("gpt2", device="cpu"))  # 2 workers: one on this node
     assert launch.preflight(spec("gpt2", batch_size=2, device="cpu")).kind == "nodes"
 
@@ -125,8 +163,39 @@ def test_measuring_a_model_that_does_not_fit_is_refused_before_anything_is_measu
     err = capsys.readouterr().err
     assert "gpt2 at batch size 8 needs about" in err and "smaller --batch-size" in err, err
     assert not list(tmp_path.iterdir())
-    assert measure.memory_refusal("gpt2", 1, "cpu") is None  # 4.7 GiB
+    assert measure.memory_refusal("gpt2", 1, "cpu") is None  # 7.6 GiB
     # on a GPU, against its free memory (a stand-in: no GPU here)
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index=0: (16 * GIB, 80 * GIB))
     assert "cuda:0 has 16.0 GiB free" in measure.memory_refusal("gpt2", None, "cuda:0")
     assert measure.memory_refusal("gpt2", 2, "cuda:0") is None
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"batch_sizes": [2, 4], "bytes": [10]},  # lengths differ
+        {"batch_sizes": [4, 2], "bytes": [10, 20]},  # not increasing
+        {"batch_sizes": [0, 2], "bytes": [10, 20]},  # a batch of none
+        {"bytes": [10]},  # no batch sizes
+    ],
+)
+def test_a_malformed_step_peak_is_an_error_naming_the_profile(bad):
+    import json
+
+    raw = json.loads((workloads.PROFILES_DIR / "vgg16-debug.json").read_text())
+    raw["step_peak_bytes"] = bad
+    with pytest.raises(ValueError, match="profile 'vgg16-debug': step_peak_bytes"):
+        workloads._parse_profile("vgg16-debug", raw)
+
+
+def test_a_profile_without_the_step_peak_counts_its_activations_and_all_copies():
+    """A profile written before the step's peak was counted: the gradients among the weights'
+    copies, the activations as the step."""
+    import dataclasses
+
+    profile = dataclasses.replace(workloads.load_profile("transformer"), step_peaks=())
+    weights = profile.total_param_bytes
+    assert profile.step_bytes(32) == profile.activation_bytes(32)
+    assert profile.training_bytes(32) == 4 * weights + profile.activation_bytes(32)
+    full = workloads.load_profile("transformer")
+    assert full.training_bytes(32, 2.0) == 3 * weights + 2 * full.step_peak_bytes(32)

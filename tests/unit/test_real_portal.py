@@ -106,7 +106,7 @@ def test_the_api_refuses_a_real_experiment_this_machine_cannot_run(client, token
     assert not Experiment.objects.exists()
 
 
-def test_the_api_and_the_form_refuse_a_model_whose_activations_do_not_fit(
+def test_the_api_and_the_form_refuse_a_model_whose_training_step_does_not_fit(
     client, token, user, monkeypatch
 ):
     from django.urls import reverse
@@ -120,16 +120,16 @@ def test_the_api_and_the_form_refuse_a_model_whose_activations_do_not_fit(
     response = post(client, body, token)
     assert response.status_code == 400
     error = response.json()["errors"]["workloads"]
-    assert "its activations 20.2 GiB a worker at batch_size 8" in str(error), error
+    assert "a worker's training step holds 23.2 GiB at batch_size 8" in str(error), error
     assert "fewer workers" in str(error)
-    ok = post(client, {**body, "batch_size": 1}, token)  # 2 x 4.8 GiB
+    ok = post(client, {**body, "batch_size": 1}, token)  # 2 x 7.6 GiB
     assert ok.status_code == 201, ok.json()
     assert {r.spec["batch_size"] for r in Run.objects.all()} == {1}
     form = {**FORM, "mode": "real", "workloads": ["gpt2"], "cluster_workers": "2"}
     client.force_login(user)
     response = client.post(reverse("experiment-new"), form)
     block = field_block(response.content.decode(), "workloads")
-    assert 'class="error"' in block and "20.2 GiB a worker" in block, block
+    assert 'class="error"' in block and "23.2 GiB at batch_size 8" in block, block
     assert Experiment.objects.count() == 1  # the API's at batch size 1 alone
 
 
