@@ -31,6 +31,11 @@ class Workload(models.Model):
     activation_bytes_per_sample = models.BigIntegerField(
         default=0, help_text="what autograd saves for the backward, per sample (the profile's)"
     )
+    cpu_worker_bytes = models.BigIntegerField(
+        default=0,
+        help_text="a real run's CPU worker at the default batch size, as the memory check "
+        "counts it (the process, its copies of the weights, its step twice for the heap)",
+    )
     sample_unit = models.CharField(max_length=32)
     source = models.JSONField(default=dict)
     active = models.BooleanField(default=True)
@@ -40,3 +45,8 @@ class Workload(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def cpu_worker_gb(self) -> float:
+        """``cpu_worker_bytes`` in GB, to a tenth."""
+        return round(self.cpu_worker_bytes / 1e9, 1)

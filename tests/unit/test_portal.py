@@ -509,6 +509,8 @@ def test_the_catalogue_lists_every_entry_with_its_paper_and_parameters(browser):
     assert "resnet50" in html and "vgg16" in html
     assert "activations (MB per sample)" in html
     assert "<td>2707</td>" in html  # gpt2's: 2.7 GB a sample (1024 tokens)
+    # a CPU worker of gpt2 at its batch (8), as the memory check counts it: 51.8 GB
+    assert "memory a CPU worker (GB)" in html and "<td>51.8</td>" in html
 
 
 def test_the_experiment_page_shows_runs_and_live_fragment(browser, user, config):
