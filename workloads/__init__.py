@@ -135,6 +135,11 @@ class WorkloadProfile:
         ``HOST_HEAP_SLACK``; on a GPU 1, PyTorch's caching allocator's slack not counted)."""
         return self.resident_bytes() + round(heap_slack * self.step_bytes(batch_size))
 
+    def cpu_worker_bytes(self, batch_size: int) -> int:
+        """A CPU training process's bytes at ``batch_size``: the process itself and
+        ``training_bytes`` with ``HOST_HEAP_SLACK`` (what the memory checks count)."""
+        return PROCESS_BYTES + self.training_bytes(batch_size, HOST_HEAP_SLACK)
+
     @property
     def buffer_bytes(self) -> int:
         """Every buffer's bytes, all dtypes."""

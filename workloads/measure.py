@@ -379,9 +379,7 @@ def memory_refusal(name: str, batch_size: int | None, device: str) -> str | None
         where, need = f"{device} has", profile.training_bytes(batch)
     else:
         have, share = workloads.available_memory(), workloads.HOST_MEMORY_SHARE
-        slack = workloads.HOST_HEAP_SLACK
-        where = "this machine has"
-        need = workloads.PROCESS_BYTES + profile.training_bytes(batch, slack)
+        where, need = "this machine has", profile.cpu_worker_bytes(batch)
     if have is None or need <= share * have:
         return None
     return (

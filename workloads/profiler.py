@@ -312,14 +312,26 @@ def saved_activation_bytes(
     on ``device`` (else built here)."""
     from workloads import data
 
+    model, inputs, targets = _training_batch(name, batch_size, device, model)
+    return saved_bytes(model, lambda: data.loss_fn(name)(model(inputs), targets))
+
+
+def _training_batch(
+    name: str, batch_size: int, device: str, model: nn.Module | None
+) -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    """``(model, inputs, targets)`` on ``device`` for one training step of registered model
+    ``name`` at ``batch_size``: the model given (else built there) in train mode, the
+    synthetic batch copied (not views of the batch's one sequence tensor), the same on every
+    device."""
+    from workloads import data
+
     inputs, targets = data.synthetic_batch(name, batch_size, 0, 0, 0)
-    # copies (not views of the batch's one sequence tensor), the same on every device
     inputs, targets = inputs.to(device).clone(), targets.to(device).clone()
     if model is None:
         with torch.device(device):
             model = build_model(name)
     model.train()
-    return saved_bytes(model, lambda: data.loss_fn(name)(model(inputs), targets))
+    return model, inputs, targets
 
 
 def saved_bytes(model: nn.Module, forward: Any) -> int:
@@ -418,12 +430,7 @@ def step_peak_at(
     after."""
     from workloads import data
 
-    inputs, targets = data.synthetic_batch(name, batch_size, 0, 0, 0)
-    inputs, targets = inputs.to(device).clone(), targets.to(device).clone()
-    if model is None:
-        with torch.device(device):
-            model = build_model(name)
-    model.train()
+    model, inputs, targets = _training_batch(name, batch_size, device, model)
     model.zero_grad(set_to_none=True)
     counter = LiveBytes()
     with counter:

@@ -29,8 +29,7 @@ def load_catalogue() -> tuple[int, int]:
                 "total_param_bytes": profile.total_param_bytes,
                 "default_batch_size": profile.default_batch_size,
                 "activation_bytes_per_sample": profile.activation_per_sample_bytes,
-                "cpu_worker_bytes": workloads.PROCESS_BYTES
-                + profile.training_bytes(profile.default_batch_size, workloads.HOST_HEAP_SLACK),
+                "cpu_worker_bytes": profile.cpu_worker_bytes(profile.default_batch_size),
                 "sample_unit": profile.sample_unit,
                 "source": dict(profile.source),
                 "active": True,
